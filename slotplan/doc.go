@@ -1,0 +1,19 @@
+// Package slotplan is riverslot's schedule math: cycle to slots, bucket to
+// slot, and each account's fixed offset inside its slot. It has no
+// dependencies beyond the standard library, and every tier (bootstrap,
+// perslot, syncjob), the SQL predicate builder and the riverslot command use
+// it, so they cannot disagree.
+//
+// A cycle of C whole seconds is split into gcd(C, 256) slots of equal length.
+// An account's bucket is the last byte of its UUID (0..255); consecutive runs
+// of 256/slots buckets form one slot. Inside its slot an account is placed at
+// a seeded pseudo-random offset derived from all 16 bytes of its UUID, so the
+// account is due at the same moment every cycle:
+//
+//	plan, err := slotplan.New(24 * time.Hour) // 128 slots of 11m15s
+//	slot := plan.SlotOf(accountID)            // accountID is a [16]byte / uuid.UUID
+//	due := plan.Target(cycleStart, seed, accountID)
+//
+// Schedule describes where cycles start (an absolute grid, or wall-clock
+// starts in a time zone) and doubles as a River periodic schedule.
+package slotplan
