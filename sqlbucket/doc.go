@@ -13,7 +13,7 @@
 // A slot is a contiguous range of buckets, so selecting a slot is a range scan
 // of that index (get_byte(uuid_send(id), 15) BETWEEN lo AND hi), and a keyset
 // over (bucket, id) pages through it in index order. The equivalent text form
-// get_byte(decode(replace(id::text, '-', ''), 'hex'), 15) / k = slot gives the
+// get_byte(decode(replace(id::text, '-', ”), 'hex'), 15) / k = slot gives the
 // same answer but cannot use any index; TextSlotPredicate exists to compare
 // against it in tests and benchmarks.
 package sqlbucket

@@ -124,3 +124,17 @@ func InsertAccounts(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, sche
 	require.NoError(tb, err)
 	return ids
 }
+
+// PanicTB returns a testing.TB for Example functions, which have no *testing.T:
+// failures panic with the message, cleanups are not run (examples clean up
+// themselves).
+func PanicTB() testing.TB { return panicTB{} }
+
+type panicTB struct{ testing.TB }
+
+func (panicTB) Helper()                           {}
+func (panicTB) Cleanup(func())                    {}
+func (panicTB) Logf(string, ...any)               {}
+func (panicTB) Errorf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+func (panicTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+func (panicTB) FailNow()                          { panic("test helper failed") }

@@ -1,0 +1,33 @@
+package perslot
+
+import "time"
+
+// Kind is the River job kind of per-slot jobs. Tasks share it; the args carry
+// the task name.
+const Kind = "riverslot_perslot"
+
+// Args are the arguments of a per-slot job. One job exists per (task, cycle
+// start, slot): it is inserted as a unique job by its args.
+type Args struct {
+	Task       string    `json:"task"`
+	CycleStart time.Time `json:"cycle_start"`
+	Slot       int       `json:"slot"`
+}
+
+// Kind returns Kind.
+func (Args) Kind() string { return Kind }
+
+// Cursor is the fan-out position persisted after every committed batch.
+type Cursor struct {
+	// Started is true once at least one batch was committed; Bucket and
+	// AfterID are then the keyset position of the last account enqueued.
+	Started bool   `json:"started"`
+	Bucket  int    `json:"bucket"`
+	AfterID string `json:"after_id,omitempty"`
+
+	// Inserted and Skipped count sync jobs enqueued and late accounts
+	// skipped so far, across attempts.
+	Inserted int64 `json:"inserted"`
+	Skipped  int64 `json:"skipped"`
+	Batches  int   `json:"batches"`
+}

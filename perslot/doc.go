@@ -1,0 +1,18 @@
+// Package perslot is riverslot's middle tier: one River job per task, cycle
+// and slot that selects the slot's accounts and enqueues one sync job each,
+// scheduled at slot start + the account's fixed offset.
+//
+// The fan-out streams the slot's accounts in keyset-paginated batches over
+// the bucket index, in (bucket, id) order. Each batch's sync jobs are inserted
+// with River's InsertManyFastTx (COPY) in the same transaction that persists
+// the position reached as a River resumable cursor, after checking (with a
+// row lock) that this attempt still owns the job. A per-slot job that fails,
+// times out or whose process dies is retried from the last committed batch:
+// no account is enqueued twice and none is skipped. Memory holds one batch.
+//
+// Times are computed from the cycle anchor, never from "now": a per-slot job
+// that runs a little late schedules every account at its usual target (those
+// already past are runnable at once). Accounts whose target is more than
+// LateGrace in the past are handled by the task's LatePolicy: spread over a
+// fresh catch-up window (the default) or skipped until the next cycle.
+package perslot
