@@ -2,6 +2,7 @@ package riverutil_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -20,3 +21,5 @@ func dropSchema(pool *pgxpool.Pool, schema string) {
 	defer cancel()
 	_, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 }
+
+func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }

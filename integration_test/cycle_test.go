@@ -1,0 +1,276 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/riverutil"
+
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// TestTwoFullCycles runs a real River client through two consecutive
+// compressed cycles (40 s: 8 slots of 5 s) over 5,000 accounts and checks
+// every promise of the pipeline against the database.
+func TestTwoFullCycles(t *testing.T) {
+	t.Parallel()
+
+	const (
+		accounts = 5000
+		cycle    = 40 * time.Second
+	)
+	ctx, b := setup(t, accounts)
+	plugin, err := riverutil.New(b.pool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{{
+		Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active",
+		BatchSize: 1000, Sync: b.recordSync(),
+	}}})
+	require.NoError(t, err)
+	plan, _ := plugin.Plan("transactions")
+	schedule, _ := plugin.Schedule("transactions")
+	seed, _ := plugin.Seed("transactions")
+	require.Equal(t, 8, plan.Slots)
+
+	client := startClient(ctx, t, b, plugin, river.QueueDefault)
+
+	// First cycle boundary at least 2 s away so slot 0 is not already late.
+	first := schedule.Next(time.Now().Add(2 * time.Second))
+	second := first.Add(cycle)
+	for _, start := range []time.Time{first, second} {
+		_, err := plugin.EnqueueCycle(ctx, client, "transactions", start)
+		require.NoError(t, err)
+	}
+
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	waitFor(t, time.Until(second.Add(cycle))+60*time.Second, "both cycles' sync jobs to complete", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", syncjob.KindDefault) >= 2*accounts
+	})
+
+	synced := pgx.Identifier{b.schema, "synced"}.Sanitize()
+	offsets := make([]map[uuid.UUID]time.Duration, 2)
+	for i, start := range []time.Time{first, second} {
+		m := b.measure(ctx, t, "transactions", syncjob.KindDefault, start)
+		t.Logf("cycle %d (%s): accounts=%d slots=%d synced_once=%d missed=%d duplicated=%d peak_pending=%d accounts/slots=%d lateness_p50=%s p99=%s",
+			i+1, start.Format(time.RFC3339), m.Accounts, plan.Slots, m.SyncedOnce, m.Missed, m.Duplicated, m.PeakPending,
+			m.Accounts/int64(plan.Slots), m.LatenessP50, m.LatenessP99)
+
+		require.EqualValues(t, accounts, m.Accounts)
+		require.EqualValues(t, accounts, m.SyncedOnce, "every account has exactly one sync job")
+		require.Zero(t, m.Missed)
+		require.Zero(t, m.Duplicated)
+		require.EqualValues(t, accounts, m.Completed)
+
+		// The application's own side effect: one call per account.
+		require.EqualValues(t, accounts, b.count(ctx, t, "SELECT count(DISTINCT account_id) FROM "+synced+" WHERE cycle_start = $1", start))
+		require.EqualValues(t, accounts, b.count(ctx, t, "SELECT count(*) FROM "+synced+" WHERE cycle_start = $1", start))
+
+		// Peak pending near accounts/slots (one slot's worth plus scheduling
+		// jitter), far from all accounts.
+		perSlot := int64(accounts / plan.Slots)
+		require.LessOrEqual(t, m.PeakPending, 2*perSlot, "peak pending %d vs accounts/slots %d", m.PeakPending, perSlot)
+		require.Less(t, m.PeakPending, int64(accounts/3))
+
+		// Each sync job is scheduled inside its account's slot window, at
+		// the same offset from the cycle start every cycle.
+		rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at FROM "+jobs+
+			" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.KindDefault, start)
+		require.NoError(t, err)
+		offsets[i] = map[uuid.UUID]time.Duration{}
+		for rows.Next() {
+			var (
+				id          uuid.UUID
+				scheduledAt time.Time
+			)
+			require.NoError(t, rows.Scan(&id, &scheduledAt))
+			slot := int(id[15]) / (256 / plan.Slots) // bucket → slot, by definition
+			windowStart := start.Add(time.Duration(slot) * (cycle / time.Duration(plan.Slots)))
+			require.False(t, scheduledAt.Before(windowStart), "account %s scheduled %s before its slot %d window %s", id, scheduledAt, slot, windowStart)
+			require.True(t, scheduledAt.Before(windowStart.Add(plan.SlotDuration)), "account %s scheduled %s after its slot %d window", id, scheduledAt, slot)
+			offsets[i][id] = scheduledAt.Sub(start)
+		}
+		require.NoError(t, rows.Err())
+	}
+
+	require.Len(t, offsets[1], accounts)
+	for id, off := range offsets[0] {
+		require.Equal(t, off, offsets[1][id], "account %s moved between cycles", id)
+		require.Equal(t, plan.Target(first, seed, id), first.Add(off))
+	}
+}
+
+// TestFanOutRetryResumes makes a per-slot job fail in the middle of its
+// second batch (a real database error raised by a trigger while River's COPY
+// inserts sync jobs), lets River retry it, and checks the retry resumed after
+// the last committed batch: every account of the slot has exactly one sync
+// job and no batch was inserted twice.
+func TestFanOutRetryResumes(t *testing.T) {
+	t.Parallel()
+
+	const (
+		accounts  = 6000
+		batchSize = 1000
+		failAtRow = 1500 // second batch
+	)
+	ctx, b := setup(t, accounts)
+	plugin, err := riverutil.New(b.pool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{{
+		Name: "transactions", Cycle: 2 * time.Second, Schema: b.schema, Table: "accounts",
+		BatchSize: batchSize, Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync(),
+	}}})
+	require.NoError(t, err)
+	plan, _ := plugin.Plan("transactions")
+
+	// One failure, then never again: sequences are not rolled back.
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	seq := pgx.Identifier{b.schema, "sync_rows"}.Sanitize()
+	_, err = b.pool.Exec(ctx, `
+		CREATE SEQUENCE `+seq+`;
+		CREATE FUNCTION `+pgx.Identifier{b.schema, "fail_once"}.Sanitize()+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF nextval('`+seq+`') = `+itoa(failAtRow)+` THEN
+				RAISE EXCEPTION 'injected failure at sync row `+itoa(failAtRow)+`';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER fail_once BEFORE INSERT ON `+jobs+` FOR EACH ROW
+			WHEN (NEW.kind = 'riverslot_sync') EXECUTE FUNCTION `+pgx.Identifier{b.schema, "fail_once"}.Sanitize()+`();`)
+	require.NoError(t, err)
+
+	client := startClient(ctx, t, b, plugin, river.QueueDefault) // "parked" is not worked: sync jobs stay
+	cycleStart := time.Now().Truncate(2 * time.Second).Add(time.Hour)
+	res, err := client.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: cycleStart, Slot: 0}, nil)
+	require.NoError(t, err)
+
+	var job *rivertype.JobRow
+	waitFor(t, 60*time.Second, "per-slot job to complete after its retry", func() bool {
+		job, err = client.JobGet(ctx, res.Job.ID)
+		require.NoError(t, err)
+		require.NotEqual(t, rivertype.JobStateDiscarded, job.State)
+		return job.State == rivertype.JobStateCompleted
+	})
+	require.Equal(t, 2, job.Attempt)
+	require.Len(t, job.Errors, 1)
+	require.Contains(t, job.Errors[0].Error, "injected failure at sync row 1500")
+
+	var want int
+	for _, id := range b.ids {
+		if plan.SlotOf(id) == 0 {
+			want++
+		}
+	}
+	require.Greater(t, want, 2*batchSize, "slot must span several batches")
+
+	total := b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = 'riverslot_sync'")
+	distinct := b.count(ctx, t, "SELECT count(DISTINCT args->>'account_id') FROM "+jobs+" WHERE kind = 'riverslot_sync'")
+	wrongSlot := b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = 'riverslot_sync' AND get_byte(uuid_send((args->>'account_id')::uuid), 15) / $1 <> 0", plan.BucketsPerSlot)
+	var rowsSeen int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT last_value FROM "+seq).Scan(&rowsSeen))
+	t.Logf("slot 0: accounts=%d sync_jobs=%d distinct=%d rows_attempted=%d (first attempt: %d committed + %d rolled back)",
+		want, total, distinct, rowsSeen, batchSize, failAtRow-batchSize)
+
+	require.EqualValues(t, want, total, "one sync job per account of the slot")
+	require.EqualValues(t, want, distinct, "no account enqueued twice")
+	require.Zero(t, wrongSlot)
+	// The retry inserted only what the first attempt had not committed.
+	require.EqualValues(t, failAtRow+(want-batchSize), rowsSeen, "retry must resume after the committed batch, not restart")
+
+	var out perslot.Result
+	require.NoError(t, json.Unmarshal(job.Output(), &out))
+	require.EqualValues(t, want, out.Inserted)
+}
+
+// TestSeveralTasksOneClient runs two tasks with different names, cycles,
+// sync kinds and queues on one River client.
+func TestSeveralTasksOneClient(t *testing.T) {
+	t.Parallel()
+
+	const accounts = 400
+	ctx, b := setup(t, accounts)
+	var reports atomic.Int64
+	plugin, err := riverutil.New(b.pool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{
+		{Name: "transactions", Cycle: 4 * time.Second, Schema: b.schema, Table: "accounts", Queue: "sync", Sync: b.recordSync()},
+		{Name: "reports", Cycle: 8 * time.Second, Schema: b.schema, Table: "accounts", SyncKind: "report_sync", Queue: "reports", ControlQueue: "sync",
+			Sync: func(ctx context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
+				reports.Add(1)
+				return b.recordSync()(ctx, id, job)
+			}},
+	}})
+	require.NoError(t, err)
+	client := startClient(ctx, t, b, plugin, "sync", "reports")
+
+	txSchedule, _ := plugin.Schedule("transactions")
+	repSchedule, _ := plugin.Schedule("reports")
+	txStart := txSchedule.Next(time.Now().Add(time.Second))
+	repStart := repSchedule.Next(time.Now().Add(time.Second))
+	_, err = plugin.EnqueueCycle(ctx, client, "transactions", txStart)
+	require.NoError(t, err)
+	_, err = plugin.EnqueueCycle(ctx, client, "reports", repStart)
+	require.NoError(t, err)
+
+	synced := pgx.Identifier{b.schema, "synced"}.Sanitize()
+	waitFor(t, 60*time.Second, "both tasks to sync every account", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+synced) >= 2*accounts
+	})
+
+	for _, tt := range []struct {
+		task, kind, queue string
+		start             time.Time
+		slots             int
+	}{{"transactions", syncjob.KindDefault, "sync", txStart, 4}, {"reports", "report_sync", "reports", repStart, 8}} {
+		m := b.measure(ctx, t, tt.task, tt.kind, tt.start)
+		require.EqualValues(t, accounts, m.SyncedOnce, tt.task)
+		require.Zero(t, m.Missed+m.Duplicated, tt.task)
+		jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+		require.EqualValues(t, accounts, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND queue = $2 AND args->>'task' = $3", tt.kind, tt.queue, tt.task))
+		require.EqualValues(t, tt.slots, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND args->>'task' = $2", perslot.Kind, tt.task))
+	}
+	require.EqualValues(t, accounts, reports.Load())
+}
+
+// TestAccountGoneBeforeSync: a sync job whose account was deleted, or no
+// longer matches the filter, completes without calling Sync.
+func TestAccountGoneBeforeSync(t *testing.T) {
+	t.Parallel()
+
+	ctx, b := setup(t, 3)
+	var calls atomic.Int64
+	plugin, err := riverutil.New(b.pool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{{
+		Name: "transactions", Cycle: 4 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
+		Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { calls.Add(1); return nil },
+	}}})
+	require.NoError(t, err)
+	accounts := pgx.Identifier{b.schema, "accounts"}.Sanitize()
+	_, err = b.pool.Exec(ctx, "DELETE FROM "+accounts+" WHERE id = $1", b.ids[0])
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, "UPDATE "+accounts+" SET active = false WHERE id = $1", b.ids[1])
+	require.NoError(t, err)
+
+	client := startClient(ctx, t, b, plugin, river.QueueDefault)
+	var ids []int64
+	for _, id := range b.ids {
+		res, err := client.Insert(ctx, syncjob.NewArgs("", "transactions", id, time.Now().Truncate(4*time.Second), 0), nil)
+		require.NoError(t, err)
+		ids = append(ids, res.Job.ID)
+	}
+	for _, id := range ids {
+		waitFor(t, 30*time.Second, "sync job to finish", func() bool {
+			job, err := client.JobGet(ctx, id)
+			require.NoError(t, err)
+			return job.State == rivertype.JobStateCompleted
+		})
+		job, _ := client.JobGet(ctx, id)
+		require.Empty(t, job.Errors)
+	}
+	require.EqualValues(t, 1, calls.Load(), "only the remaining active account is synced")
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,134 @@
+package integration
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/riverslot/riverslot/internal/measure"
+	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/sqlbucket"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"))
+}
+
+type testBundle struct {
+	ids    []uuid.UUID
+	pool   *pgxpool.Pool
+	schema string
+}
+
+// setup creates a schema with River's tables, an accounts table with n
+// accounts, its bucket index, and a "synced" table that sync functions built
+// by recordSync write to.
+func setup(t *testing.T, accounts int) (context.Context, *testBundle) {
+	t.Helper()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", accounts)
+	require.NoError(t, sqlbucket.CreateIndex(ctx, pool, schema, "accounts", "id"))
+	_, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "synced"}.Sanitize()+
+		" (task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, synced_at timestamptz NOT NULL DEFAULT clock_timestamp())")
+	require.NoError(t, err)
+	return ctx, &testBundle{ids: ids, pool: pool, schema: schema}
+}
+
+// recordSync returns a SyncFunc that records each call in the synced table.
+func (b *testBundle) recordSync() syncjob.SyncFunc {
+	table := pgx.Identifier{b.schema, "synced"}.Sanitize()
+	return func(ctx context.Context, accountID uuid.UUID, job *river.Job[syncjob.Args]) error {
+		_, err := b.pool.Exec(ctx, "INSERT INTO "+table+" (task, account_id, cycle_start) VALUES ($1, $2, $3)",
+			job.Args.Task, accountID, job.Args.CycleStart)
+		return err
+	}
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// startClient builds and starts a River client for plugin working queues.
+func startClient(ctx context.Context, t *testing.T, b *testBundle, plugin *riverutil.Plugin, queues ...string) *river.Client[pgx.Tx] {
+	t.Helper()
+
+	workers := river.NewWorkers()
+	require.NoError(t, plugin.AddWorkers(workers))
+	qc := map[string]river.QueueConfig{}
+	for _, q := range queues {
+		qc[q] = river.QueueConfig{MaxWorkers: 40}
+	}
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
+		Schema:            b.schema,
+		Queues:            qc,
+		Workers:           workers,
+		Logger:            quietLogger(),
+		FetchPollInterval: 200 * time.Millisecond,
+		TestOnly:          true,
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	var once sync.Once
+	t.Cleanup(func() {
+		once.Do(func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			require.NoError(t, client.Stop(stopCtx))
+		})
+	})
+	return client
+}
+
+// waitFor polls cond until it is true or the deadline passes. It waits for a
+// condition the test then asserts on; it is not a sleep standing in for one.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (b *testBundle) count(ctx context.Context, t *testing.T, sql string, args ...any) int64 {
+	t.Helper()
+
+	var n int64
+	require.NoError(t, b.pool.QueryRow(ctx, sql, args...).Scan(&n))
+	return n
+}
+
+func (b *testBundle) measure(ctx context.Context, t *testing.T, task, syncKind string, cycleStart time.Time) *measure.Cycle {
+	t.Helper()
+
+	c, err := measure.MeasureCycle(ctx, b.pool, measure.Target{
+		RiverSchema:   b.schema,
+		AccountsTable: pgx.Identifier{b.schema, "accounts"}.Sanitize(),
+		IDColumn:      "id",
+		Filter:        "active",
+		SyncKind:      syncKind,
+		Task:          task,
+	}, cycleStart)
+	require.NoError(t, err)
+	return c
+}

@@ -1,0 +1,106 @@
+// Package measure computes cycle figures from River's job table: how many
+// accounts were synced once, missed or duplicated, the peak number of pending
+// sync jobs (inserted, not yet started) and start lateness. The integration
+// tests and the riverslot demo share it, so both report the same numbers the
+// same way, measured from the database.
+package measure
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Cycle is what one cycle of one task did, measured from river_job.
+type Cycle struct {
+	CycleStart time.Time `json:"cycle_start"`
+	Accounts   int64     `json:"accounts"`
+	SyncJobs   int64     `json:"sync_jobs"`
+	Completed  int64     `json:"completed"`
+	// SyncedOnce counts accounts with exactly one sync job in the cycle.
+	SyncedOnce int64 `json:"synced_once"`
+	// Missed counts accounts in the table with no sync job in the cycle.
+	Missed int64 `json:"missed"`
+	// Duplicated counts accounts with more than one sync job in the cycle.
+	Duplicated int64 `json:"duplicated"`
+	// PeakPending is the largest number of the cycle's sync jobs that were
+	// inserted but not yet started at any one moment.
+	PeakPending int64 `json:"peak_pending"`
+	// LatenessP50 and LatenessP99 are percentiles of attempted_at -
+	// scheduled_at over started sync jobs.
+	LatenessP50 time.Duration `json:"lateness_p50"`
+	LatenessP99 time.Duration `json:"lateness_p99"`
+}
+
+// Target names the tables and the task to measure.
+type Target struct {
+	RiverSchema   string
+	AccountsTable string // quoted, qualified
+	IDColumn      string
+	Filter        string
+	SyncKind      string
+	Task          string
+}
+
+// MeasureCycle computes the figures of one cycle.
+func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleStart time.Time) (*Cycle, error) {
+	jobs := pgx.Identifier{target.RiverSchema, "river_job"}.Sanitize()
+	id := pgx.Identifier{target.IDColumn}.Sanitize()
+	filter := "true"
+	if target.Filter != "" {
+		filter = "(" + target.Filter + ")"
+	}
+	c := &Cycle{CycleStart: cycleStart.UTC()}
+
+	// Sync jobs of this cycle. cycle_start is compared as timestamptz so the
+	// JSON text form does not matter.
+	cte := `WITH s AS (
+		SELECT (args->>'account_id')::uuid AS account_id, state, created_at, attempted_at, scheduled_at
+		FROM ` + jobs + `
+		WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = $3
+	)`
+	err := pool.QueryRow(ctx, cte+`,
+	per AS (SELECT account_id, count(*) AS n FROM s GROUP BY account_id),
+	acc AS (SELECT `+id+` AS account_id FROM `+target.AccountsTable+` WHERE `+filter+`)
+	SELECT
+		(SELECT count(*) FROM acc),
+		(SELECT count(*) FROM s),
+		(SELECT count(*) FROM s WHERE state = 'completed'),
+		(SELECT count(*) FROM per WHERE n = 1),
+		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL),
+		(SELECT count(*) FROM per WHERE n > 1),
+		coalesce((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
+		coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
+		coalesce((SELECT max(depth) FROM (
+			SELECT sum(d) OVER (ORDER BY ts, d ROWS UNBOUNDED PRECEDING) AS depth FROM (
+				SELECT created_at AS ts, 1 AS d FROM s
+				UNION ALL
+				SELECT attempted_at, -1 FROM s WHERE attempted_at IS NOT NULL
+			) events
+		) sweep), 0)`,
+		target.SyncKind, target.Task, cycleStart).Scan(
+		&c.Accounts, &c.SyncJobs, &c.Completed, &c.SyncedOnce, &c.Missed, &c.Duplicated,
+		(*seconds)(&c.LatenessP50), (*seconds)(&c.LatenessP99), &c.PeakPending)
+	if err != nil {
+		return nil, fmt.Errorf("error measuring cycle %s: %w", cycleStart.Format(time.RFC3339), err)
+	}
+	return c, nil
+}
+
+// seconds scans a float number of seconds into a time.Duration.
+type seconds time.Duration
+
+func (s *seconds) Scan(src any) error {
+	switch v := src.(type) {
+	case float64:
+		*s = seconds(time.Duration(v * float64(time.Second)))
+		return nil
+	case nil:
+		*s = 0
+		return nil
+	}
+	return fmt.Errorf("cannot scan %T into seconds", src)
+}
