@@ -21,14 +21,14 @@ import (
 )
 
 // TestTwoFullCycles runs a real River client through two consecutive
-// compressed cycles (40 s: 8 slots of 5 s) over 5,000 accounts and checks
+// compressed cycles (120 s: 8 slots of 15 s) over 5,000 accounts and checks
 // every promise of the pipeline against the database.
 func TestTwoFullCycles(t *testing.T) {
 	t.Parallel()
 
 	const (
 		accounts = 5000
-		cycle    = 40 * time.Second
+		cycle    = 120 * time.Second
 	)
 	ctx, b := setup(t, accounts)
 	plugin, err := riverutil.New(b.pool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{{
@@ -74,10 +74,12 @@ func TestTwoFullCycles(t *testing.T) {
 		require.EqualValues(t, accounts, b.count(ctx, t, "SELECT count(DISTINCT account_id) FROM "+synced+" WHERE cycle_start = $1", start))
 		require.EqualValues(t, accounts, b.count(ctx, t, "SELECT count(*) FROM "+synced+" WHERE cycle_start = $1", start))
 
-		// Peak pending near accounts/slots (one slot's worth plus scheduling
-		// jitter), far from all accounts.
+		// Peak pending near accounts/slots, far from all accounts. River
+		// promotes scheduled jobs every 5 s, so up to 5 s of the previous
+		// slot (a third of a 15 s slot) can still be waiting when the next
+		// slot fans out: the bound is 1.6 × accounts/slots.
 		perSlot := int64(accounts / plan.Slots)
-		require.LessOrEqual(t, m.PeakPending, 2*perSlot, "peak pending %d vs accounts/slots %d", m.PeakPending, perSlot)
+		require.LessOrEqual(t, m.PeakPending, perSlot*16/10, "peak pending %d vs accounts/slots %d", m.PeakPending, perSlot)
 		require.Less(t, m.PeakPending, int64(accounts/3))
 
 		// Each sync job is scheduled inside its account's slot window, at

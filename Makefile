@@ -1,0 +1,35 @@
+# riverslot. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO ?= go
+PG := scripts/pg.sh
+
+.PHONY: help
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: test
+test: ## Get a Postgres (see scripts/pg.sh), create riverslot_test, run go test -race ./...
+	@url=$$($(PG) riverslot_test) && echo "test database: $$url" && \
+		TEST_DATABASE_URL="$$url" $(GO) test -race -timeout 15m ./...
+
+.PHONY: demo
+demo: ## Run one compressed live cycle of slot scheduling (riverslot demo)
+	@url=$$($(PG) riverslot_demo) && echo "demo database: $$url" && \
+		$(GO) run ./cmd/riverslot demo --database-url "$$url" $(DEMO_FLAGS)
+
+.PHONY: bench
+bench: ## Run the benchmarks against a real Postgres (BENCH_FLAGS for sizes)
+	@url=$$($(PG) riverslot_bench) && echo "bench database: $$url" && \
+		$(GO) run ./cmd/riverslot bench --database-url "$$url" $(BENCH_FLAGS)
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: fuzz
+fuzz: ## Run the fuzz targets for 30s each
+	$(GO) test ./slotplan -run '^$$' -fuzz FuzzPlan -fuzztime 30s
+	$(GO) test ./sqlbucket -run '^$$' -fuzz FuzzBucketMirror -fuzztime 30s

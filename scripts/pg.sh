@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Finds or starts a PostgreSQL server, creates the database named by $1
+# (default riverslot_test) if missing, and prints its URL on stdout.
+# Progress goes to stderr. In order, it uses:
+#   1. TEST_DATABASE_URL or DATABASE_URL, if that server answers;
+#   2. a server already answering on 127.0.0.1:5432 (user postgres);
+#   3. `docker compose up` of this repo's docker-compose.yml, if a Docker
+#      engine is running;
+#   4. a Debian/Ubuntu cluster (pg_ctlcluster) that is installed but stopped;
+#   5. a throwaway cluster made with the local initdb/pg_ctl binaries in
+#      .pgdata/ (port 5432, or 54329 if 5432 is taken);
+# and otherwise fails with instructions.
+set -euo pipefail
+
+db=${1:-riverslot_test}
+root=$(cd "$(dirname "$0")/.." && pwd)
+log() { echo "pg: $*" >&2; }
+
+die() {
+	cat >&2 <<MSG
+pg: no PostgreSQL server found and none could be started.
+    Any one of these works:
+      - export TEST_DATABASE_URL=postgres://user@host:port/riverslot_test (a server you can create schemas in)
+      - start Docker and re-run (docker compose up -d postgres)
+      - install PostgreSQL (Debian/Ubuntu: apt-get install postgresql) and re-run
+MSG
+	exit 1
+}
+
+have() { command -v "$1" >/dev/null 2>&1; }
+have psql || die
+
+# with_db URL DB: the same server, another database.
+with_db() { sed -E "s#^(postgres(ql)?://[^/?]*)(/[^?]*)?#\1/$2#" <<<"$1"; }
+answers() { psql "$(with_db "$1" postgres)" -Atqc 'SELECT 1' >/dev/null 2>&1; }
+
+ensure_db() {
+	local url=$1 maint
+	maint=$(with_db "$url" postgres)
+	if [ "$(psql "$maint" -Atqc "SELECT 1 FROM pg_database WHERE datname = '$db'")" != 1 ]; then
+		log "creating database $db"
+		psql "$maint" -qc "CREATE DATABASE \"$db\"" >/dev/null
+	fi
+	with_db "$url" "$db"
+}
+
+wait_for() {
+	local url=$1
+	for _ in $(seq 1 60); do
+		answers "$url" && return 0
+		sleep 0.5
+	done
+	return 1
+}
+
+for var in TEST_DATABASE_URL DATABASE_URL; do
+	url=${!var:-}
+	if [ -n "$url" ]; then
+		if answers "$url"; then
+			urldb=$(sed -nE 's#^postgres(ql)?://[^/?]*/([^?]+).*#\2#p' <<<"$url")
+			db=${urldb:-$db}
+			log "using $var (database $db)"
+			ensure_db "$url"
+			exit 0
+		fi
+		log "$var is set but its server does not answer; looking further"
+	fi
+done
+
+local_url="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+if answers "$local_url"; then
+	log "using the PostgreSQL server on 127.0.0.1:5432"
+	ensure_db "$local_url"
+	exit 0
+fi
+
+if have docker && docker info >/dev/null 2>&1; then
+	log "starting PostgreSQL with docker compose (docker-compose.yml)"
+	(cd "$root" && docker compose up -d --wait postgres) >&2
+	url="postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	wait_for "$url" || die
+	ensure_db "$url"
+	exit 0
+fi
+
+if have pg_ctlcluster && ls /etc/postgresql/*/main >/dev/null 2>&1; then
+	version=$(ls /etc/postgresql | sort -V | tail -1)
+	log "starting the installed PostgreSQL $version cluster (pg_ctlcluster)"
+	pg_ctlcluster --skip-systemctl-redirect "$version" main start >&2 || true
+	if wait_for "$local_url"; then
+		ensure_db "$local_url"
+		exit 0
+	fi
+	log "the installed cluster did not answer on 127.0.0.1:5432 with user postgres"
+fi
+
+bindir=""
+if have initdb && have pg_ctl; then
+	bindir=$(dirname "$(command -v initdb)")
+else
+	bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+fi
+[ -n "$bindir" ] && [ -x "$bindir/initdb" ] || die
+
+port=5432
+if (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then port=54329; fi
+data="$root/.pgdata"
+run=()
+if [ "$(id -u)" = 0 ]; then
+	# PostgreSQL refuses to run as root.
+	id postgres >/dev/null 2>&1 || die
+	data=/tmp/riverslot-pgdata
+	run=(runuser -u postgres --)
+fi
+if [ ! -f "$data/PG_VERSION" ]; then
+	log "creating a throwaway cluster in $data with $bindir/initdb"
+	mkdir -p "$data"
+	[ ${#run[@]} -gt 0 ] && chown postgres "$data"
+	"${run[@]}" "$bindir/initdb" -D "$data" -U postgres --auth=trust >/dev/null
+fi
+log "starting it on 127.0.0.1:$port"
+"${run[@]}" "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
+	-o "-p $port -k /tmp -c listen_addresses=127.0.0.1" start >&2 || die
+url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+wait_for "$url" || die
+ensure_db "$url"

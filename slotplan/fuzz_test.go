@@ -1,0 +1,57 @@
+package slotplan
+
+import (
+	"testing"
+	"time"
+)
+
+// FuzzPlan checks the plan math for any cycle, id and seed: New either
+// rejects the cycle with ErrInvalidCycle or returns a plan whose slots tile
+// the cycle and the 256 buckets, and whose offsets stay inside the slot. The
+// seed corpus runs with every `go test`; `make fuzz` explores further.
+func FuzzPlan(f *testing.F) {
+	f.Add(int64(86400), []byte("0123456789abcdef"), uint64(0))
+	f.Add(int64(120), []byte{15: 255}, uint64(42))
+	f.Add(int64(3), []byte{}, uint64(1))
+	f.Add(int64(-7), []byte{1, 2, 3}, uint64(1<<63))
+	f.Add(int64(1<<40), []byte{15: 128}, ^uint64(0))
+
+	f.Fuzz(func(t *testing.T, cycleSeconds int64, raw []byte, seed uint64) {
+		if cycleSeconds > 1<<33 || cycleSeconds < -1<<33 {
+			return // keep Duration arithmetic in range
+		}
+		var id [16]byte
+		copy(id[:], raw)
+		cycle := time.Duration(cycleSeconds) * time.Second
+
+		p, err := New(cycle)
+		if err != nil {
+			if cycleSeconds >= 2 && cycleSeconds%2 == 0 {
+				t.Fatalf("even cycle %s rejected: %v", cycle, err)
+			}
+			return
+		}
+		if p.Slots < 2 || p.Slots > 256 || p.Slots&(p.Slots-1) != 0 {
+			t.Fatalf("slots %d not a power of two in [2, 256]", p.Slots)
+		}
+		if p.SlotDuration*time.Duration(p.Slots) != cycle || p.SlotDuration%time.Second != 0 {
+			t.Fatalf("slot duration %s × %d != cycle %s", p.SlotDuration, p.Slots, cycle)
+		}
+		slot := p.SlotOf(id)
+		lo, hi := p.BucketRange(slot)
+		if int(id[15]) < lo || int(id[15]) > hi {
+			t.Fatalf("bucket %d outside slot %d range [%d, %d]", id[15], slot, lo, hi)
+		}
+		off := p.Offset(seed, id)
+		if off < 0 || off >= p.SlotDuration {
+			t.Fatalf("offset %s outside [0, %s)", off, p.SlotDuration)
+		}
+
+		s := Schedule{Cycle: cycle}
+		at := time.Unix(int64(seed%4_000_000_000), 0)
+		start, next := s.Start(at), s.Next(at)
+		if start.After(at) || !next.After(at) || next.Sub(start) != cycle {
+			t.Fatalf("schedule at %s: start %s next %s", at, start, next)
+		}
+	})
+}
