@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"regexp"
 	"strings"
 	"time"
@@ -138,9 +137,7 @@ func (t Task) withDefaults(plan slotplan.Plan) Task {
 	t.LatePolicy = cmp.Or(t.LatePolicy, LatePolicyDefault)
 	t.LateGrace = cmp.Or(t.LateGrace, plan.SlotDuration)
 	if t.Seed == 0 {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(t.Name))
-		t.Seed = h.Sum64()
+		t.Seed = slotplan.SeedFromName(t.Name)
 	}
 	return t
 }

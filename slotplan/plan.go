@@ -153,3 +153,15 @@ func gcd(a, b int64) int64 {
 	}
 	return a
 }
+
+// SeedFromName is the default offset seed of a task: the FNV-1a 64-bit hash
+// of its name (offset basis 0xcbf29ce484222325, prime 0x100000001b3), written
+// out so it never changes.
+func SeedFromName(name string) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= 0x100000001b3
+	}
+	return h
+}

@@ -251,3 +251,12 @@ func TestOffsetUniform(t *testing.T) {
 	require.Less(t, chi0, 27.88)
 	require.False(t, math.IsNaN(chi0))
 }
+
+func TestSeedFromName(t *testing.T) {
+	t.Parallel()
+
+	// FNV-1a 64 reference values (the empty string is the offset basis;
+	// "a" is the published test vector 0xaf63dc4c8601ec8c).
+	require.Equal(t, uint64(0xcbf29ce484222325), SeedFromName(""))
+	require.Equal(t, uint64(0xaf63dc4c8601ec8c), SeedFromName("a"))
+}

@@ -9,7 +9,7 @@ import (
 )
 
 // FuzzBucketMirror checks the Go mirror against the UUID's canonical text
-// form (the talk's decode(replace(id::text, '-', ''), 'hex') byte 15): the
+// form (the talk's decode(replace(id::text, '-', ”), 'hex') byte 15): the
 // last two hex digits of the string.
 func FuzzBucketMirror(f *testing.F) {
 	f.Add([]byte("0123456789abcdef"))

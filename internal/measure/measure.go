@@ -104,3 +104,63 @@ func (s *seconds) Scan(src any) error {
 	}
 	return fmt.Errorf("cannot scan %T into seconds", src)
 }
+
+// Run is the measurement of several cycles of one task.
+type Run struct {
+	Cycles []*Cycle `json:"cycles"`
+	// PeakPending is the largest number of the run's sync jobs (all cycles)
+	// inserted but not yet started at any one moment.
+	PeakPending int64 `json:"peak_pending"`
+	LatenessP50 time.Duration
+	LatenessP99 time.Duration
+	// Slots is the number of distinct per-slot jobs of the first cycle, and
+	// SlotDuration the smallest gap between their scheduled times, both read
+	// back from the job table.
+	Slots        int64
+	SlotDuration time.Duration
+	// Buckets is the number of distinct bucket values among the accounts.
+	Buckets int64
+}
+
+// MeasureRun measures every cycle in cycleStarts and the run as a whole.
+func MeasureRun(ctx context.Context, pool *pgxpool.Pool, target Target, perSlotKind string, cycleStarts []time.Time) (*Run, error) {
+	run := &Run{}
+	for _, start := range cycleStarts {
+		c, err := MeasureCycle(ctx, pool, target, start)
+		if err != nil {
+			return nil, err
+		}
+		run.Cycles = append(run.Cycles, c)
+	}
+
+	jobs := pgx.Identifier{target.RiverSchema, "river_job"}.Sanitize()
+	id := pgx.Identifier{target.IDColumn}.Sanitize()
+	err := pool.QueryRow(ctx, `WITH s AS (
+		SELECT created_at, attempted_at, scheduled_at FROM `+jobs+`
+		WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = ANY($3)
+	), p AS (
+		SELECT scheduled_at FROM `+jobs+`
+		WHERE kind = $4 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = $5
+	)
+	SELECT
+		coalesce((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
+		coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
+		coalesce((SELECT max(depth) FROM (
+			SELECT sum(d) OVER (ORDER BY ts, d ROWS UNBOUNDED PRECEDING) AS depth FROM (
+				SELECT created_at AS ts, 1 AS d FROM s
+				UNION ALL
+				SELECT attempted_at, -1 FROM s WHERE attempted_at IS NOT NULL
+			) events
+		) sweep), 0),
+		(SELECT count(*) FROM p),
+		coalesce((SELECT extract(epoch FROM min(gap)) FROM (
+			SELECT scheduled_at - lag(scheduled_at) OVER (ORDER BY scheduled_at) AS gap FROM p) g WHERE gap > interval '0'), 0),
+		(SELECT count(DISTINCT get_byte(uuid_send(`+id+`), 15)) FROM `+target.AccountsTable+`)`,
+		target.SyncKind, target.Task, cycleStarts, perSlotKind, cycleStarts[0]).Scan(
+		(*seconds)(&run.LatenessP50), (*seconds)(&run.LatenessP99), &run.PeakPending,
+		&run.Slots, (*seconds)(&run.SlotDuration), &run.Buckets)
+	if err != nil {
+		return nil, fmt.Errorf("error measuring run: %w", err)
+	}
+	return run, nil
+}
