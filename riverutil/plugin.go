@@ -175,7 +175,9 @@ func (p *Plugin) PeriodicJobs() []*river.PeriodicJob {
 }
 
 // EnqueueCycle inserts the bootstrap job of task for the cycle starting at
-// cycleStart (which must be a cycle start of the task's schedule). It is
+// cycleStart (which must be a cycle start of the task's schedule), to run
+// now: it enqueues the cycle's per-slot jobs at their slot times, so a cycle
+// can be prepared ahead of time or re-run after it began. It is
 // idempotent: a second call for the same cycle returns the existing job with
 // UniqueSkippedAsDuplicate set.
 func (p *Plugin) EnqueueCycle(ctx context.Context, client *river.Client[pgx.Tx], taskName string, cycleStart time.Time) (*rivertype.JobInsertResult, error) {
@@ -204,7 +206,12 @@ func (p *Plugin) bootstrapParams(taskName string, cycleStart time.Time) (river.J
 		return nil, nil, fmt.Errorf("riverslot: cycleStart %s is not a cycle start of task %q (cycle %s); the cycle containing it starts at %s",
 			cycleStart.Format(time.RFC3339Nano), taskName, t.Cycle, t.schedule.Start(cycleStart).Format(time.RFC3339Nano))
 	}
-	return bootstrap.NewArgs(t.Name, cycleStart), t.bootstrap.InsertOpts(cycleStart), nil
+	// The bootstrap job itself runs at once; the per-slot jobs it inserts
+	// carry the absolute slot times. Waiting for River's scheduler to
+	// promote the bootstrap would only delay slot 0 of a near cycle.
+	opts := t.bootstrap.InsertOpts(cycleStart)
+	opts.ScheduledAt = time.Time{}
+	return bootstrap.NewArgs(t.Name, cycleStart), opts, nil
 }
 
 // Plan returns the slot plan of the named task.

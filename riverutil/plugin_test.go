@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertest"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/bootstrap"
@@ -225,7 +226,7 @@ func TestEnqueueCycle(t *testing.T) {
 	require.Equal(t, first.Job.ID, second.Job.ID)
 
 	job := rivertest.RequireInserted(ctx, t, riverpgxv5.New(pool), bootstrap.Args{}, &rivertest.RequireInsertedOpts{
-		Schema: schema, ScheduledAt: start, Priority: 1, Queue: river.QueueDefault,
+		Schema: schema, Priority: 1, Queue: river.QueueDefault, State: rivertype.JobStateAvailable,
 	})
 	require.Equal(t, "transactions", job.Args.Task)
 	require.True(t, start.Equal(job.Args.CycleStart))

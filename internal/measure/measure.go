@@ -153,7 +153,7 @@ func MeasureRun(ctx context.Context, pool *pgxpool.Pool, target Target, perSlotK
 			) events
 		) sweep), 0),
 		(SELECT count(*) FROM p),
-		coalesce((SELECT extract(epoch FROM min(gap)) FROM (
+		coalesce((SELECT extract(epoch FROM min(gap))::float8 FROM (
 			SELECT scheduled_at - lag(scheduled_at) OVER (ORDER BY scheduled_at) AS gap FROM p) g WHERE gap > interval '0'), 0),
 		(SELECT count(DISTINCT get_byte(uuid_send(`+id+`), 15)) FROM `+target.AccountsTable+`)`,
 		target.SyncKind, target.Task, cycleStarts, perSlotKind, cycleStarts[0]).Scan(

@@ -1,0 +1,87 @@
+// Command riverslot shows slot scheduling at work and answers operators'
+// questions about it.
+//
+//	riverslot demo   run compressed live cycles against Postgres and report them
+//	riverslot plan   print a cycle's slots and an account's sync times (no database)
+//	riverslot bench  run the benchmarks against Postgres
+//
+// Exit codes: 0 success, 1 the run failed, 2 bad flags or an unreachable
+// database.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	_ "time/tzdata" // --tz works on machines without a zoneinfo database
+)
+
+const usage = `usage: riverslot <command> [flags]
+
+commands:
+  demo    run compressed live cycles against Postgres and report them
+  plan    print a cycle's slots and an account's next sync times (no database)
+  bench   run the benchmarks against Postgres
+
+Run 'riverslot <command> -h' for a command's flags.
+`
+
+// exitError carries an exit code and a one-line message.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: 2, msg: fmt.Sprintf(format, args...)}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "demo":
+		err = runDemo(ctx, args[1:], stdout, stderr)
+	case "plan":
+		err = runPlan(args[1:], stdout, stderr)
+	case "bench":
+		err = runBench(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "riverslot: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, "riverslot "+args[0]+": "+oneLine(ee.msg))
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "riverslot "+args[0]+": "+oneLine(err.Error()))
+	return 1
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/riverslottest"
+)
+
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+
+	code, _, stderr := runCmd(t)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "usage: riverslot <command>")
+
+	code, _, stderr = runCmd(t, "frobnicate")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, `unknown command "frobnicate"`)
+}
+
+func TestDemoBadFlags(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"ZeroAccounts", []string{"--accounts", "0"}, "riverslot demo: --accounts must be at least 1, got 0"},
+		{"NegativeAccounts", []string{"--accounts", "-5"}, "riverslot demo: --accounts must be at least 1, got -5"},
+		{"OneSlotCycle", []string{"--cycle", "3s"}, "riverslot demo: --cycle: invalid cycle: Cycle 3s is an odd number of seconds and yields a single slot"},
+		{"SubSecondCycle", []string{"--cycle", "500ms"}, "riverslot demo: --cycle: invalid cycle: Cycle must be at least 2s, got 500ms"},
+		{"ZeroCycles", []string{"--cycles", "0"}, "riverslot demo: --cycles must be at least 1, got 0"},
+		{"ZeroWorkers", []string{"--workers", "0"}, "riverslot demo: --workers must be at least 1, got 0"},
+		{"BadCycleStart", []string{"--cycle-start", "tomorrow"}, `riverslot demo: --cycle-start must be RFC 3339, e.g. 2026-11-22T10:00:00Z, got "tomorrow"`},
+		{"InjectedSchema", []string{"--schema", `x"; DROP SCHEMA public; --`}, "riverslot demo: --schema must be a plain identifier"},
+		{"UnreachableDatabase", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, "riverslot demo: cannot reach the database at nobody@127.0.0.1:1/none"},
+		{"MalformedURL", []string{"--database-url", "postgres://%zz"}, "riverslot demo: --database-url is not a valid PostgreSQL URL"},
+		{"UnknownFlag", []string{"--frob"}, "flag provided but not defined: -frob"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			code, stdout, stderr := runCmd(t, append([]string{"demo"}, tt.args...)...)
+			require.Equal(t, 2, code, "stderr: %s", stderr)
+			require.Empty(t, stdout)
+			require.Contains(t, stderr, tt.want)
+			require.NotContains(t, stderr, "goroutine", "no stack trace")
+			if tt.name != "UnknownFlag" { // the flag package prints usage after its own line
+				require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %q", stderr)
+			}
+		})
+	}
+}
+
+func TestPlan(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SlotWindowsAndAccount", func(t *testing.T) {
+		t.Parallel()
+
+		id := "6ba7b810-9dad-11d1-80b4-00c04fd430c8" // last byte 0xc8 = 200
+		code, out, stderr := runCmd(t, "plan", "--cycle", "24h", "--anchor", "00:30", "--tz", "Europe/London",
+			"--account", id, "--now", "2026-11-22T02:00:00Z")
+		require.Equal(t, 0, code, stderr)
+		require.Contains(t, out, "slots          128 = gcd(86400, 256)")
+		require.Contains(t, out, "slot duration  11m15s")
+		// 128 window rows plus the header.
+		require.Contains(t, out, "127   +23:48:45                 +24:00:00  254-255 (0xfe-0xff)")
+		require.Contains(t, out, "bucket         200 (0xc8)")
+		require.Contains(t, out, "slot           100 of 128") // 200 / 2
+		require.Contains(t, out, "current cycle  2026-11-22T00:30:00Z")
+
+		// Next syncs are one cycle apart and inside slot 100's window.
+		var syncs []time.Time
+		for _, line := range strings.Split(out, "\n") {
+			if ts, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(line)); err == nil {
+				syncs = append(syncs, ts)
+			}
+		}
+		require.Len(t, syncs, 3)
+		for i, s := range syncs {
+			cycleStart := time.Date(2026, 11, 22+i, 0, 30, 0, 0, time.UTC) // GMT in November
+			windowStart := cycleStart.Add(100 * 675 * time.Second)
+			require.False(t, s.Before(windowStart), "sync %s before slot window %s", s, windowStart)
+			require.True(t, s.Before(windowStart.Add(675*time.Second)))
+		}
+		require.Equal(t, 24*time.Hour, syncs[1].Sub(syncs[0]))
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+
+		for _, tt := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--cycle", "3s"}, "riverslot plan: --cycle: invalid cycle"},
+			{[]string{"--anchor", "25:00"}, `riverslot plan: --anchor: want HH:MM or HH:MM:SS, got "25:00"`},
+			{[]string{"--tz", "Mars/Olympus"}, `riverslot plan: --tz: unknown time zone "Mars/Olympus"`},
+			{[]string{"--account", "not-a-uuid"}, `riverslot plan: --account must be a UUID, got "not-a-uuid"`},
+			{[]string{"--cycle", "256s", "--tz", "UTC"}, "Cycle must divide 24h when Location is set"},
+		} {
+			code, _, stderr := runCmd(t, append([]string{"plan"}, tt.args...)...)
+			require.Equal(t, 2, code, stderr)
+			require.Contains(t, stderr, tt.want)
+		}
+	})
+}
+
+// TestDemoJSON runs a short real demo against Postgres and checks the JSON
+// summary against the database and against the definition of the slots.
+func TestDemoJSON(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.EmptySchema(ctx, t, pool) // the demo drops and recreates it
+
+	const accounts = 500
+	code, stdout, stderr := runCmd(t, "demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
+		"--accounts", fmt.Sprint(accounts), "--cycle", "8s", "--cycles", "2", "--json")
+	require.Equal(t, 0, code, "stderr:\n%s", stderr)
+	require.Contains(t, stderr, "cycle 2/2")
+
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &raw), stdout)
+	for _, key := range []string{"schema", "accounts_table", "id_column", "sync_kind", "buckets", "slots",
+		"slot_duration_seconds", "cycle_seconds", "cycle_starts", "accounts", "synced", "missed", "duplicates",
+		"peak_queue_depth", "lateness_p50_seconds", "lateness_p99_seconds"} {
+		require.Contains(t, raw, key)
+	}
+
+	var s demoSummary
+	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
+	require.Equal(t, schema, s.Schema)
+	require.EqualValues(t, accounts, s.Accounts)
+	require.EqualValues(t, 8, s.Slots) // gcd(8, 256)
+	require.InDelta(t, 1.0, s.SlotDurationSeconds, 1e-9)
+	require.InDelta(t, 8.0, s.CycleSeconds, 1e-9)
+	require.Len(t, s.CycleStarts, 2)
+	first, err := time.Parse(time.RFC3339, s.CycleStarts[0])
+	require.NoError(t, err)
+	second, err := time.Parse(time.RFC3339, s.CycleStarts[1])
+	require.NoError(t, err)
+	require.Equal(t, 8*time.Second, second.Sub(first))
+	require.EqualValues(t, 2*accounts, s.Synced, "synced counts account-cycles")
+	require.Zero(t, s.Missed)
+	require.Zero(t, s.Duplicates)
+	require.Positive(t, s.PeakQueueDepth)
+	require.LessOrEqual(t, s.PeakQueueDepth, int64(2*accounts))
+
+	// Buckets counted independently from the seeded ids.
+	rows, err := pool.Query(ctx, "SELECT id FROM "+pgx.Identifier{schema, "accounts"}.Sanitize())
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	seen := map[byte]bool{}
+	for _, id := range ids {
+		seen[id[15]] = true
+	}
+	require.EqualValues(t, len(seen), s.Buckets)
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/riverslot/riverslot/slotplan"
+)
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("riverslot "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags turns flag errors into exit-2 errors; -h exits 0.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return &exitError{code: 0}
+		}
+		return &exitError{code: 2} // flag package already printed the problem
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+func runPlan(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("plan", stderr)
+	cycle := fs.Duration("cycle", 24*time.Hour, "cycle length: a whole number of seconds, a multiple of 2s (24h, 8h, 120s)")
+	anchor := fs.String("anchor", "00:00", "time of day HH:MM[:SS] at which cycles start (in --tz)")
+	tz := fs.String("tz", "", "IANA time zone of --anchor, e.g. Europe/London; empty: an absolute UTC grid")
+	account := fs.String("account", "", "account UUID: print its bucket, slot, offset and next three sync times")
+	task := fs.String("task", "transactions", "task name; the default offset seed is derived from it, as in the library")
+	seed := fs.Uint64("seed", 0, "offset seed; 0 means derived from --task, as in the library")
+	now := fs.String("now", "", "RFC 3339 time to compute the next syncs from (default: the current time)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+
+	plan, err := slotplan.New(*cycle)
+	if err != nil {
+		return usageErr("--cycle: %v", err)
+	}
+	offset, err := parseClock(*anchor)
+	if err != nil {
+		return usageErr("--anchor: %v", err)
+	}
+	var loc *time.Location
+	if *tz != "" {
+		if loc, err = time.LoadLocation(*tz); err != nil {
+			return usageErr("--tz: unknown time zone %q; use an IANA name such as Europe/London", *tz)
+		}
+	}
+	schedule, err := slotplan.NewSchedule(*cycle, offset, loc)
+	if err != nil {
+		return usageErr("--anchor/--cycle: %v", strings.Replace(err.Error(), "TriggerOffset", "the anchor", 1))
+	}
+	at := time.Now()
+	if *now != "" {
+		if at, err = time.Parse(time.RFC3339, *now); err != nil {
+			return usageErr("--now must be RFC 3339, e.g. 2026-11-22T09:00:00Z: %v", err)
+		}
+	}
+	s := *seed
+	if s == 0 {
+		s = slotplan.SeedFromName(*task)
+	}
+
+	where := "UTC grid from the Unix epoch"
+	if loc != nil {
+		where = "wall clock in " + loc.String()
+	}
+	fmt.Fprintf(stdout, "cycle          %s (%d s)\n", *cycle, int64(*cycle/time.Second))
+	fmt.Fprintf(stdout, "slots          %d = gcd(%d, 256)\n", plan.Slots, int64(*cycle/time.Second))
+	fmt.Fprintf(stdout, "slot duration  %s\n", plan.SlotDuration)
+	fmt.Fprintf(stdout, "buckets/slot   %d (bucket = last byte of the UUID)\n", plan.BucketsPerSlot)
+	fmt.Fprintf(stdout, "cycle starts   %s + k*%s, %s\n", *anchor, *cycle, where)
+	fmt.Fprintf(stdout, "current cycle  %s\n", schedule.Start(at).Format(time.RFC3339))
+	fmt.Fprintf(stdout, "next cycle     %s\n\n", schedule.Next(at).Format(time.RFC3339))
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "slot\tstarts after cycle start\tends\tbuckets")
+	for slot := range plan.Slots {
+		lo, hi := plan.BucketRange(slot)
+		start := time.Duration(slot) * plan.SlotDuration
+		fmt.Fprintf(tw, "%d\t+%s\t+%s\t%d-%d (0x%02x-0x%02x)\n", slot, clock(start), clock(start+plan.SlotDuration), lo, hi, lo, hi)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	if *account == "" {
+		return nil
+	}
+	id, err := uuid.Parse(*account)
+	if err != nil {
+		return usageErr("--account must be a UUID, got %q", *account)
+	}
+	slot := plan.SlotOf(id)
+	off := plan.Offset(s, id)
+	fmt.Fprintf(stdout, "\naccount        %s\n", id)
+	fmt.Fprintf(stdout, "bucket         %d (0x%02x)\n", id[15], id[15])
+	fmt.Fprintf(stdout, "slot           %d of %d (slots numbered from 0)\n", slot, plan.Slots)
+	fmt.Fprintf(stdout, "offset         %s into the slot (seed %d)\n", off, s)
+	fmt.Fprintf(stdout, "due            +%s after each cycle start\n", clock(time.Duration(slot)*plan.SlotDuration+off))
+	fmt.Fprintln(stdout, "next syncs (due time; River starts it within about 5 s):")
+	start := schedule.Start(at)
+	for n := 0; n < 3; {
+		due := plan.Target(start, s, id)
+		if due.After(at) {
+			fmt.Fprintf(stdout, "  %s\n", due.Format(time.RFC3339Nano))
+			n++
+		}
+		start = schedule.Next(start)
+	}
+	return nil
+}
+
+// parseClock parses HH:MM or HH:MM:SS into a duration after midnight.
+func parseClock(s string) (time.Duration, error) {
+	for _, layout := range []string{"15:04:05", "15:04"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute + time.Duration(t.Second())*time.Second, nil
+		}
+	}
+	return 0, fmt.Errorf("want HH:MM or HH:MM:SS, got %q", s)
+}
+
+// clock formats a duration as H:MM:SS(.ffffff).
+func clock(d time.Duration) string {
+	h := d / time.Hour
+	m := (d % time.Hour) / time.Minute
+	s := (d % time.Minute) / time.Second
+	out := fmt.Sprintf("%d:%02d:%02d", h, m, s)
+	if us := (d % time.Second) / time.Microsecond; us != 0 {
+		out += fmt.Sprintf(".%06d", us)
+	}
+	return out
+}
