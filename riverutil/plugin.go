@@ -214,6 +214,26 @@ func (p *Plugin) bootstrapParams(taskName string, cycleStart time.Time) (river.J
 	return bootstrap.NewArgs(t.Name, cycleStart), opts, nil
 }
 
+// RescueMargin is added to the longest job timeout by RescueStuckJobsAfter.
+const RescueMargin = time.Minute
+
+// RescueStuckJobsAfter is the value riverslot recommends for
+// river.Config.RescueStuckJobsAfter: the longest per-slot or sync timeout of
+// any task plus RescueMargin (2 minutes with the defaults). River leaves a job
+// whose process died in the running state until its rescuer (run every 30 s
+// by the leader) finds it older than RescueStuckJobsAfter; River's own
+// default is 1 hour, longer than a 24h cycle's 11m15s slot. With this value
+// an orphaned per-slot job is retried, from its last committed batch, about
+// RescueStuckJobsAfter + 30 s + a few seconds of retry backoff after it
+// started. Set river.Config.JobTimeout no higher than this value.
+func (p *Plugin) RescueStuckJobsAfter() time.Duration {
+	var longest time.Duration
+	for _, t := range p.tasks {
+		longest = max(longest, t.PerSlotTimeout, t.SyncTimeout)
+	}
+	return longest + RescueMargin
+}
+
 // Plan returns the slot plan of the named task.
 func (p *Plugin) Plan(taskName string) (slotplan.Plan, bool) {
 	t, ok := p.byName[taskName]

@@ -40,8 +40,10 @@ const (
 	SyncTimeoutDefault = time.Minute
 
 	// PerSlotTimeoutDefault bounds one per-slot attempt. A timed-out attempt
-	// is retried from its last committed batch.
-	PerSlotTimeoutDefault = 10 * time.Minute
+	// is retried from its last committed batch, so a short timeout loses no
+	// work; it keeps Plugin.RescueStuckJobsAfter short, which is how fast a
+	// per-slot job orphaned by a dead process is picked up again.
+	PerSlotTimeoutDefault = time.Minute
 
 	// LatePolicyDefault is the late policy of a task that does not set one.
 	LatePolicyDefault = perslot.LatePolicySpread
@@ -103,7 +105,8 @@ type Task struct {
 	MaxAttempts int
 	// SyncTimeout bounds one Sync call. Defaults to 1 minute.
 	SyncTimeout time.Duration
-	// PerSlotTimeout bounds one per-slot attempt. Defaults to 10 minutes.
+	// PerSlotTimeout bounds one per-slot attempt; a timed-out attempt is
+	// retried from its last committed batch. Defaults to 1 minute.
 	PerSlotTimeout time.Duration
 
 	// LatePolicy handles accounts enqueued more than LateGrace after their
