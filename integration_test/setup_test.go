@@ -46,7 +46,7 @@ func setup(t *testing.T, accounts int) (context.Context, *testBundle) {
 	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", accounts)
 	require.NoError(t, sqlbucket.CreateIndex(ctx, pool, schema, "accounts", "id"))
 	_, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "synced"}.Sanitize()+
-		" (task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, synced_at timestamptz NOT NULL DEFAULT clock_timestamp())")
+		" (task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, client_id text, synced_at timestamptz NOT NULL DEFAULT clock_timestamp())")
 	require.NoError(t, err)
 	return ctx, &testBundle{ids: ids, pool: pool, schema: schema}
 }

@@ -4,6 +4,7 @@
 //	riverslot demo   run compressed live cycles against Postgres and report them
 //	riverslot plan   print a cycle's slots and an account's sync times (no database)
 //	riverslot bench  run the benchmarks against Postgres
+//	riverslot worker run one River node for a task over an existing schema
 //
 // Exit codes: 0 success, 1 the run failed, 2 bad flags or an unreachable
 // database.
@@ -63,6 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runPlan(args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(ctx, args[1:], stdout, stderr)
+	case "worker":
+		err = runWorker(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
