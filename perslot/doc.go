@@ -14,5 +14,5 @@
 // that runs a little late schedules every account at its usual target (those
 // already past are runnable at once). Accounts whose target is more than
 // LateGrace in the past are handled by the task's LatePolicy: spread over a
-// fresh catch-up window (the default) or skipped until the next cycle.
+// fresh catch-up window as long as the slot is late (the default) or skipped until the next cycle.
 package perslot

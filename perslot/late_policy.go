@@ -12,10 +12,13 @@ type LatePolicy string
 
 const (
 	// LatePolicySpread schedules each late account at now + a deterministic
-	// offset inside a catch-up window as long as the part of the cycle that
-	// has elapsed (rounded up to whole slots). Missed slots are replayed at
-	// the normal density instead of all at once: at most one extra slot's
-	// worth of work per slot duration on top of the current slot. This is
+	// offset inside a catch-up window as long as the slot is late (now -
+	// slot start, rounded up to whole slots, at most a cycle). A slot that
+	// is one slot late is replayed over one slot; after an outage of m
+	// slots, slot 0 is replayed over m slots and slot m-1 over one, so the
+	// catch-up load is about ln(m)+0.6 times the normal rate at its start
+	// and falls off, instead of every missed account being due at once. No
+	// account waits more than twice as long as its slot was late. This is
 	// the default.
 	LatePolicySpread LatePolicy = "spread"
 
@@ -34,11 +37,12 @@ func (p LatePolicy) Validate() error {
 	return fmt.Errorf("LatePolicy must be %q or %q, got %q", LatePolicySpread, LatePolicySkip, string(p))
 }
 
-// catchUpWindow is the window late accounts are spread over: the elapsed part
-// of the cycle rounded up to whole slots, at least one slot, at most a cycle.
-func catchUpWindow(now, cycleStart time.Time, slotDuration, cycle time.Duration) time.Duration {
-	elapsed := now.Sub(cycleStart)
-	slots := (elapsed + slotDuration - 1) / slotDuration
+// catchUpWindow is the window late accounts of a slot are spread over: how
+// late the slot is (now - slot start) rounded up to whole slots, at least
+// one slot, at most a cycle.
+func catchUpWindow(now, slotStart time.Time, slotDuration, cycle time.Duration) time.Duration {
+	late := now.Sub(slotStart)
+	slots := (late + slotDuration - 1) / slotDuration
 	w := max(slots, 1) * slotDuration
 	return min(w, cycle)
 }

@@ -259,7 +259,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, client *river.Client[pgx.Tx], 
 
 	var (
 		now     = time.Now()
-		window  = catchUpWindow(now, b.cycleStart, task.Plan.SlotDuration, task.Plan.Cycle)
+		window  = catchUpWindow(now, b.slotStart, task.Plan.SlotDuration, task.Plan.Cycle)
 		params  = b.params[:0]
 		skipped int64
 	)

@@ -1,0 +1,115 @@
+package integration
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// TestRestartAcrossSlots: no client runs for the first 6 of 16 slots of a
+// cycle (80 s, 16 slots of 5 s), then one starts. With LatePolicySpread the
+// missed accounts are replayed over a catch-up window, not all at once; with
+// LatePolicySkip they wait for the next cycle. A third run with LateGrace as
+// long as the cycle shows what no late policy does: every missed account due
+// at once.
+func TestRestartAcrossSlots(t *testing.T) {
+	t.Parallel()
+
+	const (
+		accounts  = 4000
+		cycle     = 80 * time.Second
+		downSlots = 6
+	)
+	for _, tt := range []struct {
+		name      string
+		policy    perslot.LatePolicy
+		lateGrace time.Duration
+	}{
+		{"Spread", perslot.LatePolicySpread, 0},
+		{"Skip", perslot.LatePolicySkip, 0},
+		{"NoPolicyBaseline", perslot.LatePolicySpread, cycle},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			ctx, b := setup(t, accounts)
+			plugin, err := riverutil.New(b.pool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{{
+				Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active",
+				LatePolicy: tt.policy, LateGrace: tt.lateGrace, Sync: b.recordSync(),
+			}}})
+			require.NoError(t, err)
+			plan, _ := plugin.Plan("transactions")
+			require.Equal(t, 16, plan.Slots)
+			schedule, _ := plugin.Schedule("transactions")
+
+			// The cycle is enqueued (the trigger ran), then every client is down.
+			insertOnly, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema})
+			require.NoError(t, err)
+			start := schedule.Next(time.Now().Add(2 * time.Second))
+			_, err = plugin.EnqueueCycle(ctx, insertOnly, "transactions", start)
+			require.NoError(t, err)
+
+			restart := start.Add(downSlots * plan.SlotDuration)
+			time.Sleep(time.Until(restart)) // the outage itself: nothing may run before restart
+			startClient(ctx, t, b, plugin, river.QueueDefault)
+
+			jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+			waitFor(t, time.Until(start.Add(cycle))+90*time.Second, "the cycle to finish", func() bool {
+				return !time.Now().Before(start.Add(cycle)) &&
+					b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE state NOT IN ('completed', 'cancelled', 'discarded')") == 0
+			})
+
+			m := b.measure(ctx, t, "transactions", syncjob.KindDefault, start)
+			var skipped, lateAccounts int64
+			for _, id := range b.ids {
+				if plan.SlotOf(id) < downSlots {
+					lateAccounts++
+				}
+			}
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT coalesce(sum((metadata->'output'->>'skipped')::bigint), 0) FROM "+jobs+" WHERE kind = $1", perslot.Kind).Scan(&skipped))
+
+			// Burst after the restart: sync jobs already due when inserted,
+			// and the spread of start times (per-second starts).
+			dueAtOnce := b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND scheduled_at <= created_at + interval '1 second'", syncjob.KindDefault)
+			var maxPerSec, meanPerSec, spreadSeconds float64
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT max(n), avg(n), extract(epoch FROM max(s) - min(s))::float8 FROM (
+				SELECT date_trunc('second', attempted_at) AS s, count(*)::float8 AS n FROM `+jobs+`
+				WHERE kind = $1 GROUP BY 1) per_second`, syncjob.KindDefault).Scan(&maxPerSec, &meanPerSec, &spreadSeconds))
+			t.Logf("%s: accounts=%d late_accounts(slots 0-%d)=%d sync_jobs=%d synced_once=%d missed=%d duplicated=%d skipped=%d due_at_once=%d peak_pending=%d accounts/slots=%d starts/s max=%.0f mean=%.1f (max/mean %.1f) over %.0fs",
+				tt.name, accounts, downSlots-1, lateAccounts, m.SyncJobs, m.SyncedOnce, m.Missed, m.Duplicated, skipped, dueAtOnce, m.PeakPending,
+				accounts/plan.Slots, maxPerSec, meanPerSec, maxPerSec/meanPerSec, spreadSeconds)
+
+			require.Zero(t, m.Duplicated)
+			switch tt.name {
+			case "Spread":
+				require.EqualValues(t, accounts, m.SyncedOnce, "late accounts are synced this cycle")
+				require.Zero(t, skipped)
+				// Only accounts within LateGrace are due at once: the last
+				// missed slot and the slots that pass while the client
+				// starts (leader election, first scheduler run), at most
+				// about 4 slots' worth; the other late accounts are spread.
+				require.Less(t, dueAtOnce, lateAccounts, "late accounts must not all be due at once")
+				require.LessOrEqual(t, dueAtOnce, int64(4*accounts/plan.Slots))
+			case "Skip":
+				// The missed slots' accounts, plus any of the current slot
+				// that were past grace when its per-slot job ran, are
+				// skipped; everyone else is synced once.
+				require.GreaterOrEqual(t, skipped, lateAccounts*4/6, "at least the 5 fully missed slots are skipped")
+				require.LessOrEqual(t, skipped, lateAccounts+int64(2*accounts/plan.Slots))
+				require.Equal(t, int64(accounts), m.SyncedOnce+skipped)
+				require.Equal(t, skipped, m.Missed, "skipped accounts wait for the next cycle")
+			case "NoPolicyBaseline":
+				require.EqualValues(t, accounts, m.SyncedOnce)
+				require.GreaterOrEqual(t, dueAtOnce, lateAccounts*9/10, "without a policy the late accounts are all due at once")
+			}
+		})
+	}
+}
