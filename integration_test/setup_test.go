@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -48,6 +49,22 @@ func setup(t *testing.T, accounts int) (context.Context, *testBundle) {
 	_, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "synced"}.Sanitize()+
 		" (task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, client_id text, synced_at timestamptz NOT NULL DEFAULT clock_timestamp())")
 	require.NoError(t, err)
+	dumpStates.Store(t, func() string {
+		rows, err := pool.Query(context.Background(), "SELECT kind, state, count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+" GROUP BY 1, 2 ORDER BY 1, 2")
+		if err != nil {
+			return err.Error()
+		}
+		defer rows.Close()
+		var out string
+		for rows.Next() {
+			var kind, state string
+			var n int64
+			_ = rows.Scan(&kind, &state, &n)
+			out += fmt.Sprintf("  %s %s %d\n", kind, state, n)
+		}
+		return out
+	})
+	t.Cleanup(func() { dumpStates.Delete(t) })
 	return ctx, &testBundle{ids: ids, pool: pool, schema: schema}
 }
 
@@ -104,10 +121,20 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			t.Fatalf("timed out after %s waiting for %s%s", timeout, what, jobStates(t))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// dumpStates, when set by setup, describes the job table for a timeout message.
+var dumpStates sync.Map // *testing.T -> func() string
+
+func jobStates(t *testing.T) string {
+	if f, ok := dumpStates.Load(t); ok {
+		return "\njobs by kind and state:\n" + f.(func() string)()
+	}
+	return ""
 }
 
 func (b *testBundle) count(ctx context.Context, t *testing.T, sql string, args ...any) int64 {
@@ -131,4 +158,16 @@ func (b *testBundle) measure(ctx context.Context, t *testing.T, task, syncKind s
 	}, cycleStart)
 	require.NoError(t, err)
 	return c
+}
+
+func newPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
 }

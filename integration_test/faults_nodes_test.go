@@ -1,0 +1,206 @@
+package integration
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// TestThreeNodes runs three worker processes with the periodic trigger on one
+// database through two full 40 s cycles (after the partial cycle their
+// RunOnStart enqueues), and stops the leader's process in the middle of the
+// first full cycle.
+func TestThreeNodes(t *testing.T) {
+	t.Parallel()
+
+	const (
+		accounts = 3000
+		cycle    = 40 * time.Second
+	)
+	ctx, b := setup(t, accounts)
+	schedule, err := slotplan.NewSchedule(cycle, 0, nil)
+	require.NoError(t, err)
+	plan, _ := slotplan.New(cycle)
+
+	args := []string{"--cycle", cycle.String(), "--task", "transactions", "--periodic", "--workers", "10"}
+	nodes := map[string]*worker{}
+	for _, id := range []string{"node1", "node2", "node3"} {
+		nodes[id] = startWorker(t, b.schema, id, args...)
+	}
+	partial := schedule.Start(time.Now())
+	c1 := schedule.Next(time.Now())
+	c2 := c1.Add(cycle)
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	leaderTable := pgx.Identifier{b.schema, "river_leader"}.Sanitize()
+
+	time.Sleep(time.Until(c1.Add(cycle / 2))) // run into the middle of the first full cycle
+	var leader string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT leader_id FROM "+leaderTable).Scan(&leader))
+	require.Contains(t, nodes, leader)
+	nodes[leader].stop(t)
+	stoppedAt := time.Now()
+
+	// The trigger keeps enqueuing later cycles; wait for these three.
+	waitFor(t, time.Until(c2.Add(cycle))+90*time.Second, "two full cycles to finish", func() bool {
+		return !time.Now().Before(c2.Add(cycle)) &&
+			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE state NOT IN ('completed', 'cancelled', 'discarded') AND (args->>'cycle_start')::timestamptz = ANY($1)",
+				[]time.Time{partial, c1, c2}) == 0
+	})
+	var newLeader string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT leader_id FROM "+leaderTable).Scan(&newLeader))
+	require.NotEqual(t, leader, newLeader)
+
+	synced := pgx.Identifier{b.schema, "synced"}.Sanitize()
+	for _, start := range []time.Time{partial, c1, c2} {
+		bootstraps := b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", bootstrap.Kind, start)
+		perSlot := b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", perslot.Kind, start)
+		perSlotDistinct := b.count(ctx, t, "SELECT count(DISTINCT args->>'slot') FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", perslot.Kind, start)
+		m := b.measure(ctx, t, "transactions", syncjob.KindDefault, start)
+		calls := b.count(ctx, t, "SELECT count(*) FROM "+synced+" WHERE cycle_start = $1", start)
+		byClients := b.count(ctx, t, "SELECT count(DISTINCT attempted_by[1]) FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.KindDefault, start)
+		t.Logf("cycle %s: bootstraps=%d per_slot=%d/%d accounts=%d synced_once=%d missed=%d duplicated=%d sync_calls=%d peak_pending=%d accounts/slots=%d worked_by_clients=%d",
+			start.Format(time.RFC3339), bootstraps, perSlot, plan.Slots, m.Accounts, m.SyncedOnce, m.Missed, m.Duplicated, calls, m.PeakPending, accounts/plan.Slots, byClients)
+
+		require.EqualValues(t, 1, bootstraps, "one bootstrap per cycle")
+		require.EqualValues(t, plan.Slots, perSlot, "one per-slot job per slot")
+		require.EqualValues(t, plan.Slots, perSlotDistinct)
+		require.EqualValues(t, accounts, m.SyncedOnce)
+		require.Zero(t, m.Missed+m.Duplicated)
+		require.EqualValues(t, accounts, calls, "graceful stop: every sync ran exactly once")
+		require.GreaterOrEqual(t, byClients, int64(2), "work spread over more than one client")
+	}
+	t.Logf("leader %s stopped at %s (mid cycle %s); new leader %s enqueued cycle %s",
+		leader, stoppedAt.Format(time.RFC3339), c1.Format(time.RFC3339), newLeader, c2.Format(time.RFC3339))
+}
+
+// TestDuplicateTriggers enqueues the same cycle's bootstrap five ways at once
+// (two clients' EnqueueCycle, repeated, and a trigger-style insert) and, as a
+// worst case, two bootstrap jobs inserted without uniqueness at all: the
+// cycle still gets exactly one per-slot job per slot.
+func TestDuplicateTriggers(t *testing.T) {
+	t.Parallel()
+
+	ctx, b := setup(t, 100)
+	plugin, err := riverutil.New(b.pool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{{
+		Name: "transactions", Cycle: 120 * time.Second, Schema: b.schema, Table: "accounts", Sync: b.recordSync(),
+	}}})
+	require.NoError(t, err)
+	plan, _ := plugin.Plan("transactions")
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // far ahead: per-slot jobs stay scheduled
+
+	var clients []*river.Client[pgx.Tx]
+	for range 2 {
+		c, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema})
+		require.NoError(t, err)
+		clients = append(clients, c)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := plugin.EnqueueCycle(ctx, clients[i%2], "transactions", start)
+			errs <- err
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		// What the periodic trigger inserts for the same nominal time.
+		_, err := clients[0].Insert(ctx, bootstrap.NewArgs("transactions", start), &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}})
+		errs <- err
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	// Bypass bootstrap uniqueness entirely (an operator's manual re-run).
+	for range 2 {
+		_, err := clients[1].Insert(ctx, bootstrap.NewArgs("transactions", start), nil)
+		require.NoError(t, err)
+	}
+
+	startClient(ctx, t, b, plugin, river.QueueDefault)
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	waitFor(t, 30*time.Second, "every runnable bootstrap to complete", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", bootstrap.Kind) == 3
+	})
+	uniqueBootstraps := b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND unique_key IS NOT NULL", bootstrap.Kind)
+	perSlot := b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", perslot.Kind)
+	distinct := b.count(ctx, t, "SELECT count(DISTINCT args->>'slot') FROM "+jobs+" WHERE kind = $1", perslot.Kind)
+	t.Logf("unique bootstraps=%d (5 enqueue attempts), non-unique bootstraps worked=2, per-slot jobs=%d for %d slots", uniqueBootstraps, perSlot, plan.Slots)
+	require.EqualValues(t, 1, uniqueBootstraps)
+	require.EqualValues(t, plan.Slots, perSlot)
+	require.EqualValues(t, plan.Slots, distinct)
+}
+
+// TestLeastPrivilege runs a cycle with a role that has only DML on River's
+// tables and SELECT on the accounts table (see README, "Least privilege").
+func TestLeastPrivilege(t *testing.T) {
+	t.Parallel()
+
+	ctx, b := setup(t, 200)
+	role := b.schema + "_app"
+	ident := func(parts ...string) string { return pgx.Identifier(parts).Sanitize() }
+	for _, stmt := range []string{
+		"CREATE ROLE " + ident(role) + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + ident(b.schema) + " TO " + ident(role),
+		// River's tables and sequences.
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + ident(b.schema) + " TO " + ident(role),
+		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA " + ident(b.schema) + " TO " + ident(role),
+		// The accounts table: read only.
+		"REVOKE INSERT, UPDATE, DELETE ON " + ident(b.schema, "accounts") + " FROM " + ident(role),
+	} {
+		_, err := b.pool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		_, _ = b.pool.Exec(context.Background(), "DROP OWNED BY "+ident(role))
+		_, _ = b.pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+ident(role))
+	})
+
+	cfg := b.pool.Config().Copy()
+	cfg.ConnConfig.User = role
+	cfg.ConnConfig.Password = ""
+	appPool, err := newPool(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(appPool.Close) // after the client stops (cleanups run last-in first-out)
+
+	// The role cannot write the accounts table.
+	_, err = appPool.Exec(ctx, "DELETE FROM "+ident(b.schema, "accounts"))
+	require.ErrorContains(t, err, "permission denied")
+
+	app := &testBundle{ids: b.ids, pool: appPool, schema: b.schema}
+	plugin, err := riverutil.New(appPool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{{
+		Name: "transactions", Cycle: 4 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active", Sync: app.recordSync(),
+	}}})
+	require.NoError(t, err)
+	require.NoError(t, plugin.Check(ctx))
+	client := startClient(ctx, t, app, plugin, river.QueueDefault)
+	schedule, _ := plugin.Schedule("transactions")
+	start := schedule.Next(time.Now().Add(time.Second))
+	_, err = plugin.EnqueueCycle(ctx, client, "transactions", start)
+	require.NoError(t, err)
+
+	synced := pgx.Identifier{b.schema, "synced"}.Sanitize()
+	waitFor(t, 60*time.Second, "every account synced by the least-privileged role", func() bool {
+		return b.count(ctx, t, "SELECT count(DISTINCT account_id) FROM "+synced) == int64(len(b.ids))
+	})
+	m := b.measure(ctx, t, "transactions", syncjob.KindDefault, start)
+	require.EqualValues(t, len(b.ids), m.SyncedOnce)
+}
