@@ -103,4 +103,3 @@ func (c *cluster) pool(ctx context.Context, t *testing.T) *pgxpool.Pool {
 	require.NoError(t, err)
 	return pool
 }
-
