@@ -2,9 +2,113 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/riverslot/riverslot/internal/bench"
 )
 
+const defaultBenchURL = "postgres://postgres@127.0.0.1:5432/riverslot_bench?sslmode=disable"
+
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return usageErr("bench is not implemented yet")
+	fs := newFlagSet("bench", stderr)
+	databaseURL := fs.String("database-url", cmpOr(os.Getenv("DATABASE_URL"), defaultBenchURL), "PostgreSQL URL")
+	fanOut := fs.String("fanout-sizes", "100000,1000000", "accounts in the one-slot fan-out benchmark, comma-separated")
+	selection := fs.String("selection-sizes", "1000000,10000000", "accounts in the selection benchmark, comma-separated")
+	textSlots := fs.Int("text-slots", 4, "slots timed with the (slow) text predicate; the cycle figure extrapolates to 128")
+	deepQueue := fs.Int("deep-queue", 1_000_000, "accounts in the deep-queue benchmark (naive queue holds all of them)")
+	depthAccounts := fs.Int("depth-accounts", 10_000, "accounts in the queue-depth run")
+	depthCycle := fs.Duration("depth-cycle", 120*time.Second, "cycle of the queue-depth run")
+	depthWork := fs.Duration("depth-work", 20*time.Millisecond, "simulated work per sync in the queue-depth run")
+	batch := fs.Int("batch-size", 2000, "fan-out and raw insert batch size")
+	outDir := fs.String("out-dir", "bench/out", "directory for queue_depth.csv")
+	chartPath := fs.String("chart", "docs/queue-depth.svg", "SVG chart of the queue-depth run (empty: none)")
+	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth (comma-separated)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+
+	cfg := bench.Config{
+		Out: stdout, Log: stderr, TextSlotsSampled: *textSlots, DeepQueue: *deepQueue,
+		DepthAccounts: *depthAccounts, DepthCycle: *depthCycle, DepthWork: *depthWork,
+		BatchSize: *batch, OutDir: *outDir, ChartPath: *chartPath, Only: map[string]bool{},
+	}
+	var err error
+	if cfg.FanOutSizes, err = parseSizes("--fanout-sizes", *fanOut); err != nil {
+		return err
+	}
+	if cfg.SelectionSizes, err = parseSizes("--selection-sizes", *selection); err != nil {
+		return err
+	}
+	for _, name := range strings.Split(*only, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case "":
+		case "fanout", "selection", "deepqueue", "depth":
+			cfg.Only[name] = true
+		default:
+			return usageErr("--only: unknown benchmark %q; use fanout, selection, deepqueue or depth", name)
+		}
+	}
+	switch {
+	case *batch < 1:
+		return usageErr("--batch-size must be at least 1, got %d", *batch)
+	case *textSlots < 1:
+		return usageErr("--text-slots must be at least 1, got %d", *textSlots)
+	case *deepQueue < 1 || *depthAccounts < 1:
+		return usageErr("--deep-queue and --depth-accounts must be at least 1")
+	}
+
+	pool, err := connect(ctx, *databaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	cfg.Pool = pool
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	begun := time.Now()
+	if err := bench.New(cfg).Run(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "bench: finished in %s\n", time.Since(begun).Round(time.Second))
+	return nil
+}
+
+func parseSizes(flagName, s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.ReplaceAll(part, "_", ""))
+		if err != nil || n < 1 {
+			return nil, usageErr("%s: want positive integers separated by commas, got %q", flagName, part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

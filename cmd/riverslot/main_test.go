@@ -178,3 +178,39 @@ func TestDemoJSON(t *testing.T) {
 	}
 	require.EqualValues(t, len(seen), s.Buckets)
 }
+
+func TestBenchAndWorkerBadFlags(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--fanout-sizes", "100k"}, `riverslot bench: --fanout-sizes: want positive integers separated by commas, got "100k"`},
+		{[]string{"bench", "--selection-sizes", "0"}, `riverslot bench: --selection-sizes: want positive integers separated by commas, got "0"`},
+		{[]string{"bench", "--only", "everything"}, `riverslot bench: --only: unknown benchmark "everything"`},
+		{[]string{"bench", "--batch-size", "0"}, "riverslot bench: --batch-size must be at least 1, got 0"},
+		{[]string{"bench", "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, "riverslot bench: cannot reach the database"},
+		{[]string{"worker", "--workers", "0"}, "riverslot worker: --workers must be at least 1, got 0"},
+		{[]string{"worker", "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, "riverslot worker: cannot reach the database"},
+	} {
+		code, _, stderr := runCmd(t, tt.args...)
+		require.Equal(t, 2, code, "%v: %s", tt.args, stderr)
+		require.Contains(t, stderr, tt.want)
+	}
+}
+
+func TestWorkerRejectsBadTask(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	code, _, stderr := runCmd(t, "worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--cycle", "3s")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "yields a single slot")
+
+	code, _, stderr = runCmd(t, "worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--table", "missing")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, `Table "`+schema+`"."missing" does not exist`)
+}

@@ -1,0 +1,200 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// fanOut compares one per-slot job's full fan-out of n accounts (select,
+// offsets, COPY, cursor per batch) with River's InsertManyFastTx of the same
+// n pre-built jobs in the same batch size, one transaction per batch. It also
+// reports the process's peak heap and RSS during the fan-out.
+func (r *Runner) fanOut(ctx context.Context) error {
+	type result struct {
+		n                int
+		slot, raw        time.Duration
+		heapPeak, rssHWM int64
+	}
+	var results []result
+	for _, n := range r.cfg.FanOutSizes {
+		slot, heapPeak, rss, err := r.fanOutOnce(ctx, n)
+		if err != nil {
+			return err
+		}
+		raw, err := r.rawInsert(ctx, n)
+		if err != nil {
+			return err
+		}
+		results = append(results, result{n, slot, raw, heapPeak, rss})
+		r.row("fan-out throughput (accounts/s; one slot, batch "+fmt.Sprint(r.cfg.BatchSize)+")", human(n),
+			fmt.Sprintf("%.0f/s (%.2f s)", perSec(n, slot), slot.Seconds()),
+			fmt.Sprintf("%.0f/s (%.2f s) raw River InsertManyFastTx", perSec(n, raw), raw.Seconds()),
+			fmt.Sprintf("%.2f", raw.Seconds()/slot.Seconds()))
+	}
+	for _, res := range results {
+		r.row("memory during fan-out (peak Go heap in use / peak RSS)", human(res.n),
+			fmt.Sprintf("%.1f MiB / %.1f MiB", float64(res.heapPeak)/(1<<20), float64(res.rssHWM)/(1<<20)),
+			"target < 64 MiB, flat in accounts", "-")
+	}
+	return nil
+}
+
+// fanOutOnce runs one per-slot job over n accounts all in slot 0 through a
+// real River client in this process and returns the job's run time (from its
+// attempted_at to finalized_at, so queueing is excluded), the peak Go heap in
+// use while it ran, and the process's peak RSS.
+func (r *Runner) fanOutOnce(ctx context.Context, n int) (time.Duration, int64, int64, error) {
+	schema, drop, err := r.schema(ctx, "fanout")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer drop()
+	if err := r.seedAccounts(ctx, schema, n, 127); err != nil { // 2s cycle: slot 0 = buckets 0..127
+		return 0, 0, 0, err
+	}
+
+	plugin, err := riverutil.New(r.cfg.Pool, &riverutil.Config{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Tasks: []riverutil.Task{{
+			Name: "bench", Cycle: 2 * time.Second, Schema: schema, Table: "accounts",
+			BatchSize: r.cfg.BatchSize, Queue: "parked", ControlQueue: river.QueueDefault, PerSlotTimeout: 30 * time.Minute,
+			Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil },
+		}},
+	})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	workers := river.NewWorkers()
+	if err := plugin.AddWorkers(workers); err != nil {
+		return 0, 0, 0, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(r.cfg.Pool), &river.Config{
+		Logger:               slog.New(slog.NewTextHandler(r.cfg.Log, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}},
+		Schema:               schema,
+		Workers:              workers,
+		FetchPollInterval:    50 * time.Millisecond,
+		JobTimeout:           30 * time.Minute,
+		RescueStuckJobsAfter: time.Hour,
+	})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if err := client.Start(ctx); err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() { _ = client.Stop(context.WithoutCancel(ctx)) }()
+
+	runtime.GC()
+	resetPeakRSS()
+	var peakHeap atomic.Int64
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			runtime.ReadMemStats(&ms)
+			if h := int64(ms.HeapInuse); h > peakHeap.Load() {
+				peakHeap.Store(h)
+			}
+			select {
+			case <-stopSampling:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+
+	r.logf("fan-out of %d accounts", n)
+	cycleStart := time.Now().Truncate(2 * time.Second).Add(time.Hour)
+	res, err := client.Insert(ctx, perslot.Args{Task: "bench", CycleStart: cycleStart, Slot: 0}, nil)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var job *rivertype.JobRow
+	for {
+		if job, err = client.JobGet(ctx, res.Job.ID); err != nil {
+			return 0, 0, 0, err
+		}
+		if job.State == rivertype.JobStateCompleted {
+			break
+		}
+		if job.State == rivertype.JobStateDiscarded || job.State == rivertype.JobStateRetryable {
+			return 0, 0, 0, fmt.Errorf("per-slot job %s: %v", job.State, job.Errors)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stopSampling)
+	<-sampled
+
+	var inserted int64
+	if err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+" WHERE kind = $1", syncjob.KindDefault).Scan(&inserted); err != nil {
+		return 0, 0, 0, err
+	}
+	if inserted != int64(n) {
+		return 0, 0, 0, fmt.Errorf("fan-out inserted %d sync jobs for %d accounts", inserted, n)
+	}
+	return job.FinalizedAt.Sub(*job.AttemptedAt), peakHeap.Load(), vmHWM(), nil
+}
+
+// rawInsert inserts n pre-built sync jobs with River's InsertManyFastTx in
+// batches of BatchSize, one transaction per batch, into a fresh schema.
+func (r *Runner) rawInsert(ctx context.Context, n int) (time.Duration, error) {
+	schema, drop, err := r.schema(ctx, "raw")
+	if err != nil {
+		return 0, err
+	}
+	defer drop()
+	client, err := river.NewClient(riverpgxv5.New(r.cfg.Pool), &river.Config{Schema: schema})
+	if err != nil {
+		return 0, err
+	}
+
+	plan, _ := slotplan.New(2 * time.Second)
+	cycleStart := time.Now().Truncate(2 * time.Second).Add(time.Hour)
+	params := make([]river.InsertManyParams, n)
+	opts := make([]river.InsertOpts, n)
+	for i := range params {
+		id := uuid.New()
+		id[15] &= 0x7f
+		opts[i] = river.InsertOpts{Queue: "parked", Priority: 2, MaxAttempts: 5, ScheduledAt: plan.Target(cycleStart, 1, id)}
+		params[i] = river.InsertManyParams{Args: syncjob.NewArgs("", "bench", id, cycleStart, 0), InsertOpts: &opts[i]}
+	}
+
+	r.logf("raw InsertManyFastTx of %d jobs", n)
+	begun := time.Now()
+	for lo := 0; lo < n; lo += r.cfg.BatchSize {
+		hi := min(lo+r.cfg.BatchSize, n)
+		tx, err := r.cfg.Pool.Begin(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := client.InsertManyFastTx(ctx, tx, params[lo:hi]); err != nil {
+			_ = tx.Rollback(ctx)
+			return 0, err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(begun), nil
+}
