@@ -80,7 +80,7 @@ func (l *lockedBuffer) String() string {
 func startWorker(t *testing.T, schema, id string, args ...string) *worker {
 	t.Helper()
 
-	all := append([]string{"worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--id", id}, args...)
+	all := append([]string{"worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--id", id, "--max-conns", "5"}, args...)
 	cmd := exec.Command(riverslotBinary(t), all...)
 	logs := &lockedBuffer{}
 	cmd.Stderr = logs

@@ -64,7 +64,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--deep-queue and --depth-accounts must be at least 1")
 	}
 
-	pool, err := connect(ctx, *databaseURL)
+	pool, err := connect(ctx, *databaseURL, 30)
 	if err != nil {
 		return err
 	}

@@ -92,7 +92,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	pool, err := connect(ctx, o.databaseURL)
+	pool, err := connect(ctx, o.databaseURL, 20)
 	if err != nil {
 		return err
 	}
@@ -103,12 +103,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // connect opens a pool and pings it; failures exit 2 with a hint.
-func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+func connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	config, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, usageErr("--database-url is not a valid PostgreSQL URL: %v", err)
 	}
-	config.MaxConns = 20
+	config.MaxConns = maxConns
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(pingCtx, config)

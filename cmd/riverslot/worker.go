@@ -38,6 +38,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	latePolicy := fs.String("late-policy", string(riverutil.LatePolicyDefault), "spread or skip")
 	rescueAfter := fs.Duration("rescue-after", 0, "river.Config.RescueStuckJobsAfter (default: the plugin's recommendation)")
 	perSlotTimeout := fs.Duration("per-slot-timeout", 0, "per-slot attempt timeout (default: the library's)")
+	maxConns := fs.Int("max-conns", 10, "database connections this process may open")
 	record := fs.Bool("record", true, "record each sync in <schema>.synced(task, account_id, cycle_start, client_id) if that table exists")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -45,8 +46,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *workers < 1 {
 		return usageErr("--workers must be at least 1, got %d", *workers)
 	}
+	if *maxConns < 2 {
+		return usageErr("--max-conns must be at least 2, got %d", *maxConns)
+	}
 
-	pool, err := connect(ctx, *databaseURL)
+	pool, err := connect(ctx, *databaseURL, int32(*maxConns))
 	if err != nil {
 		return err
 	}

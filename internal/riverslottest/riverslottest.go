@@ -49,7 +49,7 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 			poolErr = err
 			return
 		}
-		config.MaxConns = 20
+		config.MaxConns = 30 // make test runs packages one at a time; worker processes add their own
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		pool, poolErr = pgxpool.NewWithConfig(ctx, config)
