@@ -1,0 +1,58 @@
+package slotplan_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/riverslot/riverslot/slotplan"
+)
+
+// A 24h cycle: 86,400 = 2^7 × 675, so 128 slots of 675 s; each slot holds
+// two bucket values.
+func ExampleNew() {
+	plan, err := slotplan.New(24 * time.Hour)
+	if err != nil {
+		panic(err)
+	}
+	lo, hi := plan.BucketRange(100)
+	fmt.Println(plan.Slots, plan.SlotDuration, plan.BucketsPerSlot)
+	fmt.Printf("slot 100 holds buckets %d-%d\n", lo, hi)
+
+	_, err = slotplan.New(3 * time.Second)
+	fmt.Println(err != nil)
+	// Output:
+	// 128 11m15s 2
+	// slot 100 holds buckets 200-201
+	// true
+}
+
+// An account's due time in a cycle: its slot's start plus its fixed offset.
+func ExamplePlan_Target() {
+	plan, _ := slotplan.New(24 * time.Hour)
+	// f47ac10b-58cc-4372-a567-0e02b2c3d479: last byte 0x79 = 121, slot 60.
+	id := [16]byte{0xf4, 0x7a, 0xc1, 0x0b, 0x58, 0xcc, 0x43, 0x72, 0xa5, 0x67, 0x0e, 0x02, 0xb2, 0xc3, 0xd4, 0x79}
+	cycleStart := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+
+	fmt.Println(plan.SlotOf(id))
+	fmt.Println(plan.Offset(12345, id))
+	fmt.Println(plan.Target(cycleStart, 12345, id).Format(time.RFC3339Nano))
+	// Output:
+	// 60
+	// 3m31.628538s
+	// 2026-11-22T11:18:31.628538Z
+}
+
+// Cycle starts at 00:30 London time, every day, across DST.
+func ExampleSchedule() {
+	london, _ := time.LoadLocation("Europe/London")
+	s, _ := slotplan.NewSchedule(24*time.Hour, 30*time.Minute, london)
+	next := s.Next(time.Date(2026, 3, 28, 12, 0, 0, 0, time.UTC))
+	for range 3 {
+		fmt.Println(next.UTC().Format(time.RFC3339), next.In(london).Format("15:04 MST"))
+		next = s.Next(next)
+	}
+	// Output:
+	// 2026-03-29T00:30:00Z 00:30 GMT
+	// 2026-03-29T23:30:00Z 00:30 BST
+	// 2026-03-30T23:30:00Z 00:30 BST
+}
