@@ -14,6 +14,21 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// latenessAndPeakSQL selects, over the sync jobs in CTE s: start lateness
+// p50 and p99 (attempted_at - scheduled_at, seconds) and the peak number of
+// jobs inserted but not yet started, by a sweep over insert (+1) and start
+// (-1) events; a start sorts before an insert at the same instant.
+const latenessAndPeakSQL = `
+		coalesce((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
+		coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
+		coalesce((SELECT max(depth) FROM (
+			SELECT sum(d) OVER (ORDER BY ts, d ROWS UNBOUNDED PRECEDING) AS depth FROM (
+				SELECT created_at AS ts, 1 AS d FROM s
+				UNION ALL
+				SELECT attempted_at, -1 FROM s WHERE attempted_at IS NOT NULL
+			) events
+		) sweep), 0)`
+
 // Cycle is what one cycle of one task did, measured from river_job.
 type Cycle struct {
 	CycleStart time.Time `json:"cycle_start"`
@@ -72,15 +87,7 @@ func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleS
 		(SELECT count(*) FROM per WHERE n = 1),
 		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL),
 		(SELECT count(*) FROM per WHERE n > 1),
-		coalesce((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
-		coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
-		coalesce((SELECT max(depth) FROM (
-			SELECT sum(d) OVER (ORDER BY ts, d ROWS UNBOUNDED PRECEDING) AS depth FROM (
-				SELECT created_at AS ts, 1 AS d FROM s
-				UNION ALL
-				SELECT attempted_at, -1 FROM s WHERE attempted_at IS NOT NULL
-			) events
-		) sweep), 0)`,
+`+latenessAndPeakSQL,
 		target.SyncKind, target.Task, cycleStart).Scan(
 		&c.Accounts, &c.SyncJobs, &c.Completed, &c.SyncedOnce, &c.Missed, &c.Duplicated,
 		(*seconds)(&c.LatenessP50), (*seconds)(&c.LatenessP99), &c.PeakPending)
@@ -143,15 +150,7 @@ func MeasureRun(ctx context.Context, pool *pgxpool.Pool, target Target, perSlotK
 		WHERE kind = $4 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = $5
 	)
 	SELECT
-		coalesce((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
-		coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
-		coalesce((SELECT max(depth) FROM (
-			SELECT sum(d) OVER (ORDER BY ts, d ROWS UNBOUNDED PRECEDING) AS depth FROM (
-				SELECT created_at AS ts, 1 AS d FROM s
-				UNION ALL
-				SELECT attempted_at, -1 FROM s WHERE attempted_at IS NOT NULL
-			) events
-		) sweep), 0),
+`+latenessAndPeakSQL+`,
 		(SELECT count(*) FROM p),
 		coalesce((SELECT extract(epoch FROM min(gap))::float8 FROM (
 			SELECT scheduled_at - lag(scheduled_at) OVER (ORDER BY scheduled_at) AS gap FROM p) g WHERE gap > interval '0'), 0),
