@@ -26,6 +26,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	depthCycle := fs.Duration("depth-cycle", 120*time.Second, "cycle of the queue-depth run")
 	depthWork := fs.Duration("depth-work", 20*time.Millisecond, "simulated work per sync in the queue-depth run")
 	batch := fs.Int("batch-size", 2000, "fan-out and raw insert batch size")
+	reps := fs.Int("reps", 3, "repetitions of each fan-out comparison (medians reported)")
 	outDir := fs.String("out-dir", "bench/out", "directory for queue_depth.csv")
 	chartPath := fs.String("chart", "docs/queue-depth.svg", "SVG chart of the queue-depth run (empty: none)")
 	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth (comma-separated)")
@@ -37,7 +38,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg := bench.Config{
 		Out: stdout, Log: stderr, TextSlotsSampled: *textSlots, DeepQueue: *deepQueue,
 		DepthAccounts: *depthAccounts, DepthCycle: *depthCycle, DepthWork: *depthWork,
-		BatchSize: *batch, OutDir: *outDir, ChartPath: *chartPath, Only: map[string]bool{},
+		BatchSize: *batch, Reps: *reps, OutDir: *outDir, ChartPath: *chartPath, Only: map[string]bool{},
 	}
 	var err error
 	if cfg.FanOutSizes, err = parseSizes("--fanout-sizes", *fanOut); err != nil {
@@ -58,6 +59,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case *batch < 1:
 		return usageErr("--batch-size must be at least 1, got %d", *batch)
+	case *reps < 1:
+		return usageErr("--reps must be at least 1, got %d", *reps)
 	case *textSlots < 1:
 		return usageErr("--text-slots must be at least 1, got %d", *textSlots)
 	case *deepQueue < 1 || *depthAccounts < 1:

@@ -35,6 +35,9 @@ type Config struct {
 	DepthCycle       time.Duration
 	DepthWork        time.Duration
 	BatchSize        int
+	// Reps is how many times each fan-out comparison runs; medians are
+	// reported.
+	Reps int
 	// OutDir receives queue_depth.csv; ChartPath the SVG chart.
 	OutDir    string
 	ChartPath string
@@ -47,6 +50,7 @@ type Config struct {
 type Runner struct {
 	cfg  Config
 	rows []string
+	seq  int
 }
 
 // New returns a Runner.
@@ -94,9 +98,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
-// schema creates a fresh schema with River's tables; drop removes it.
+// schema creates a fresh schema with River's tables; drop removes it. Names
+// are never reused within a run: pooled connections cache prepared
+// statements, and a statement against a dropped and recreated table of the
+// same name fails with "cached plan must not change result type".
 func (r *Runner) schema(ctx context.Context, name string) (string, func(), error) {
-	schema := "riverslot_bench_" + name
+	r.seq++
+	schema := fmt.Sprintf("riverslot_bench_%s_%d", name, r.seq)
 	id := pgx.Identifier{schema}.Sanitize()
 	if _, err := r.cfg.Pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+id+" CASCADE"); err != nil {
 		return "", nil, err

@@ -9,8 +9,8 @@ import (
 // chart draws pending sync jobs over time for each strategy as an SVG.
 func chart(strategies []*strategy, accounts int, cycle time.Duration) string {
 	const (
-		w, h                     = 820, 380
-		left, right, top, bottom = 70, 170, 40, 50
+		w, h                     = 920, 380
+		left, right, top, bottom = 70, 250, 40, 50
 	)
 	var maxY int64 = 1
 	first, last := strategies[0].series[0].second, strategies[0].series[len(strategies[0].series)-1].second

@@ -297,10 +297,10 @@ func (r *Runner) series(ctx context.Context, s *strategy, start time.Time, cycle
 	jobs := pgx.Identifier{s.schema, "river_job"}.Sanitize()
 	rows, err := r.cfg.Pool.Query(ctx, `
 		SELECT g.sec,
-		       (SELECT count(*) FROM `+jobs+` j WHERE j.kind = $1 AND j.created_at <= $2 + make_interval(secs => g.sec)
-		           AND (j.attempted_at IS NULL OR j.attempted_at > $2 + make_interval(secs => g.sec))),
-		       (SELECT count(*) FROM `+jobs+` j WHERE j.kind = $1 AND j.attempted_at >= $2 + make_interval(secs => g.sec)
-		           AND j.attempted_at < $2 + make_interval(secs => g.sec + 1))
+		       (SELECT count(*) FROM `+jobs+` j WHERE j.kind = $1 AND j.created_at <= $2::timestamptz + make_interval(secs => g.sec)
+		           AND (j.attempted_at IS NULL OR j.attempted_at > $2::timestamptz + make_interval(secs => g.sec))),
+		       (SELECT count(*) FROM `+jobs+` j WHERE j.kind = $1 AND j.attempted_at >= $2::timestamptz + make_interval(secs => g.sec)
+		           AND j.attempted_at < $2::timestamptz + make_interval(secs => g.sec + 1))
 		FROM generate_series(-5, $3::int + 15) AS g(sec) ORDER BY 1`, s.kind, start, int(cycle/time.Second))
 	if err != nil {
 		return err
