@@ -27,7 +27,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	depthWork := fs.Duration("depth-work", 20*time.Millisecond, "simulated work per sync in the queue-depth run")
 	batch := fs.Int("batch-size", 2000, "fan-out and raw insert batch size")
 	reps := fs.Int("reps", 3, "repetitions of each fan-out comparison (medians reported)")
-	outDir := fs.String("out-dir", "bench/out", "directory for queue_depth.csv")
+	outDir := fs.String("out-dir", "docs", "directory for queue_depth.csv")
 	chartPath := fs.String("chart", "docs/queue-depth.svg", "SVG chart of the queue-depth run (empty: none)")
 	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth (comma-separated)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
