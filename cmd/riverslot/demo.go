@@ -341,8 +341,17 @@ func (d *demo) watch(ctx context.Context, starts []time.Time) error {
 		lastKey  = ""
 	)
 	defer ticker.Stop()
+	interrupted := func() error {
+		if tty {
+			fmt.Fprintln(d.stderr)
+		}
+		return &exitError{code: 130, msg: "interrupted; rerun with --keep to resume the same cycle"}
+	}
 
 	for {
+		if ctx.Err() != nil {
+			return interrupted()
+		}
 		now := time.Now()
 		idx := 0
 		for i, s := range starts {
@@ -353,6 +362,9 @@ func (d *demo) watch(ctx context.Context, starts []time.Time) error {
 		cycleStart := starts[idx]
 		p, err := d.progress(ctx, cycleStart, starts)
 		if err != nil {
+			if ctx.Err() != nil {
+				return interrupted()
+			}
 			return fmt.Errorf("error reading progress: %w", err)
 		}
 
@@ -394,10 +406,7 @@ func (d *demo) watch(ctx context.Context, starts []time.Time) error {
 
 		select {
 		case <-ctx.Done():
-			if tty {
-				fmt.Fprintln(d.stderr)
-			}
-			return &exitError{code: 130, msg: "interrupted; rerun with --keep to resume the same cycle"}
+			return interrupted()
 		case <-ticker.C:
 		}
 	}
