@@ -77,7 +77,7 @@ fi
 if have docker && docker info >/dev/null 2>&1; then
 	log "starting PostgreSQL with docker compose (docker-compose.yml)"
 	(cd "$root" && docker compose up -d --wait postgres) >&2
-	url="postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	url="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	wait_for "$url" || die
 	ensure_db "$url"
 	exit 0
