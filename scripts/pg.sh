@@ -28,20 +28,21 @@ MSG
 }
 
 have() { command -v "$1" >/dev/null 2>&1; }
-have psql || die
+have go || { echo "pg: Go is needed (https://go.dev/dl/)" >&2; exit 1; }
+
+# pgensure (internal/cmd/pgensure) checks servers and creates databases, so
+# no psql is needed.
+pgensure=$(mktemp -d)/pgensure
+trap 'rm -rf "$(dirname "$pgensure")"' EXIT
+(cd "$root" && go build -o "$pgensure" ./internal/cmd/pgensure) || { echo "pg: cannot build internal/cmd/pgensure" >&2; exit 1; }
 
 # with_db URL DB: the same server, another database.
 with_db() { sed -E "s#^(postgres(ql)?://[^/?]*)(/[^?]*)?#\1/$2#" <<<"$1"; }
-answers() { psql "$(with_db "$1" postgres)" -Atqc 'SELECT 1' >/dev/null 2>&1; }
+answers() { "$pgensure" check "$(with_db "$1" postgres)" 2>/dev/null; }
 
 ensure_db() {
-	local url=$1 maint
-	maint=$(with_db "$url" postgres)
-	if [ "$(psql "$maint" -Atqc "SELECT 1 FROM pg_database WHERE datname = '$db'")" != 1 ]; then
-		log "creating database $db"
-		psql "$maint" -qc "CREATE DATABASE \"$db\"" >/dev/null
-	fi
-	with_db "$url" "$db"
+	"$pgensure" create "$(with_db "$1" postgres)" "$db" >&2 || die
+	with_db "$1" "$db"
 }
 
 wait_for() {
