@@ -35,3 +35,14 @@ func TestLatePolicyValidate(t *testing.T) {
 	require.NoError(t, LatePolicySkip.Validate())
 	require.EqualError(t, LatePolicy("").Validate(), `LatePolicy must be "spread" or "skip", got ""`)
 }
+
+func TestRetryBackoff(t *testing.T) {
+	t.Parallel()
+
+	for attempt, want := range map[int]time.Duration{
+		1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 8 * time.Second,
+		5: 16 * time.Second, 6: 30 * time.Second, 25: 30 * time.Second, 0: time.Second,
+	} {
+		require.Equal(t, want, retryBackoff(attempt), "attempt %d", attempt)
+	}
+}

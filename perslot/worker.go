@@ -124,6 +124,23 @@ func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
 	return 0
 }
 
+// RetryBackoffMax caps the per-slot retry backoff.
+const RetryBackoffMax = 30 * time.Second
+
+// NextRetry schedules the retry of a failed or timed-out fan-out soon: 1 s,
+// 2 s, 4 s, 8 s, 16 s, then every 30 s. Its slot is current, and the retry
+// resumes after the last committed batch, so there is nothing to gain from
+// River's default backoff (attempt^4 seconds: 16 s, 81 s, 256 s, ...), which
+// would push a slot's accounts past their window after a few timeouts.
+func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
+	return time.Now().Add(retryBackoff(job.Attempt))
+}
+
+func retryBackoff(attempt int) time.Duration {
+	d := time.Second << min(max(attempt-1, 0), 5)
+	return min(d, RetryBackoffMax)
+}
+
 // Work fans the slot out into sync jobs, resuming from the persisted cursor.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	task, ok := w.tasks[job.Args.Task]
