@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"testing"
@@ -123,6 +124,12 @@ func InsertAccounts(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, sche
 	_, err := pool.CopyFrom(ctx, pgx.Identifier{schema, table}, []string{"id", "active"}, pgx.CopyFromRows(rows))
 	require.NoError(tb, err)
 	return ids
+}
+
+// Logger returns a logger for River clients and riverslot workers in tests:
+// warnings and errors to stderr, the rest dropped.
+func Logger(testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // PanicTB returns a testing.TB for Example functions, which have no *testing.T:

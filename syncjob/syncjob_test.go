@@ -1,0 +1,150 @@
+package syncjob_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+func TestArgsJSON(t *testing.T) {
+	t.Parallel()
+
+	id := uuid.MustParse("0b7c2a4e-5d1f-4c8e-9a3b-6f2d1e0c9b8a")
+	start := time.Date(2030, 1, 1, 1, 0, 0, 0, time.FixedZone("CET", 3600))
+	args := syncjob.NewArgs("", "transactions", id, start, 3)
+	require.Equal(t, syncjob.KindDefault, args.Kind())
+	require.Equal(t, "report_sync", syncjob.NewArgs("report_sync", "reports", id, start, 3).Kind())
+
+	data, err := json.Marshal(args)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(data, &m))
+	require.Equal(t, map[string]any{
+		"task":        "transactions",
+		"account_id":  "0b7c2a4e-5d1f-4c8e-9a3b-6f2d1e0c9b8a",
+		"cycle_start": "2030-01-01T00:00:00Z",
+		"slot":        float64(3),
+	}, m)
+}
+
+func TestAddTask(t *testing.T) {
+	t.Parallel()
+
+	w := syncjob.NewWorker(nil, "", nil)
+	task := syncjob.Task{Name: "transactions", Schema: "app", Table: "accounts", IDColumn: "id",
+		Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil }}
+	require.NoError(t, w.AddTask(task))
+	require.EqualError(t, w.AddTask(task), `sync worker for kind "riverslot_sync" already serves task "transactions"`)
+	task.Name, task.Sync = "reports", nil
+	require.EqualError(t, w.AddTask(task), `task "reports": Sync must be set`)
+}
+
+// TestWork runs sync jobs through a real River client and checks which ones
+// reach the application's SyncFunc: an account that exists and matches the
+// filter does; one deleted or filtered out since fan-out completes without a
+// call; a job without an account or for an unknown task is cancelled; a
+// SyncFunc error is a job error.
+func TestWork(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 3)
+	active, inactive, failing := ids[0], ids[1], ids[2]
+	deleted := uuid.New()
+	_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "accounts"}.Sanitize()+" SET active = false WHERE id = $1", inactive)
+	require.NoError(t, err)
+
+	var (
+		mu    sync.Mutex
+		calls []uuid.UUID
+	)
+	w := syncjob.NewWorker(pool, "report_sync", riverslottest.Logger(t))
+	require.NoError(t, w.AddTask(syncjob.Task{
+		Name: "reports", Schema: schema, Table: "accounts", IDColumn: "id", Filter: "active",
+		Timeout: 7 * time.Second,
+		Sync: func(_ context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
+			mu.Lock()
+			calls = append(calls, id)
+			mu.Unlock()
+			if id != job.Args.AccountID {
+				return errors.New("SyncFunc got another account than the job's")
+			}
+			if id == failing {
+				return errors.New("upstream said no")
+			}
+			return nil
+		},
+	}))
+	require.Equal(t, 7*time.Second, w.Timeout(&river.Job[syncjob.Args]{Args: syncjob.Args{Task: "reports"}}))
+
+	workers := river.NewWorkers()
+	require.NoError(t, w.Register(workers))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema:   schema,
+		Logger:   riverslottest.Logger(t),
+		Queues:   map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
+		Workers:  workers,
+		TestOnly: true,
+	})
+	require.NoError(t, err)
+	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobCancelled, river.EventKindJobFailed)
+	defer cancel()
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(context.Background())) })
+
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	cases := map[string]struct {
+		args    syncjob.Args
+		want    river.EventKind
+		wantErr string
+	}{
+		"active":       {args: syncjob.NewArgs("report_sync", "reports", active, start, 0), want: river.EventKindJobCompleted},
+		"inactive":     {args: syncjob.NewArgs("report_sync", "reports", inactive, start, 0), want: river.EventKindJobCompleted},
+		"deleted":      {args: syncjob.NewArgs("report_sync", "reports", deleted, start, 0), want: river.EventKindJobCompleted},
+		"failing":      {args: syncjob.NewArgs("report_sync", "reports", failing, start, 0), want: river.EventKindJobFailed, wantErr: "upstream said no"},
+		"no account":   {args: syncjob.NewArgs("report_sync", "reports", uuid.Nil, start, 0), want: river.EventKindJobCancelled, wantErr: "sync job has no account_id"},
+		"unknown task": {args: syncjob.NewArgs("report_sync", "billing", active, start, 0), want: river.EventKindJobCancelled, wantErr: `no riverslot task "billing" is registered for sync kind "report_sync"`},
+	}
+	byJob := map[int64]string{}
+	for name, tc := range cases {
+		res, err := client.Insert(ctx, tc.args, &river.InsertOpts{MaxAttempts: 1})
+		require.NoError(t, err)
+		byJob[res.Job.ID] = name
+	}
+
+	timeout := time.After(30 * time.Second)
+	for len(byJob) > 0 {
+		select {
+		case ev := <-events:
+			name, ok := byJob[ev.Job.ID]
+			require.True(t, ok, "unexpected job %d", ev.Job.ID)
+			delete(byJob, ev.Job.ID)
+			tc := cases[name]
+			require.Equal(t, tc.want, ev.Kind, name)
+			if tc.wantErr != "" {
+				require.Contains(t, ev.Job.Errors[len(ev.Job.Errors)-1].Error, tc.wantErr, name)
+			}
+		case <-timeout:
+			t.Fatalf("jobs still unfinished after 30s: %v", byJob)
+		}
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.ElementsMatch(t, []uuid.UUID{active, failing}, calls,
+		"only accounts that exist and match the filter reach the SyncFunc, each once")
+}
