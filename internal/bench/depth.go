@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -40,6 +41,36 @@ type strategy struct {
 	meanDepth  float64
 	maxStarts  int64
 	meanStarts float64
+	// longestAtCap is the longest run of consecutive seconds in which the
+	// strategy started jobs at (at least 90% of) the client's ceiling: how
+	// long the upstream is hammered at full rate.
+	longestAtCap int
+}
+
+// depthWorkers is each strategy's River MaxWorkers. With River's fetch
+// cooldown (100 ms) it also caps how many jobs a client starts per second.
+const depthWorkers = 20
+
+// setLongestAtCap sets each strategy's longestAtCap, where the ceiling is the
+// highest per-second start count any strategy reached: the same client
+// configuration has the same ceiling, whatever fills its queue.
+func setLongestAtCap(strategies []*strategy) int64 {
+	var ceiling int64
+	for _, s := range strategies {
+		ceiling = max(ceiling, s.maxStarts)
+	}
+	for _, s := range strategies {
+		run := 0
+		for _, p := range s.series {
+			if float64(p.starts) >= 0.9*float64(ceiling) {
+				run++
+				s.longestAtCap = max(s.longestAtCap, run)
+			} else {
+				run = 0
+			}
+		}
+	}
+	return ceiling
 }
 
 type point struct {
@@ -141,7 +172,7 @@ func (r *Runner) queueDepth(ctx context.Context) error {
 		}
 		client, err := river.NewClient(riverpgxv5.New(r.cfg.Pool), &river.Config{
 			Logger: riverLogger, Schema: s.schema, Workers: workers,
-			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}},
+			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: depthWorkers}},
 			FetchPollInterval: 200 * time.Millisecond,
 		})
 		if err != nil {
@@ -237,6 +268,11 @@ func (r *Runner) queueDepth(ctx context.Context) error {
 		fmt.Sprintf("naive %.1f (max %d/s) / least-recent-first %.1f (max %d/s)",
 			float64(naive.maxStarts)/naive.meanStarts, naive.maxStarts, float64(lrs.maxStarts)/lrs.meanStarts, lrs.maxStarts),
 		"-")
+	ceiling := setLongestAtCap(strategies)
+	r.row(fmt.Sprintf("longest burst (consecutive seconds starting >= 90%% of the client's ceiling of %d/s)", ceiling), size,
+		fmt.Sprintf("%d s", slot.longestAtCap),
+		fmt.Sprintf("naive %d s / least-recent-first %d s", naive.longestAtCap, lrs.longestAtCap),
+		"-")
 	return nil
 }
 
@@ -266,21 +302,31 @@ func (r *Runner) enqueueNaive(ctx context.Context, client *river.Client[pgx.Tx],
 func (r *Runner) enqueueLRS(ctx context.Context, client *river.Client[pgx.Tx], schema string, start time.Time, spread time.Duration) error {
 	table := pgx.Identifier{schema, "accounts"}.Sanitize()
 	rng := rand.New(rand.NewPCG(uint64(start.Unix()), 2))
-	var after uuid.UUID
+	type due struct {
+		LastSyncedAt pgtype.Timestamptz
+		ID           uuid.UUID
+	}
+	// Keyset on (last_synced_at, id), starting before every row.
+	after := due{LastSyncedAt: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}}
+	first := true
 	for {
-		rows, err := r.cfg.Pool.Query(ctx, "SELECT id FROM "+table+" WHERE last_synced_at < $1 AND id > $2 ORDER BY last_synced_at, id LIMIT 100", start, after)
+		rows, err := r.cfg.Pool.Query(ctx, "SELECT last_synced_at, id FROM "+table+
+			" WHERE last_synced_at < $1 AND ($4 OR (last_synced_at, id) > ($2, $3)) ORDER BY last_synced_at, id LIMIT 100",
+			start, after.LastSyncedAt, after.ID, first)
 		if err != nil {
 			return err
 		}
-		batch, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		batch, err := pgx.CollectRows(rows, pgx.RowToStructByPos[due])
 		if err != nil {
 			return err
 		}
 		if len(batch) == 0 {
 			return nil
 		}
+		first = false
 		params := make([]river.InsertManyParams, len(batch))
-		for i, id := range batch {
+		for i, d := range batch {
+			id := d.ID
 			wait := time.Duration(rng.Int64N(int64(spread) + 1))
 			params[i] = river.InsertManyParams{Args: baselineArgs{AccountID: id}, InsertOpts: &river.InsertOpts{ScheduledAt: time.Now().Add(wait)}}
 		}
@@ -306,7 +352,7 @@ func (r *Runner) series(ctx context.Context, s *strategy, start time.Time, cycle
 		return err
 	}
 	defer rows.Close()
-	var sum, starts, seconds int64
+	var sum, seconds int64
 	for rows.Next() {
 		var p point
 		if err := rows.Scan(&p.second, &p.pending, &p.starts); err != nil {
@@ -317,13 +363,11 @@ func (r *Runner) series(ctx context.Context, s *strategy, start time.Time, cycle
 		s.maxStarts = max(s.maxStarts, p.starts)
 		if p.second >= 0 && p.second < int(cycle/time.Second) {
 			sum += p.pending
-			starts += p.starts
 			seconds++
 		}
 	}
 	s.meanDepth = float64(sum) / float64(seconds)
 	s.meanStarts = float64(r.cfg.DepthAccounts) / (cycle.Seconds())
-	_ = starts
 	return rows.Err()
 }
 
