@@ -97,8 +97,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer pool.Close()
+	// Progress reads get their own connection: with more workers than
+	// connections, a read queued behind the workers would stall the display
+	// (and skip a slot's line) exactly when a slot's jobs come due.
+	monitor, err := connect(ctx, o.databaseURL, 1)
+	if err != nil {
+		return err
+	}
+	defer monitor.Close()
 
-	d := &demo{opts: o, pool: pool, stdout: stdout, stderr: stderr, plan: mustPlan(o.cycle)}
+	d := &demo{opts: o, pool: pool, monitor: monitor, stdout: stdout, stderr: stderr, plan: mustPlan(o.cycle)}
 	return d.run(ctx)
 }
 
@@ -137,11 +145,13 @@ func mustPlan(cycle time.Duration) slotplan.Plan {
 }
 
 type demo struct {
-	opts   *demoOptions
-	plan   slotplan.Plan
-	pool   *pgxpool.Pool
-	stdout io.Writer
-	stderr io.Writer
+	opts *demoOptions
+	plan slotplan.Plan
+	pool *pgxpool.Pool
+	// monitor is a separate one-connection pool for progress reads.
+	monitor *pgxpool.Pool
+	stdout  io.Writer
+	stderr  io.Writer
 }
 
 func (d *demo) logf(format string, args ...any) {
@@ -317,7 +327,7 @@ type progress struct {
 
 func (d *demo) progress(ctx context.Context, cycleStart time.Time, starts []time.Time) (progress, error) {
 	var p progress
-	err := d.pool.QueryRow(ctx, `
+	err := d.monitor.QueryRow(ctx, `
 		SELECT
 			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2),
 			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state IN ('scheduled', 'available', 'retryable', 'pending')),
