@@ -18,7 +18,9 @@ import (
 )
 
 // TestAccountChurn adds 10% more accounts and deletes some in the middle of
-// a 40 s cycle, then runs the next cycle:
+// a 40 s cycle, then runs the next cycle. Sync jobs wait in a paused queue
+// until the churn is done (fan-out runs on time), so the deleted accounts
+// have sync jobs enqueued and not yet run:
 //   - a new account is synced this cycle if its slot's per-slot job started
 //     after it was inserted, else not until the next cycle;
 //   - a deleted account's already-enqueued sync job completes without error
@@ -34,11 +36,20 @@ func TestAccountChurn(t *testing.T) {
 	ctx, b := setup(t, accounts)
 	plugin, err := riverutil.New(b.pool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{{
 		Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync(),
+		Queue: "sync", ControlQueue: river.QueueDefault,
 	}}})
 	require.NoError(t, err)
 	plan, _ := plugin.Plan("transactions")
 	schedule, _ := plugin.Schedule("transactions")
-	client := startClient(ctx, t, b, plugin, river.QueueDefault)
+	client := startClient(ctx, t, b, plugin, river.QueueDefault, "sync")
+
+	// Sync jobs wait in a paused queue until the churn is done, so that the
+	// accounts deleted below certainly have a sync job enqueued and not yet
+	// run, however late the per-slot jobs are. Fan-out (the control queue)
+	// runs on time.
+	waitFor(t, 10*time.Second, "the sync queue to be pausable", func() bool {
+		return client.QueuePause(ctx, "sync", nil) == nil
+	})
 
 	c1 := schedule.Next(time.Now().Add(2 * time.Second))
 	c2 := c1.Add(cycle)
@@ -55,7 +66,7 @@ func TestAccountChurn(t *testing.T) {
 	})
 
 	// Delete accounts whose cycle-1 sync job is enqueued but not yet run.
-	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid FROM "+jobs+" WHERE kind = $1 AND state = 'scheduled' AND (args->>'cycle_start')::timestamptz = $2 LIMIT 20", syncjob.KindDefault, c1)
+	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid FROM "+jobs+" WHERE kind = $1 AND state IN ('scheduled', 'available') AND attempted_at IS NULL AND (args->>'cycle_start')::timestamptz = $2 ORDER BY id LIMIT 20", syncjob.KindDefault, c1)
 	require.NoError(t, err)
 	deleted, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	require.NoError(t, err)
@@ -66,6 +77,7 @@ func TestAccountChurn(t *testing.T) {
 	var insertedAt time.Time
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT now()").Scan(&insertedAt))
 	added := insertAccounts(ctx, t, b, accounts/10)
+	require.NoError(t, client.QueueResume(ctx, "sync", nil))
 
 	waitFor(t, time.Until(c2.Add(cycle))+90*time.Second, "both cycles to finish", func() bool {
 		return !time.Now().Before(c2.Add(cycle)) &&
