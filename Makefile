@@ -12,10 +12,11 @@ help: ## List the targets
 .PHONY: test
 # -p 1: one test binary at a time keeps connections under Postgres' default
 # max_connections (100); -parallel 16: the integration tests mostly wait on
-# real cycles, not on the 2 CPUs.
+# real cycles, not on the 2 CPUs. -count=1: the database is an input Go's
+# test cache cannot see, so results are never replayed from the cache.
 test: ## Get a Postgres (see scripts/pg.sh), create riverslot_test, run go test -race ./...
 	@url=$$($(PG) riverslot_test) && echo "test database: $$url" && \
-		TEST_DATABASE_URL="$$url" $(GO) test -race -p 1 -parallel 16 -timeout 15m ./...
+		TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -p 1 -parallel 16 -timeout 15m ./...
 
 .PHONY: demo
 demo: ## Run one compressed live cycle of slot scheduling (riverslot demo)

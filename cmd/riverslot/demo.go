@@ -558,7 +558,7 @@ func (d *demo) printSummary(s *demoSummary) {
 	fmt.Fprintf(tw, "accounts\t%d\n", s.Accounts)
 	fmt.Fprintf(tw, "slots\t%d (buckets %d, %d buckets per slot)\n", s.Slots, s.Buckets, 256/max(s.Slots, 1))
 	fmt.Fprintf(tw, "slot duration\t%gs\n", s.SlotDurationSeconds)
-	fmt.Fprintf(tw, "sync start lateness\tp50 %.2fs   p99 %.2fs   (River's scheduler promotes due jobs every 5s)\n", s.LatenessP50Seconds, s.LatenessP99Seconds)
+	fmt.Fprintf(tw, "sync start lateness\tp50 %.2fs   p99 %.2fs   (River promotes scheduled jobs every 5s)\n", s.LatenessP50Seconds, s.LatenessP99Seconds)
 	fmt.Fprintf(tw, "peak pending sync jobs\t%d\n", s.PeakQueueDepth)
 	fmt.Fprintf(tw, "  accounts/slots\t%d\n", s.AccountsPerSlot)
 	fmt.Fprintf(tw, "  accounts (enqueue all at once)\t%d\n", s.Accounts)

@@ -112,7 +112,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "slot           %d of %d (slots numbered from 0)\n", slot, plan.Slots)
 	fmt.Fprintf(stdout, "offset         %s into the slot (seed %d)\n", off, s)
 	fmt.Fprintf(stdout, "due            +%s after each cycle start\n", clock(time.Duration(slot)*plan.SlotDuration+off))
-	fmt.Fprintln(stdout, "next syncs (due time; River starts it within about 5 s):")
+	fmt.Fprintln(stdout, "next syncs (due time; River starts it within a few seconds):")
 	start := schedule.Start(at)
 	for n := 0; n < 3; {
 		due := plan.Target(start, s, id)
