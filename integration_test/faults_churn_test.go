@@ -144,34 +144,31 @@ func TestAccountChurn(t *testing.T) {
 	for _, id := range added {
 		isAdded[id] = true
 	}
-	offsets := map[uuid.UUID]time.Duration{}
-	rows, err = b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.KindDefault, c1)
-	require.NoError(t, err)
-	for rows.Next() {
-		var id uuid.UUID
-		var at time.Time
-		require.NoError(t, rows.Scan(&id, &at))
-		if !isAdded[id] {
-			offsets[id] = at.Sub(c1)
+	// offsetsIn maps each account with a sync job in the cycle to its
+	// scheduled time minus the cycle start.
+	offsetsIn := func(cycleStart time.Time) map[uuid.UUID]time.Duration {
+		rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.KindDefault, cycleStart)
+		require.NoError(t, err)
+		out := map[uuid.UUID]time.Duration{}
+		for rows.Next() {
+			var id uuid.UUID
+			var at time.Time
+			require.NoError(t, rows.Scan(&id, &at))
+			out[id] = at.Sub(cycleStart)
 		}
+		require.NoError(t, rows.Err())
+		return out
 	}
-	require.NoError(t, rows.Err())
-
 	moved, compared := 0, 0
-	rows, err = b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.KindDefault, c2)
-	require.NoError(t, err)
-	for rows.Next() {
-		var id uuid.UUID
-		var at time.Time
-		require.NoError(t, rows.Scan(&id, &at))
-		if off, ok := offsets[id]; ok {
+	c2Offsets := offsetsIn(c2)
+	for id, off := range offsetsIn(c1) {
+		if c2Off, ok := c2Offsets[id]; ok && !isAdded[id] {
 			compared++
-			if off != at.Sub(c2) {
+			if off != c2Off {
 				moved++
 			}
 		}
 	}
-	require.NoError(t, rows.Err())
 
 	m1 := b.measure(ctx, t, "transactions", syncjob.KindDefault, c1)
 	m2 := b.measure(ctx, t, "transactions", syncjob.KindDefault, c2)
