@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -106,7 +107,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer monitor.Close()
 
-	d := &demo{opts: o, pool: pool, monitor: monitor, stdout: stdout, stderr: stderr, plan: mustPlan(o.cycle)}
+	d := &demo{
+		opts: o, pool: pool, monitor: monitor, plan: mustPlan(o.cycle), stdout: stdout,
+		// River's logger, the plugin's logger and the progress display all
+		// write to stderr from their own goroutines.
+		stderr: &lockedWriter{w: stderr},
+		tty:    isTerminal(stderr),
+	}
 	return d.run(ctx)
 }
 
@@ -152,6 +159,20 @@ type demo struct {
 	monitor *pgxpool.Pool
 	stdout  io.Writer
 	stderr  io.Writer
+	// tty is whether stderr is a terminal: live line or one line per slot.
+	tty bool
+}
+
+// lockedWriter serializes writes from several goroutines to one writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (d *demo) logf(format string, args ...any) {
@@ -206,12 +227,20 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := client.Start(ctx); err != nil {
+	// The client outlives ctx and is stopped below, so that an interrupt
+	// shuts it down in order instead of tearing it down mid-query.
+	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
+		if ctx.Err() != nil {
+			// Interrupted: cancel running jobs; a fan-out resumes from its
+			// cursor on the next run with --keep.
+			_ = client.StopAndCancel(stopCtx)
+			return
+		}
 		_ = client.Stop(stopCtx)
 	}()
 
@@ -344,7 +373,7 @@ func (d *demo) progress(ctx context.Context, cycleStart time.Time, starts []time
 // watch shows progress until every job of every cycle has finished.
 func (d *demo) watch(ctx context.Context, starts []time.Time) error {
 	var (
-		tty      = isTerminal(d.stderr)
+		tty      = d.tty
 		last     = starts[len(starts)-1]
 		deadline = last.Add(d.opts.cycle).Add(max(2*time.Minute, d.opts.cycle))
 		ticker   = time.NewTicker(500 * time.Millisecond)
