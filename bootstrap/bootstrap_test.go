@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -73,19 +72,12 @@ func TestWork(t *testing.T) {
 	require.NoError(t, w.AddTask(task))
 	workers := river.NewWorkers()
 	require.NoError(t, w.Register(workers))
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+	client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
 		Schema:              schema,
-		Logger:              riverslottest.Logger(t),
 		SkipUnknownJobCheck: true, // per-slot jobs are inserted but not worked here
 		Queues:              map[string]river.QueueConfig{"slots": {MaxWorkers: 2}},
 		Workers:             workers,
-		TestOnly:            true,
 	})
-	require.NoError(t, err)
-	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobCancelled, river.EventKindJobFailed)
-	defer cancel()
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, client.Stop(context.Background())) })
 
 	waitFor := func(jobID int64) *river.Event {
 		t.Helper()

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/internal/riverslottest"
@@ -93,18 +92,11 @@ func TestWork(t *testing.T) {
 
 	workers := river.NewWorkers()
 	require.NoError(t, w.Register(workers))
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Schema:   schema,
-		Logger:   riverslottest.Logger(t),
-		Queues:   map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
-		Workers:  workers,
-		TestOnly: true,
+	client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
+		Schema:  schema,
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
+		Workers: workers,
 	})
-	require.NoError(t, err)
-	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobCancelled, river.EventKindJobFailed)
-	defer cancel()
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, client.Stop(context.Background())) })
 
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	cases := map[string]struct {

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
@@ -130,6 +131,28 @@ func InsertAccounts(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, sche
 // warnings and errors to stderr, the rest dropped.
 func Logger(testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// StartClient starts a River client on pool for a test (schema, queues and
+// workers from config; Logger defaults to Logger, TestOnly is set) and
+// stops it when the test ends. The channel receives every job that
+// completes, is cancelled or fails.
+func StartClient(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, config *river.Config) (*river.Client[pgx.Tx], <-chan *river.Event) {
+	tb.Helper()
+
+	if config.Logger == nil {
+		config.Logger = Logger(tb)
+	}
+	config.TestOnly = true
+	client, err := river.NewClient(riverpgxv5.New(pool), config)
+	require.NoError(tb, err)
+	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobCancelled, river.EventKindJobFailed)
+	require.NoError(tb, client.Start(ctx))
+	tb.Cleanup(func() {
+		require.NoError(tb, client.Stop(context.Background()))
+		cancel()
+	})
+	return client, events
 }
 
 // PanicTB returns a testing.TB for Example functions, which have no *testing.T:
