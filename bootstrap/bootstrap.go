@@ -11,63 +11,47 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/slotplan"
 )
 
 // Kind is the River job kind of bootstrap jobs. Tasks share it; the args carry
 // the task name.
 const Kind = "riverslot_bootstrap"
 
-// Args are the arguments of a bootstrap job.
+// Args are the arguments of a bootstrap job. One exists per (task, cycle
+// start, plan): it is unique by its args in every state.
 type Args struct {
 	Task       string    `json:"task"`
 	CycleStart time.Time `json:"cycle_start"`
+	// Plan identifies the slot plan the cycle is made for (cycle, slots and
+	// seed). A bootstrap made under another plan is cancelled, not run.
+	Plan string `json:"plan"`
 }
 
 // Kind returns Kind.
 func (Args) Kind() string { return Kind }
 
-// Task is what the bootstrap worker needs to know about one task.
-type Task struct {
-	Name string
-	Plan slotplan.Plan
-
-	// Queue and Priority are used for the bootstrap job itself and for the
-	// per-slot jobs it inserts.
-	Queue    string
-	Priority int
+// NewArgs returns the bootstrap args of spec's cycle starting at cycleStart
+// (normalized to UTC so that the unique key does not depend on the caller's
+// location).
+func NewArgs(spec *taskspec.Spec, cycleStart time.Time) Args {
+	return Args{Task: spec.Name, CycleStart: cycleStart.UTC(), Plan: spec.PlanID}
 }
 
-// InsertOpts returns the options a bootstrap job for cycleStart is inserted
-// with: unique by args, scheduled at cycleStart.
-func (t Task) InsertOpts(cycleStart time.Time) *river.InsertOpts {
-	return &river.InsertOpts{
-		Queue:       t.Queue,
-		Priority:    t.Priority,
-		ScheduledAt: cycleStart,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true},
-	}
-}
-
-// NewArgs returns the bootstrap args for task and cycleStart (normalized to
-// UTC so that the unique key does not depend on the caller's location).
-func NewArgs(task string, cycleStart time.Time) Args {
-	return Args{Task: task, CycleStart: cycleStart.UTC()}
-}
-
-// PerSlotParams returns the insert params of every per-slot job of the cycle.
-func (t Task) PerSlotParams(cycleStart time.Time) []river.InsertManyParams {
+// perSlotParams returns the insert params of every per-slot job of the cycle:
+// each runs Lead before its slot and is unique by args in every state.
+func perSlotParams(spec *taskspec.Spec, cycleStart time.Time) []river.InsertManyParams {
 	cycleStart = cycleStart.UTC()
-	params := make([]river.InsertManyParams, t.Plan.Slots)
-	for slot := range t.Plan.Slots {
+	params := make([]river.InsertManyParams, spec.Plan.Slots)
+	for slot := range spec.Plan.Slots {
 		params[slot] = river.InsertManyParams{
-			Args: perslot.Args{Task: t.Name, CycleStart: cycleStart, Slot: slot},
+			Args: perslot.NewArgs(spec, cycleStart, slot),
 			InsertOpts: &river.InsertOpts{
-				Queue:       t.Queue,
-				Priority:    t.Priority,
-				ScheduledAt: t.Plan.SlotStart(cycleStart, slot),
-				UniqueOpts:  river.UniqueOpts{ByArgs: true},
+				Queue:       spec.ControlQueue,
+				Priority:    spec.ControlPriority,
+				ScheduledAt: spec.PerSlotStart(cycleStart, slot),
+				UniqueOpts:  taskspec.UniqueEveryState(),
 			},
 		}
 	}
@@ -80,25 +64,16 @@ type Worker struct {
 
 	logger *slog.Logger
 	pool   *pgxpool.Pool
-	tasks  map[string]Task
+	specs  map[string]*taskspec.Spec
 }
 
-// NewWorker returns a bootstrap worker.
+// NewWorker returns a bootstrap worker. riverutil builds it.
 func NewWorker(pool *pgxpool.Pool, logger *slog.Logger) *Worker {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	return &Worker{logger: logger, pool: pool, tasks: make(map[string]Task)}
+	return &Worker{logger: logger, pool: pool, specs: make(map[string]*taskspec.Spec)}
 }
 
-// AddTask makes the worker serve task.
-func (w *Worker) AddTask(task Task) error {
-	if _, ok := w.tasks[task.Name]; ok {
-		return fmt.Errorf("bootstrap worker already serves task %q", task.Name)
-	}
-	w.tasks[task.Name] = task
-	return nil
-}
+// AddTask makes the worker serve the task of spec.
+func (w *Worker) AddTask(spec *taskspec.Spec) { w.specs[spec.Name] = spec }
 
 // Register adds the worker to workers.
 func (w *Worker) Register(workers *river.Workers) error {
@@ -108,9 +83,18 @@ func (w *Worker) Register(workers *river.Workers) error {
 // Work inserts the cycle's per-slot jobs and completes the bootstrap job in
 // one transaction.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
-	task, ok := w.tasks[job.Args.Task]
+	spec, ok := w.specs[job.Args.Task]
 	if !ok {
-		return river.JobCancel(fmt.Errorf("no riverslot task %q is registered in this process; register it with riverutil or delete the job", job.Args.Task))
+		return river.JobCancel(fmt.Errorf("no riverslot task %q is registered in this process; register it or delete the job", job.Args.Task))
+	}
+	spec, err := spec.ForPlan(job.Args.Plan, job.Args.CycleStart)
+	if err != nil {
+		return river.JobCancel(fmt.Errorf("error reading the plan of bootstrap job: %w", err))
+	}
+	if spec != w.specs[job.Args.Task] {
+		w.logger.WarnContext(ctx, "riverslot: bootstrap job was made for another plan than this node's; running it under its own plan (Cycle or Seed changed, or nodes of a rolling deploy disagree)",
+			slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart),
+			slog.String("job_plan", job.Args.Plan), slog.String("node_plan", w.specs[job.Args.Task].PlanID), slog.Int64("job_id", job.ID))
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
@@ -119,13 +103,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("error starting bootstrap transaction: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 
-	results, err := client.InsertManyTx(ctx, tx, task.PerSlotParams(job.Args.CycleStart))
+	results, err := client.InsertManyTx(ctx, tx, perSlotParams(spec, job.Args.CycleStart))
 	if err != nil {
-		return fmt.Errorf("error inserting %d per-slot jobs of task %q: %w", task.Plan.Slots, task.Name, err)
+		return fmt.Errorf("error inserting %d per-slot jobs of task %q: %w", spec.Plan.Slots, spec.Name, err)
 	}
 	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 		return fmt.Errorf("error completing bootstrap job: %w", err)
@@ -141,8 +125,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		}
 	}
 	w.logger.InfoContext(ctx, "riverslot: cycle bootstrapped",
-		slog.String("task", task.Name), slog.Time("cycle_start", job.Args.CycleStart),
-		slog.Int("slots", task.Plan.Slots), slog.Duration("slot_duration", task.Plan.SlotDuration),
+		slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart),
+		slog.Int("slots", spec.Plan.Slots), slog.Duration("slot_duration", spec.Plan.SlotDuration),
 		slog.Int("per_slot_inserted", inserted), slog.Int("per_slot_already_present", len(results)-inserted))
 	return nil
 }

@@ -12,74 +12,55 @@ import (
 
 	"github.com/riverslot/riverslot/bootstrap"
 	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/slotplan"
 )
 
-func testTask(t *testing.T) bootstrap.Task {
-	t.Helper()
-	plan, err := slotplan.New(2 * time.Minute) // 8 slots of 15 s
-	require.NoError(t, err)
-	return bootstrap.Task{Name: "transactions", Plan: plan, Queue: "slots", Priority: 2}
-}
-
-func TestPerSlotParams(t *testing.T) {
-	t.Parallel()
-
-	task := testTask(t)
-	// A cycle start given in another location is the same instant; args are
-	// normalized to UTC so the unique key does not depend on the location.
-	start := time.Date(2030, 1, 1, 1, 2, 0, 0, time.FixedZone("CET", 3600))
-	params := task.PerSlotParams(start)
-	require.Len(t, params, 8)
-	for i, p := range params {
-		args, ok := p.Args.(perslot.Args)
-		require.True(t, ok)
-		require.Equal(t, "transactions", args.Task)
-		require.Equal(t, i, args.Slot)
-		require.Equal(t, time.UTC, args.CycleStart.Location())
-		require.True(t, start.Equal(args.CycleStart))
-
-		want := time.Date(2030, 1, 1, 0, 2, 0, 0, time.UTC).Add(time.Duration(i) * 15 * time.Second)
-		require.True(t, want.Equal(p.InsertOpts.ScheduledAt), "slot %d scheduled at %s, want %s", i, p.InsertOpts.ScheduledAt, want)
-		require.Equal(t, "slots", p.InsertOpts.Queue)
-		require.Equal(t, 2, p.InsertOpts.Priority)
-		require.True(t, p.InsertOpts.UniqueOpts.ByArgs)
-	}
-}
-
-func TestAddTaskDuplicate(t *testing.T) {
-	t.Parallel()
-
-	w := bootstrap.NewWorker(nil, nil)
-	require.NoError(t, w.AddTask(testTask(t)))
-	require.EqualError(t, w.AddTask(testTask(t)), `bootstrap worker already serves task "transactions"`)
-}
-
 // TestWork runs a real River client that works bootstrap jobs only (per-slot
-// jobs stay in the table for inspection) and checks that one cycle gets one
-// set of per-slot jobs even when its bootstrap runs twice, and that a
-// bootstrap for a task this process does not serve is cancelled.
+// jobs stay in the table for inspection).
 func TestWork(t *testing.T) {
 	t.Parallel()
 
-	ctx := context.Background()
-	pool := riverslottest.Pool(t)
-	schema := riverslottest.Schema(ctx, t, pool)
-	task := testTask(t)
+	type perSlotJob struct {
+		Args        perslot.Args
+		ScheduledAt time.Time
+		Queue       string
+		Priority    int
+		State       string
+	}
 
-	w := bootstrap.NewWorker(pool, riverslottest.Logger(t))
-	require.NoError(t, w.AddTask(task))
-	workers := river.NewWorkers()
-	require.NoError(t, w.Register(workers))
-	client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
-		Schema:              schema,
-		SkipUnknownJobCheck: true, // per-slot jobs are inserted but not worked here
-		Queues:              map[string]river.QueueConfig{"slots": {MaxWorkers: 2}},
-		Workers:             workers,
-	})
+	setup := func(t *testing.T) (context.Context, *river.Client[pgx.Tx], <-chan *river.Event, func() []perSlotJob) {
+		t.Helper()
 
-	waitFor := func(jobID int64) *river.Event {
+		ctx := context.Background()
+		pool := riverslottest.Pool(t)
+		schema := riverslottest.Schema(ctx, t, pool)
+		spec := riverslottest.Spec(t, "transactions", schema, "accounts", "", 2*time.Minute, 100) // 8 slots of 15 s
+		spec.Lead = 3 * time.Second
+		spec.ControlQueue, spec.ControlPriority = "slots", 1
+
+		w := bootstrap.NewWorker(pool, riverslottest.Logger(t))
+		w.AddTask(spec)
+		workers := river.NewWorkers()
+		require.NoError(t, w.Register(workers))
+		client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
+			Schema:              schema,
+			SkipUnknownJobCheck: true, // per-slot jobs are inserted but not worked here
+			Queues:              map[string]river.QueueConfig{"slots": {MaxWorkers: 2}},
+			Workers:             workers,
+		})
+		perSlotJobs := func() []perSlotJob {
+			t.Helper()
+			rows, err := pool.Query(ctx, "SELECT args, scheduled_at, queue, priority, state FROM "+
+				pgx.Identifier{schema, "river_job"}.Sanitize()+" WHERE kind = $1 ORDER BY id", perslot.Kind)
+			require.NoError(t, err)
+			jobs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[perSlotJob])
+			require.NoError(t, err)
+			return jobs
+		}
+		return ctx, client, events, perSlotJobs
+	}
+	waitFor := func(t *testing.T, events <-chan *river.Event, jobID int64) *river.Event {
 		t.Helper()
 		timeout := time.After(30 * time.Second)
 		for {
@@ -93,55 +74,112 @@ func TestWork(t *testing.T) {
 			}
 		}
 	}
-	perSlotJobs := func() []perslot.Args {
-		t.Helper()
-		rows, err := pool.Query(ctx, "SELECT args FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
-			" WHERE kind = $1 ORDER BY id", perslot.Kind)
+	// A future cycle, given in another location: the same instant.
+	start := time.Date(2030, 1, 1, 1, 2, 0, 0, time.FixedZone("CET", 3600))
+	args := bootstrap.Args{Task: "transactions", CycleStart: start.UTC()}
+	insertOpts := &river.InsertOpts{Queue: "slots"}
+
+	t.Run("InsertsOnePerSlotJobPerSlotLeadBeforeIt", func(t *testing.T) {
+		t.Parallel()
+		ctx, client, events, perSlotJobs := setup(t)
+
+		args := args
+		args.Plan = planOf(t)
+		res, err := client.Insert(ctx, args, insertOpts)
 		require.NoError(t, err)
-		jobs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Args perslot.Args }])
-		require.NoError(t, err)
-		out := make([]perslot.Args, len(jobs))
-		for i, j := range jobs {
-			out[i] = j.Args
+		ev := waitFor(t, events, res.Job.ID)
+		require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
+
+		got := perSlotJobs()
+		require.Len(t, got, 8)
+		for i, j := range got {
+			require.Equal(t, i, j.Args.Slot)
+			require.Equal(t, "transactions", j.Args.Task)
+			require.Equal(t, args.Plan, j.Args.Plan)
+			require.True(t, start.Equal(j.Args.CycleStart))
+			// Slot i starts at 00:02 UTC + i*15 s; its job runs the 3 s lead before.
+			want := time.Date(2030, 1, 1, 0, 2, 0, 0, time.UTC).Add(time.Duration(i)*15*time.Second - 3*time.Second)
+			require.True(t, want.Equal(j.ScheduledAt), "slot %d scheduled at %s, want %s", i, j.ScheduledAt, want)
+			require.Equal(t, "slots", j.Queue)
+			require.Equal(t, 1, j.Priority)
+			require.Equal(t, "scheduled", j.State)
 		}
-		return out
-	}
+	})
 
-	// A future cycle, bootstrapped now: its per-slot jobs stay scheduled.
-	start := time.Date(2030, 1, 1, 0, 2, 0, 0, time.UTC)
-	opts := task.InsertOpts(start)
-	require.True(t, start.Equal(opts.ScheduledAt))
-	opts.ScheduledAt = time.Time{}
-	first, err := client.Insert(ctx, bootstrap.NewArgs(task.Name, start), opts)
-	require.NoError(t, err)
-	ev := waitFor(first.Job.ID)
-	require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
-	got := perSlotJobs()
-	require.Len(t, got, 8)
-	var stillScheduled int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
-		" WHERE kind = $1 AND state = 'scheduled' AND scheduled_at >= $2", perslot.Kind, start).Scan(&stillScheduled))
-	require.Equal(t, 8, stillScheduled)
-	for i, a := range got {
-		require.Equal(t, i, a.Slot)
-		require.True(t, start.Equal(a.CycleStart))
-	}
+	t.Run("RerunAddsNothingEvenNextToADiscardedPerSlotJob", func(t *testing.T) {
+		t.Parallel()
+		ctx, client, events, perSlotJobs := setup(t)
 
-	// The same cycle bootstrapped again (a manual re-run that bypassed the
-	// bootstrap's own uniqueness) adds no per-slot job.
-	again := *opts
-	again.UniqueOpts = river.UniqueOpts{}
-	second, err := client.Insert(ctx, bootstrap.NewArgs(task.Name, start), &again)
-	require.NoError(t, err)
-	require.NotEqual(t, first.Job.ID, second.Job.ID)
-	require.Equal(t, river.EventKindJobCompleted, waitFor(second.Job.ID).Kind)
-	require.Len(t, perSlotJobs(), 8, "a second bootstrap of the same cycle must not add per-slot jobs")
+		args := args
+		args.Plan = planOf(t)
+		first, err := client.Insert(ctx, args, &river.InsertOpts{Queue: "slots", UniqueOpts: taskspec.UniqueEveryState()})
+		require.NoError(t, err)
+		require.Equal(t, river.EventKindJobCompleted, waitFor(t, events, first.Job.ID).Kind)
+		jobs := perSlotJobs()
+		require.Len(t, jobs, 8)
 
-	unknown, err := client.Insert(ctx, bootstrap.NewArgs("reports", start), opts)
-	require.NoError(t, err)
-	ev = waitFor(unknown.Job.ID)
-	require.Equal(t, river.EventKindJobCancelled, ev.Kind)
-	require.Equal(t, rivertype.JobStateCancelled, ev.Job.State)
-	require.Contains(t, ev.Job.Errors[0].Error, `no riverslot task "reports" is registered in this process`)
-	require.Len(t, perSlotJobs(), 8)
+		// Slot 3's job failed for good; the cycle is bootstrapped again.
+		var slot3 int64
+		require.NoError(t, client.Driver().GetExecutor().QueryRow(ctx,
+			"UPDATE "+pgx.Identifier{client.Schema(), "river_job"}.Sanitize()+
+				" SET state = 'discarded', finalized_at = now() WHERE kind = $1 AND (args->>'slot')::int = 3 RETURNING id", perslot.Kind).Scan(&slot3))
+		second, err := client.Insert(ctx, args, &river.InsertOpts{Queue: "slots", UniqueOpts: taskspec.UniqueEveryState()})
+		require.NoError(t, err)
+		require.True(t, second.UniqueSkippedAsDuplicate, "the completed bootstrap blocks a second one")
+
+		// Even a bootstrap that bypasses its own uniqueness adds no per-slot job.
+		third, err := client.Insert(ctx, args, &river.InsertOpts{Queue: "slots", Metadata: []byte(`{"rerun":true}`)})
+		require.NoError(t, err)
+		require.Equal(t, river.EventKindJobCompleted, waitFor(t, events, third.Job.ID).Kind)
+		after := perSlotJobs()
+		require.Len(t, after, 8, "re-running a cycle must not add per-slot jobs")
+		require.Equal(t, "discarded", after[3].State, "the failed slot is retried by an operator, not replaced")
+	})
+
+	t.Run("OtherPlanRunsUnderItsOwnPlan", func(t *testing.T) {
+		t.Parallel()
+		ctx, client, events, perSlotJobs := setup(t)
+
+		// Made before Cycle changed from 60 s (4 slots of 15 s) to 120 s.
+		other := bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: "60s/4/0000000000000001"}
+		res, err := client.Insert(ctx, other, insertOpts)
+		require.NoError(t, err)
+		require.Equal(t, river.EventKindJobCompleted, waitFor(t, events, res.Job.ID).Kind)
+		got := perSlotJobs()
+		require.Len(t, got, 4)
+		for i, j := range got {
+			require.Equal(t, other.Plan, j.Args.Plan)
+			want := time.Date(2030, 1, 1, 0, 2, 0, 0, time.UTC).Add(time.Duration(i)*15*time.Second - 3*time.Second)
+			require.True(t, want.Equal(j.ScheduledAt), "slot %d scheduled at %s, want %s", i, j.ScheduledAt, want)
+		}
+	})
+
+	t.Run("UnreadablePlanOrUnknownTaskIsCancelled", func(t *testing.T) {
+		t.Parallel()
+		ctx, client, events, perSlotJobs := setup(t)
+
+		for _, tt := range []struct {
+			args    bootstrap.Args
+			wantErr string
+		}{
+			{bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: "weekly"}, `plan id "weekly" is not of the form <seconds>s/<slots>/<seed>`},
+			{bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: "60s/8/01"}, `a 1m0s cycle has 4 slots, not 8`},
+			{bootstrap.Args{Task: "reports", CycleStart: start.UTC(), Plan: planOf(t)}, `no riverslot task "reports" is registered in this process`},
+		} {
+			res, err := client.Insert(ctx, tt.args, insertOpts)
+			require.NoError(t, err)
+			ev := waitFor(t, events, res.Job.ID)
+			require.Equal(t, river.EventKindJobCancelled, ev.Kind)
+			require.Equal(t, rivertype.JobStateCancelled, ev.Job.State)
+			require.Contains(t, ev.Job.Errors[0].Error, tt.wantErr)
+		}
+		require.Empty(t, perSlotJobs())
+	})
+}
+
+// planOf is the plan id of the fixture task, written out: 120 s, 8 slots,
+// the FNV-1a seed of "transactions".
+func planOf(t *testing.T) string {
+	t.Helper()
+	return riverslottest.Spec(t, "transactions", "s", "accounts", "", 2*time.Minute, 1).PlanID
 }

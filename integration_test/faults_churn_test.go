@@ -34,14 +34,13 @@ func TestAccountChurn(t *testing.T) {
 		cycle    = 40 * time.Second
 	)
 	ctx, b := setup(t, accounts)
-	plugin, err := riverutil.New(b.pool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{{
+	scheduler := newScheduler(t, b, riverutil.Task{
 		Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync(),
 		Queue: "sync", ControlQueue: river.QueueDefault,
-	}}})
-	require.NoError(t, err)
-	plan, _ := plugin.Plan("transactions")
-	schedule, _ := plugin.Schedule("transactions")
-	client := startClient(ctx, t, b, plugin, river.QueueDefault, "sync")
+	})
+	plan := taskInfo(t, scheduler, "transactions").Plan
+	schedule := taskInfo(t, scheduler, "transactions").Schedule
+	client := startClient(ctx, t, b, scheduler, false, river.QueueDefault, "sync")
 
 	// Sync jobs wait in a paused queue until the churn is done, so that the
 	// accounts deleted below certainly have a sync job enqueued and not yet
@@ -51,10 +50,10 @@ func TestAccountChurn(t *testing.T) {
 		return client.QueuePause(ctx, "sync", nil) == nil
 	})
 
-	c1 := schedule.Next(time.Now().Add(2 * time.Second))
+	c1 := schedule.Next(time.Now().Add(10 * time.Second))
 	c2 := c1.Add(cycle)
 	for _, s := range []time.Time{c1, c2} {
-		_, err := plugin.EnqueueCycle(ctx, client, "transactions", s)
+		_, err := scheduler.EnqueueCycle(ctx, client, "transactions", s)
 		require.NoError(t, err)
 	}
 	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
@@ -66,7 +65,7 @@ func TestAccountChurn(t *testing.T) {
 	})
 
 	// Delete accounts whose cycle-1 sync job is enqueued but not yet run.
-	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid FROM "+jobs+" WHERE kind = $1 AND state IN ('scheduled', 'available') AND attempted_at IS NULL AND (args->>'cycle_start')::timestamptz = $2 ORDER BY id LIMIT 20", syncjob.KindDefault, c1)
+	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid FROM "+jobs+" WHERE kind = $1 AND state IN ('scheduled', 'available') AND attempted_at IS NULL AND (args->>'cycle_start')::timestamptz = $2 ORDER BY id LIMIT 20", syncjob.Kind, c1)
 	require.NoError(t, err)
 	deleted, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	require.NoError(t, err)
@@ -98,7 +97,7 @@ func TestAccountChurn(t *testing.T) {
 	require.NoError(t, rows.Err())
 
 	syncJobs := func(id uuid.UUID, cycleStart time.Time) []*rivertype.JobRow {
-		rows, err := b.pool.Query(ctx, "SELECT state, errors IS NULL FROM "+jobs+" WHERE kind = $1 AND (args->>'account_id')::uuid = $2 AND (args->>'cycle_start')::timestamptz = $3", syncjob.KindDefault, id, cycleStart)
+		rows, err := b.pool.Query(ctx, "SELECT state, errors IS NULL FROM "+jobs+" WHERE kind = $1 AND (args->>'account_id')::uuid = $2 AND (args->>'cycle_start')::timestamptz = $3", syncjob.Kind, id, cycleStart)
 		require.NoError(t, err)
 		var out []*rivertype.JobRow
 		for rows.Next() {
@@ -147,7 +146,7 @@ func TestAccountChurn(t *testing.T) {
 	// offsetsIn maps each account with a sync job in the cycle to its
 	// scheduled time minus the cycle start.
 	offsetsIn := func(cycleStart time.Time) map[uuid.UUID]time.Duration {
-		rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.KindDefault, cycleStart)
+		rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.Kind, cycleStart)
 		require.NoError(t, err)
 		out := map[uuid.UUID]time.Duration{}
 		for rows.Next() {
@@ -170,8 +169,8 @@ func TestAccountChurn(t *testing.T) {
 		}
 	}
 
-	m1 := b.measure(ctx, t, "transactions", syncjob.KindDefault, c1)
-	m2 := b.measure(ctx, t, "transactions", syncjob.KindDefault, c2)
+	m1 := b.measure(ctx, t, "transactions", c1)
+	m2 := b.measure(ctx, t, "transactions", c2)
 	t.Logf("added=%d (synced cycle 1: %d, from cycle 2: %d, inserted during their slot's fan-out: %d) deleted=%d existing offsets moved=%d of %d",
 		len(added), thisCycle, nextCycle, ambiguous, len(deleted), moved, compared)
 	t.Logf("cycle 2: accounts=%d synced_once=%d missed=%d duplicated=%d", m2.Accounts, m2.SyncedOnce, m2.Missed, m2.Duplicated)

@@ -40,22 +40,21 @@ func TestDatabaseRestart(t *testing.T) {
 	require.NoError(t, err)
 	b := &testBundle{ids: ids, pool: pool, schema: schema}
 
-	plugin, err := riverutil.New(pool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{{
+	scheduler := newScheduler(t, b, riverutil.Task{
 		Name: "transactions", Cycle: cycle, Schema: schema, Table: "accounts", Filter: "active",
 		BatchSize: 200, PerSlotTimeout: 4 * time.Second, SyncTimeout: 2 * time.Second, Sync: b.recordSync(),
-	}}})
-	require.NoError(t, err)
-	workers := river.NewWorkers()
-	require.NoError(t, plugin.AddWorkers(workers))
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+	})
+	config := &river.Config{
 		Schema:               schema,
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}},
-		Workers:              workers,
-		Logger:               quietLogger(),
+		Logger:               riverslottest.Logger(t),
 		FetchPollInterval:    200 * time.Millisecond,
 		JobTimeout:           2 * time.Second,
 		RescueStuckJobsAfter: 5 * time.Second, // jobs whose completion was lost in the restart
-	})
+	}
+	require.NoError(t, scheduler.Configure(config))
+	config.PeriodicJobs = nil
+	client, err := river.NewClient(riverpgxv5.New(pool), config)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {
@@ -64,9 +63,9 @@ func TestDatabaseRestart(t *testing.T) {
 		_ = client.Stop(stopCtx)
 	})
 
-	schedule, _ := plugin.Schedule("transactions")
-	start := schedule.Next(time.Now().Add(3 * time.Second))
-	_, err = plugin.EnqueueCycle(ctx, client, "transactions", start)
+	schedule := taskInfo(t, scheduler, "transactions").Schedule
+	start := schedule.Next(time.Now().Add(8 * time.Second))
+	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)
 	require.NoError(t, err)
 
 	// Middle of slot 2 (slots are 5 s).
@@ -78,11 +77,11 @@ func TestDatabaseRestart(t *testing.T) {
 	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
 	waitFor(t, time.Until(start.Add(cycle))+120*time.Second, "the cycle to complete after the restart", func() bool {
 		var n int64
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", syncjob.KindDefault).Scan(&n)
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", syncjob.Kind).Scan(&n)
 		return err == nil && n == accounts
 	})
 
-	m := b.measure(ctx, t, "transactions", syncjob.KindDefault, start)
+	m := b.measure(ctx, t, "transactions", start)
 	calls := b.count(ctx, t, "SELECT count(*) FROM "+pgx.Identifier{schema, "synced"}.Sanitize())
 	retried := b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE attempt > 1")
 	t.Logf("accounts=%d synced_once=%d missed=%d duplicated=%d sync_calls=%d (re-executions after the restart: %d) jobs_retried=%d peak_pending=%d",

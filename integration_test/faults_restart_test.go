@@ -30,36 +30,35 @@ func TestRestartAcrossSlots(t *testing.T) {
 	)
 	for _, tt := range []struct {
 		name      string
-		policy    perslot.LatePolicy
+		policy    riverutil.LatePolicy
 		lateGrace time.Duration
 	}{
-		{"Spread", perslot.LatePolicySpread, 0},
-		{"Skip", perslot.LatePolicySkip, 0},
-		{"NoPolicyBaseline", perslot.LatePolicySpread, cycle},
+		{"Spread", riverutil.LatePolicySpread, 0},
+		{"Skip", riverutil.LatePolicySkip, 0},
+		{"NoPolicyBaseline", riverutil.LatePolicySpread, cycle},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
 			ctx, b := setup(t, accounts)
-			plugin, err := riverutil.New(b.pool, &riverutil.Config{Logger: quietLogger(), Tasks: []riverutil.Task{{
+			scheduler := newScheduler(t, b, riverutil.Task{
 				Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active",
 				LatePolicy: tt.policy, LateGrace: tt.lateGrace, Sync: b.recordSync(),
-			}}})
-			require.NoError(t, err)
-			plan, _ := plugin.Plan("transactions")
+			})
+			plan := taskInfo(t, scheduler, "transactions").Plan
 			require.Equal(t, 16, plan.Slots)
-			schedule, _ := plugin.Schedule("transactions")
+			schedule := taskInfo(t, scheduler, "transactions").Schedule
 
 			// The cycle is enqueued (the trigger ran), then every client is down.
 			insertOnly, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema})
 			require.NoError(t, err)
 			start := schedule.Next(time.Now().Add(2 * time.Second))
-			_, err = plugin.EnqueueCycle(ctx, insertOnly, "transactions", start)
+			_, err = scheduler.EnqueueCycle(ctx, insertOnly, "transactions", start)
 			require.NoError(t, err)
 
 			restart := start.Add(downSlots * plan.SlotDuration)
 			time.Sleep(time.Until(restart)) // the outage itself: nothing may run before restart
-			startClient(ctx, t, b, plugin, river.QueueDefault)
+			startClient(ctx, t, b, scheduler, false, river.QueueDefault)
 
 			jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
 			waitFor(t, time.Until(start.Add(cycle))+90*time.Second, "the cycle to finish", func() bool {
@@ -67,7 +66,7 @@ func TestRestartAcrossSlots(t *testing.T) {
 					b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE state NOT IN ('completed', 'cancelled', 'discarded')") == 0
 			})
 
-			m := b.measure(ctx, t, "transactions", syncjob.KindDefault, start)
+			m := b.measure(ctx, t, "transactions", start)
 			var skipped, lateAccounts int64
 			for _, id := range b.ids {
 				if plan.SlotOf(id) < downSlots {
@@ -78,11 +77,11 @@ func TestRestartAcrossSlots(t *testing.T) {
 
 			// Burst after the restart: sync jobs already due when inserted,
 			// and the spread of start times (per-second starts).
-			dueAtOnce := b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND scheduled_at <= created_at + interval '1 second'", syncjob.KindDefault)
+			dueAtOnce := b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND scheduled_at <= created_at + interval '1 second'", syncjob.Kind)
 			var maxPerSec, meanPerSec, spreadSeconds float64
 			require.NoError(t, b.pool.QueryRow(ctx, `SELECT max(n), avg(n), extract(epoch FROM max(s) - min(s))::float8 FROM (
 				SELECT date_trunc('second', attempted_at) AS s, count(*)::float8 AS n FROM `+jobs+`
-				WHERE kind = $1 GROUP BY 1) per_second`, syncjob.KindDefault).Scan(&maxPerSec, &meanPerSec, &spreadSeconds))
+				WHERE kind = $1 GROUP BY 1) per_second`, syncjob.Kind).Scan(&maxPerSec, &meanPerSec, &spreadSeconds))
 			t.Logf("%s: accounts=%d late_accounts(slots 0-%d)=%d sync_jobs=%d synced_once=%d missed=%d duplicated=%d skipped=%d due_at_once=%d peak_pending=%d accounts/slots=%d starts/s max=%.0f mean=%.1f (max/mean %.1f) over %.0fs",
 				tt.name, accounts, downSlots-1, lateAccounts, m.SyncJobs, m.SyncedOnce, m.Missed, m.Duplicated, skipped, dueAtOnce, m.PeakPending,
 				accounts/plan.Slots, maxPerSec, meanPerSec, maxPerSec/meanPerSec, spreadSeconds)

@@ -3,8 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -25,8 +25,18 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"))
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath)) // the riverslot binary built for the process tests
+	}
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+			goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1")); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 type testBundle struct {
@@ -71,35 +81,35 @@ func setup(t *testing.T, accounts int) (context.Context, *testBundle) {
 // recordSync returns a SyncFunc that records each call in the synced table.
 func (b *testBundle) recordSync() syncjob.SyncFunc {
 	table := pgx.Identifier{b.schema, "synced"}.Sanitize()
-	return func(ctx context.Context, accountID uuid.UUID, job *river.Job[syncjob.Args]) error {
+	return func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
 		_, err := b.pool.Exec(ctx, "INSERT INTO "+table+" (task, account_id, cycle_start) VALUES ($1, $2, $3)",
 			job.Args.Task, accountID, job.Args.CycleStart)
 		return err
 	}
 }
 
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-// startClient builds and starts a River client for plugin working queues.
-func startClient(ctx context.Context, t *testing.T, b *testBundle, plugin *riverutil.Plugin, queues ...string) *river.Client[pgx.Tx] {
+// startClient builds a River client through scheduler.Configure, working
+// queues (40 workers each), and starts it. With periodic false the cycle
+// triggers are left out: the test enqueues its cycles itself.
+func startClient(ctx context.Context, t *testing.T, b *testBundle, scheduler *riverutil.Scheduler, periodic bool, queues ...string) *river.Client[pgx.Tx] {
 	t.Helper()
 
-	workers := river.NewWorkers()
-	require.NoError(t, plugin.AddWorkers(workers))
 	qc := map[string]river.QueueConfig{}
 	for _, q := range queues {
 		qc[q] = river.QueueConfig{MaxWorkers: 40}
 	}
-	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
+	config := &river.Config{
 		Schema:            b.schema,
 		Queues:            qc,
-		Workers:           workers,
-		Logger:            quietLogger(),
+		Logger:            riverslottest.Logger(t),
 		FetchPollInterval: 200 * time.Millisecond,
 		TestOnly:          true,
-	})
+	}
+	require.NoError(t, scheduler.Configure(config))
+	if !periodic {
+		config.PeriodicJobs = nil
+	}
+	client, err := river.NewClient(riverpgxv5.New(b.pool), config)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	var once sync.Once
@@ -111,6 +121,30 @@ func startClient(ctx context.Context, t *testing.T, b *testBundle, plugin *river
 		})
 	})
 	return client
+}
+
+// newScheduler builds a scheduler logging through t.
+func newScheduler(t *testing.T, b *testBundle, tasks ...riverutil.Task) *riverutil.Scheduler {
+	t.Helper()
+	s, err := riverutil.New(b.pool, &riverutil.Config{Logger: riverslottest.Logger(t), Tasks: tasks})
+	require.NoError(t, err)
+	return s
+}
+
+// taskInfo returns the validated task.
+func taskInfo(t *testing.T, s *riverutil.Scheduler, name string) riverutil.TaskInfo {
+	t.Helper()
+	info, err := s.Task(name)
+	require.NoError(t, err)
+	return info
+}
+
+// offsetForStartIn returns the TriggerOffset that puts a cycle start d from
+// now (rounded to whole seconds), and that start.
+func offsetForStartIn(cycle, d time.Duration) (time.Duration, time.Time) {
+	start := time.Now().Add(d).Truncate(time.Second)
+	off := time.Duration(start.UnixNano()) % cycle
+	return off, start
 }
 
 // waitFor polls cond until it is true or the deadline passes. It waits for a
@@ -145,7 +179,7 @@ func (b *testBundle) count(ctx context.Context, t *testing.T, sql string, args .
 	return n
 }
 
-func (b *testBundle) measure(ctx context.Context, t *testing.T, task, syncKind string, cycleStart time.Time) *measure.Cycle {
+func (b *testBundle) measure(ctx context.Context, t *testing.T, task string, cycleStart time.Time) *measure.Cycle {
 	t.Helper()
 
 	c, err := measure.MeasureCycle(ctx, b.pool, measure.Target{
@@ -153,7 +187,7 @@ func (b *testBundle) measure(ctx context.Context, t *testing.T, task, syncKind s
 		AccountsTable: pgx.Identifier{b.schema, "accounts"}.Sanitize(),
 		IDColumn:      "id",
 		Filter:        "active",
-		SyncKind:      syncKind,
+		SyncKind:      syncjob.Kind,
 		Task:          task,
 	}, cycleStart)
 	require.NoError(t, err)

@@ -1,21 +1,35 @@
 package perslot
 
-import "time"
+import (
+	"time"
+
+	"github.com/riverslot/riverslot/internal/taskspec"
+)
 
 // Kind is the River job kind of per-slot jobs. Tasks share it; the args carry
 // the task name.
 const Kind = "riverslot_perslot"
 
 // Args are the arguments of a per-slot job. One job exists per (task, cycle
-// start, slot): it is inserted as a unique job by its args.
+// start, slot, plan): it is inserted as a unique job by its args, in every
+// state, so a failed one is retried rather than replaced.
 type Args struct {
 	Task       string    `json:"task"`
 	CycleStart time.Time `json:"cycle_start"`
 	Slot       int       `json:"slot"`
+	// Plan identifies the slot plan the job was made for (cycle, slots and
+	// seed). A per-slot job made under another plan is cancelled, not run.
+	Plan string `json:"plan"`
 }
 
 // Kind returns Kind.
 func (Args) Kind() string { return Kind }
+
+// NewArgs returns the per-slot args of slot in spec's cycle starting at
+// cycleStart.
+func NewArgs(spec *taskspec.Spec, cycleStart time.Time, slot int) Args {
+	return Args{Task: spec.Name, CycleStart: cycleStart.UTC(), Slot: slot, Plan: spec.PlanID}
+}
 
 // Cursor is the fan-out position persisted after every committed batch.
 type Cursor struct {

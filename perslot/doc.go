@@ -10,9 +10,18 @@
 // times out or whose process dies is retried from the last committed batch:
 // no account is enqueued twice and none is skipped. Memory holds one batch.
 //
-// Times are computed from the cycle anchor, never from "now": a per-slot job
-// that runs a little late schedules every account at its usual target (those
-// already past are runnable at once). Accounts whose target is more than
-// LateGrace in the past are handled by the task's LatePolicy: spread over a
-// fresh catch-up window as long as the slot is late (the default) or skipped until the next cycle.
+// A per-slot job runs the task's Lead before its slot, so its sync jobs are
+// in the queue before River's scheduler must promote them. Times are computed
+// from the cycle anchor, never from "now": a per-slot job that runs a little
+// late schedules every account at its usual target (those already past are
+// runnable at once). Accounts whose target is more than LateGrace in the past
+// are handled by the task's LatePolicy: spread over a fresh catch-up window
+// as long as the slot is late (the default) or skipped until the next cycle;
+// a late sync that would land less than half a cycle before the account's
+// regular time in the next cycle is skipped under either policy.
+//
+// Every page of accounts must advance strictly past the cursor inside the
+// slot's bucket range (ErrKeysetStalled otherwise, and the batch inserts
+// nothing), and a per-slot job made for another plan (cycle, slots, seed)
+// than the node's is cancelled with a warning.
 package perslot

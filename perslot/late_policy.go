@@ -1,41 +1,11 @@
 package perslot
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/slotplan"
 )
-
-// LatePolicy decides what a per-slot job does with accounts whose target
-// time is more than LateGrace in the past when it enqueues them, which
-// happens after an outage or when the bootstrap of a cycle runs mid-cycle.
-type LatePolicy string
-
-const (
-	// LatePolicySpread schedules each late account at now + a deterministic
-	// offset inside a catch-up window as long as the slot is late (now -
-	// slot start, rounded up to whole slots, at most a cycle). A slot that
-	// is one slot late is replayed over one slot; after an outage of m
-	// slots, slot 0 is replayed over m slots and slot m-1 over one, so the
-	// catch-up load is about ln(m)+0.6 times the normal rate at its start
-	// and falls off, instead of every missed account being due at once. No
-	// account waits more than twice as long as its slot was late. This is
-	// the default.
-	LatePolicySpread LatePolicy = "spread"
-
-	// LatePolicySkip does not enqueue late accounts; they are synced at their
-	// usual time next cycle. The skipped count is logged and kept in the
-	// per-slot job's cursor.
-	LatePolicySkip LatePolicy = "skip"
-)
-
-// Validate returns an error naming the field for an unknown policy.
-func (p LatePolicy) Validate() error {
-	switch p {
-	case LatePolicySpread, LatePolicySkip:
-		return nil
-	}
-	return fmt.Errorf("LatePolicy must be %q or %q, got %q", LatePolicySpread, LatePolicySkip, string(p))
-}
 
 // catchUpWindow is the window late accounts of a slot are spread over: how
 // late the slot is (now - slot start) rounded up to whole slots, at least
@@ -45,4 +15,37 @@ func catchUpWindow(now, slotStart time.Time, slotDuration, cycle time.Duration) 
 	slots := (late + slotDuration - 1) / slotDuration
 	w := max(slots, 1) * slotDuration
 	return min(w, cycle)
+}
+
+// placement is where one account's sync goes.
+type placement struct {
+	target time.Time
+	skip   bool
+}
+
+// place returns the account's sync time in the cycle starting at cycleStart,
+// seen at now. An account at most LateGrace past its target keeps it. A
+// later one is skipped under LatePolicySkip; under LatePolicySpread it is
+// moved to now + its deterministic offset in a window as long as the slot is
+// late (catchUpWindow), cut so that it ends half a cycle after the slot's
+// start: no late sync lands less than half a cycle before the account's
+// regular time in the next cycle. A slot more than half a cycle late has no
+// window left and its late accounts are skipped: the next cycle covers them,
+// within half a cycle.
+func place(spec *taskspec.Spec, now, cycleStart, slotStart time.Time, hash uint64) placement {
+	target := slotStart.Add(slotplan.OffsetIn(hash, spec.Plan.SlotDuration))
+	if now.Sub(target) <= spec.LateGrace {
+		return placement{target: target}
+	}
+	if spec.LatePolicy == taskspec.LatePolicySkip {
+		return placement{skip: true}
+	}
+	// The next cycle's start minus half a cycle: on a wall-clock schedule
+	// the next cycle may start 23 h or 25 h later.
+	deadline := spec.Schedule.Next(cycleStart).Add(slotStart.Sub(cycleStart) - spec.Plan.Cycle/2)
+	window := min(catchUpWindow(now, slotStart, spec.Plan.SlotDuration, spec.Plan.Cycle), deadline.Sub(now))
+	if window <= 0 {
+		return placement{skip: true}
+	}
+	return placement{target: now.Add(slotplan.OffsetIn(hash, window)).Truncate(time.Microsecond)}
 }

@@ -4,7 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/slotplan"
 )
 
 func TestCatchUpWindow(t *testing.T) {
@@ -28,12 +33,65 @@ func TestCatchUpWindow(t *testing.T) {
 	}
 }
 
-func TestLatePolicyValidate(t *testing.T) {
+func TestPlace(t *testing.T) {
 	t.Parallel()
 
-	require.NoError(t, LatePolicySpread.Validate())
-	require.NoError(t, LatePolicySkip.Validate())
-	require.EqualError(t, LatePolicy("").Validate(), `LatePolicy must be "spread" or "skip", got ""`)
+	spec := riverslottest.Spec(t, "transactions", "s", "accounts", "", 120*time.Second, 100) // 8 slots of 15 s
+	cycleStart := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	const hash = uint64(1) << 63 // offset: half of any window
+	slot := func(i int) time.Time { return cycleStart.Add(time.Duration(i) * 15 * time.Second) }
+
+	t.Run("OnTimeKeepsTarget", func(t *testing.T) {
+		t.Parallel()
+		p := place(spec, slot(2).Add(-5*time.Second), cycleStart, slot(2), hash)
+		require.False(t, p.skip)
+		require.Equal(t, slot(2).Add(7500*time.Millisecond), p.target)
+	})
+	t.Run("WithinGraceKeepsTarget", func(t *testing.T) {
+		t.Parallel()
+		now := slot(2).Add(7500*time.Millisecond + spec.LateGrace)
+		p := place(spec, now, cycleStart, slot(2), hash)
+		require.False(t, p.skip)
+		require.Equal(t, slot(2).Add(7500*time.Millisecond), p.target)
+	})
+	t.Run("LateIsSpreadOverTheCatchUpWindow", func(t *testing.T) {
+		t.Parallel()
+		now := slot(1).Add(25 * time.Second) // the slot is 25 s late: a 2-slot window of 30 s
+		p := place(spec, now, cycleStart, slot(1), hash)
+		require.False(t, p.skip)
+		require.Equal(t, now.Add(15*time.Second), p.target)
+	})
+	t.Run("WindowEndsHalfACycleBeforeTheNextCycle", func(t *testing.T) {
+		t.Parallel()
+		// 40 s late: the catch-up window (3 slots, 45 s) is cut to end at
+		// slot start + 60 s, 20 s from now, so the sync lands at least half a
+		// cycle before the account's regular time in the next cycle.
+		now := slot(1).Add(40 * time.Second)
+		p := place(spec, now, cycleStart, slot(1), hash)
+		require.False(t, p.skip)
+		require.Equal(t, now.Add(10*time.Second), p.target)
+		next := slot(1).Add(120*time.Second + 7500*time.Millisecond)
+		require.GreaterOrEqual(t, next.Sub(p.target), 60*time.Second)
+	})
+	t.Run("MoreThanHalfACycleLateIsSkipped", func(t *testing.T) {
+		t.Parallel()
+		p := place(spec, slot(0).Add(61*time.Second), cycleStart, slot(0), hash)
+		require.True(t, p.skip)
+	})
+	t.Run("StaleCycleIsSkipped", func(t *testing.T) {
+		t.Parallel()
+		// A whole cycle and a half late: the next cycle's regular time has
+		// passed already.
+		p := place(spec, slot(0).Add(180*time.Second), cycleStart, slot(0), hash)
+		require.True(t, p.skip)
+	})
+	t.Run("SkipPolicySkipsLate", func(t *testing.T) {
+		t.Parallel()
+		skip := *spec
+		skip.LatePolicy = taskspec.LatePolicySkip
+		p := place(&skip, slot(1).Add(40*time.Second), cycleStart, slot(1), hash)
+		require.True(t, p.skip)
+	})
 }
 
 func TestRetryBackoff(t *testing.T) {
@@ -45,4 +103,22 @@ func TestRetryBackoff(t *testing.T) {
 	} {
 		require.Equal(t, want, retryBackoff(attempt), "attempt %d", attempt)
 	}
+}
+
+func TestSyncedByOlderPlan(t *testing.T) {
+	t.Parallel()
+
+	oldPlan, err := slotplan.New(60 * time.Second) // 4 slots of 15 s
+	require.NoError(t, err)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	id := uuid.MustParse("6ba7b810-9dad-41d1-80b4-00c04fd430c8") // bucket 0xc8: slot 3 of 4
+	oldTarget := oldPlan.Target(start, 7, id)
+	o := overlap{plan: oldPlan, seed: 7, cycleStart: start, slots: map[int]bool{3: true}}
+
+	require.True(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(59*time.Second), time.Minute))
+	require.True(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(-59*time.Second), time.Minute))
+	require.False(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(61*time.Second), time.Minute), "far enough apart: both sync")
+	o.slots = map[int]bool{0: true, 1: true, 2: true} // slot 3's old per-slot job was cancelled or discarded
+	require.False(t, syncedByOlderPlan([]overlap{o}, id, oldTarget, time.Minute), "the old cycle does not sync it: this one must")
+	require.False(t, syncedByOlderPlan(nil, id, oldTarget, time.Minute))
 }

@@ -1,6 +1,7 @@
 package perslot
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 	"github.com/riverslot/riverslot/syncjob"
@@ -26,25 +28,12 @@ const stepFanOut = "fan_out"
 // another attempt took over. The attempt stops without inserting anything.
 var ErrLostOwnership = errors.New("per-slot job is no longer owned by this attempt")
 
-// Task is what the per-slot worker needs to know about one task. riverutil
-// builds it from a validated riverutil.Task.
-type Task struct {
-	Name string
-	Plan slotplan.Plan
-	Seed uint64
-
-	Schema, Table, IDColumn, Filter string
-
-	BatchSize  int
-	LatePolicy LatePolicy
-	LateGrace  time.Duration
-	Timeout    time.Duration
-
-	// SyncKind and SyncOpts shape each sync job; SyncOpts.ScheduledAt is
-	// ignored (each account gets its own).
-	SyncKind string
-	SyncOpts river.InsertOpts
-}
+// ErrKeysetStalled is returned by a fan-out batch whose page of accounts does
+// not advance strictly past the cursor in (bucket, id) order or leaves the
+// slot's bucket range. The batch inserts nothing: fanning out such a page
+// could loop over the same accounts forever. It means the selection query
+// does not return what it should (a filter, collation or index surprise).
+var ErrKeysetStalled = errors.New("per-slot page did not advance past the cursor")
 
 // Result is recorded as the per-slot job's output when the fan-out finishes.
 type Result struct {
@@ -60,56 +49,22 @@ type Worker struct {
 
 	logger *slog.Logger
 	pool   *pgxpool.Pool
-	tasks  map[string]*workerTask
-}
+	specs  map[string]*taskspec.Spec
 
-type workerTask struct {
-	Task
-
-	firstSQL string
-	nextSQL  string
+	// beforeBatch, when set (tests only), runs before each batch's
+	// transaction begins; batch counts from 1 across attempts. An error
+	// fails the batch, as a lost connection would.
+	beforeBatch func(ctx context.Context, job *river.Job[Args], batch int) error
 }
 
 // NewWorker returns a per-slot worker that selects accounts through pool.
+// riverutil builds it.
 func NewWorker(pool *pgxpool.Pool, logger *slog.Logger) *Worker {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	return &Worker{logger: logger, pool: pool, tasks: make(map[string]*workerTask)}
+	return &Worker{logger: logger, pool: pool, specs: make(map[string]*taskspec.Spec)}
 }
 
-// AddTask makes the worker serve task.
-func (w *Worker) AddTask(task Task) error {
-	if _, ok := w.tasks[task.Name]; ok {
-		return fmt.Errorf("per-slot worker already serves task %q", task.Name)
-	}
-	if task.BatchSize < 1 {
-		return fmt.Errorf("task %q: BatchSize must be at least 1, got %d", task.Name, task.BatchSize)
-	}
-	if err := task.LatePolicy.Validate(); err != nil {
-		return fmt.Errorf("task %q: %w", task.Name, err)
-	}
-	first, next := selectSQL(task)
-	w.tasks[task.Name] = &workerTask{Task: task, firstSQL: first, nextSQL: next}
-	return nil
-}
-
-// selectSQL returns the first-page and next-page keyset queries. Both walk
-// the bucket index in (bucket, id) order; values are bind parameters.
-func selectSQL(task Task) (first, next string) {
-	id := pgx.Identifier{task.IDColumn}.Sanitize()
-	expr := sqlbucket.Expr(task.IDColumn)
-	table := sqlbucket.QualifiedTable(task.Schema, task.Table)
-	filter := ""
-	if task.Filter != "" {
-		filter = " AND (" + task.Filter + ")"
-	}
-	head := "SELECT " + id + ", " + expr + " FROM " + table + " WHERE " + expr + " BETWEEN $1 AND $2"
-	tail := filter + " ORDER BY " + expr + ", " + id + " LIMIT $3"
-	first = head + tail
-	next = head + " AND (" + expr + ", " + id + ") > ($4::int, $5::uuid)" + tail
-	return first, next
-}
+// AddTask makes the worker serve the task of spec.
+func (w *Worker) AddTask(spec *taskspec.Spec) { w.specs[spec.Name] = spec }
 
 // Register adds the worker to workers.
 func (w *Worker) Register(workers *river.Workers) error {
@@ -118,14 +73,14 @@ func (w *Worker) Register(workers *river.Workers) error {
 
 // Timeout returns the task's per-slot timeout.
 func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
-	if t, ok := w.tasks[job.Args.Task]; ok {
-		return t.Timeout
+	if spec, ok := w.specs[job.Args.Task]; ok {
+		return spec.PerSlotTimeout
 	}
 	return 0
 }
 
-// RetryBackoffMax caps the per-slot retry backoff.
-const RetryBackoffMax = 30 * time.Second
+// retryBackoffMax caps the per-slot retry backoff.
+const retryBackoffMax = 30 * time.Second
 
 // NextRetry schedules the retry of a failed or timed-out fan-out soon: 1 s,
 // 2 s, 4 s, 8 s, 16 s, then every 30 s. Its slot is current, and the retry
@@ -138,17 +93,27 @@ func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
 
 func retryBackoff(attempt int) time.Duration {
 	d := time.Second << min(max(attempt-1, 0), 5)
-	return min(d, RetryBackoffMax)
+	return min(d, retryBackoffMax)
 }
 
 // Work fans the slot out into sync jobs, resuming from the persisted cursor.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
-	task, ok := w.tasks[job.Args.Task]
+	spec, ok := w.specs[job.Args.Task]
 	if !ok {
-		return river.JobCancel(fmt.Errorf("no riverslot task %q is registered in this process; register it with riverutil or delete the job", job.Args.Task))
+		return river.JobCancel(fmt.Errorf("no riverslot task %q is registered in this process; register it or delete the job", job.Args.Task))
 	}
-	if job.Args.Slot < 0 || job.Args.Slot >= task.Plan.Slots {
-		return river.JobCancel(fmt.Errorf("slot %d out of range for task %q with %d slots (was the cycle changed?)", job.Args.Slot, task.Name, task.Plan.Slots))
+	nodeSpec := spec
+	spec, err := spec.ForPlan(job.Args.Plan, job.Args.CycleStart)
+	if err != nil {
+		return river.JobCancel(fmt.Errorf("error reading the plan of per-slot job: %w", err))
+	}
+	if spec != nodeSpec {
+		w.logger.WarnContext(ctx, "riverslot: per-slot job was made for another plan than this node's; running it under its own plan (Cycle or Seed changed, or nodes of a rolling deploy disagree)",
+			slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
+			slog.String("job_plan", job.Args.Plan), slog.String("node_plan", nodeSpec.PlanID), slog.Int64("job_id", job.ID))
+	}
+	if job.Args.Slot < 0 || job.Args.Slot >= spec.Plan.Slots {
+		return river.JobCancel(fmt.Errorf("slot %d out of range for task %q with %d slots", job.Args.Slot, spec.Name, spec.Plan.Slots))
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
@@ -156,72 +121,94 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 
 	river.ResumableStepCursor(ctx, stepFanOut, nil, func(ctx context.Context, cursor Cursor) error {
-		return w.fanOut(ctx, client, task, job, cursor)
+		err := w.fanOut(ctx, client, spec, job, cursor)
+		if err != nil {
+			w.logger.WarnContext(ctx, "riverslot: per-slot fan-out failed; River retries it from its last committed batch",
+				slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
+				slog.Int("attempt", job.Attempt), slog.Int("max_attempts", job.MaxAttempts), slog.Int64("job_id", job.ID),
+				slog.String("error", err.Error()))
+		}
+		return err
 	})
 	return nil
 }
 
-func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], task *workerTask, job *river.Job[Args], cursor Cursor) error {
-	var (
-		plan       = task.Plan
-		cycleStart = job.Args.CycleStart
-		slot       = job.Args.Slot
-		slotStart  = plan.SlotStart(cycleStart, slot)
-		lo, hi     = plan.BucketRange(slot)
-		fenceSQL   = "SELECT attempt, state FROM " + sqlbucket.QualifiedTable(client.Schema(), "river_job") + " WHERE id = $1 FOR UPDATE"
-		params     = make([]river.InsertManyParams, 0, task.BatchSize)
-		opts       = make([]river.InsertOpts, task.BatchSize)
-		ids        = make([]uuid.UUID, 0, task.BatchSize)
-		buckets    = make([]int, 0, task.BatchSize)
-		resumedAt  = cursor
-		begun      = time.Now()
-	)
+// batch is the state shared by the batches of one fan-out attempt.
+type batch struct {
+	spec                  *taskspec.Spec
+	client                *river.Client[pgx.Tx]
+	job                   *river.Job[Args]
+	lo, hi                int
+	cycleStart, slotStart time.Time
+	fenceSQL              string
+	params                []river.InsertManyParams
+	opts                  []river.InsertOpts
+	overlaps              []overlap
+}
+
+func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args], cursor Cursor) error {
+	slot := job.Args.Slot
+	lo, hi := spec.Plan.BucketRange(slot)
+	b := &batch{
+		spec: spec, client: client, job: job,
+		lo: lo, hi: hi,
+		cycleStart: job.Args.CycleStart,
+		slotStart:  spec.Plan.SlotStart(job.Args.CycleStart, slot),
+		fenceSQL:   "SELECT attempt, state FROM " + sqlbucket.QualifiedTable(client.Schema(), "river_job") + " WHERE id = $1 FOR UPDATE",
+		params:     make([]river.InsertManyParams, 0, spec.BatchSize),
+		opts:       make([]river.InsertOpts, spec.BatchSize),
+	}
+	overlaps, err := w.overlaps(ctx, client, spec, job)
+	if err != nil {
+		return err
+	}
+	b.overlaps = overlaps
+	resumed := cursor.Started
+	begun := time.Now()
 
 	for {
-		n, last, lastBucket, err := w.fanOutBatch(ctx, client, task, job, &cursor, batchState{
-			lo: lo, hi: hi, slot: slot, cycleStart: cycleStart, slotStart: slotStart,
-			fenceSQL: fenceSQL, params: params, opts: opts, ids: ids, buckets: buckets,
-		})
+		n, err := w.fanOutBatch(ctx, b, &cursor)
 		if err != nil {
 			return fmt.Errorf("error fanning out slot %d of task %q (cycle %s) after %d accounts: %w",
-				slot, task.Name, cycleStart.UTC().Format(time.RFC3339), cursor.Inserted+cursor.Skipped, err)
+				slot, spec.Name, b.cycleStart.UTC().Format(time.RFC3339), cursor.Inserted+cursor.Skipped, err)
 		}
 		if n > 0 {
 			w.logger.DebugContext(ctx, "riverslot: per-slot batch committed",
-				slog.String("task", task.Name), slog.Int("slot", slot), slog.Int("batch_size", n),
-				slog.Int64("inserted", cursor.Inserted), slog.String("last_id", last.String()), slog.Int("last_bucket", lastBucket))
+				slog.String("task", spec.Name), slog.Int("slot", slot), slog.Int("batch_size", n),
+				slog.Int64("inserted", cursor.Inserted), slog.String("after_id", cursor.AfterID), slog.Int("after_bucket", cursor.Bucket))
 		}
-		if n < task.BatchSize {
+		if n < spec.BatchSize {
 			break
 		}
 	}
 
 	result := Result{Accounts: cursor.Inserted + cursor.Skipped, Inserted: cursor.Inserted, Skipped: cursor.Skipped, Batches: cursor.Batches}
 	w.logger.InfoContext(ctx, "riverslot: slot fanned out",
-		slog.String("task", task.Name), slog.Time("cycle_start", cycleStart), slog.Int("slot", slot),
+		slog.String("task", spec.Name), slog.Time("cycle_start", b.cycleStart), slog.Int("slot", slot),
 		slog.Int64("inserted", result.Inserted), slog.Int64("skipped_late", result.Skipped),
-		slog.Int("batches", result.Batches), slog.Bool("resumed", resumedAt.Started),
+		slog.Int("batches", result.Batches), slog.Bool("resumed", resumed),
 		slog.Duration("elapsed", time.Since(begun)))
 	return river.RecordOutput(ctx, result)
 }
 
-type batchState struct {
-	lo, hi                int
-	slot                  int
-	cycleStart, slotStart time.Time
-	fenceSQL              string
-	params                []river.InsertManyParams
-	opts                  []river.InsertOpts
-	ids                   []uuid.UUID
-	buckets               []int
+// account is one row of a keyset page.
+type account struct {
+	ID     uuid.UUID
+	Bucket int
 }
 
 // fanOutBatch selects, enqueues and checkpoints one batch in one transaction.
 // On success it advances cursor and returns the number of accounts handled.
-func (w *Worker) fanOutBatch(ctx context.Context, client *river.Client[pgx.Tx], task *workerTask, job *river.Job[Args], cursor *Cursor, b batchState) (int, uuid.UUID, int, error) {
+func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *Cursor) (int, error) {
+	spec, job := b.spec, b.job
+	if w.beforeBatch != nil {
+		if err := w.beforeBatch(ctx, job, cursor.Batches+1); err != nil {
+			return 0, err
+		}
+	}
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
-		return 0, uuid.Nil, 0, err
+		return 0, fmt.Errorf("error starting batch transaction: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 
@@ -232,94 +219,109 @@ func (w *Worker) fanOutBatch(ctx context.Context, client *river.Client[pgx.Tx], 
 		state   string
 	)
 	if err := tx.QueryRow(ctx, b.fenceSQL, job.ID).Scan(&attempt, &state); err != nil {
-		return 0, uuid.Nil, 0, fmt.Errorf("error locking per-slot job %d: %w", job.ID, err)
+		return 0, fmt.Errorf("error locking per-slot job %d: %w", job.ID, err)
 	}
 	if attempt != job.Attempt || state != "running" {
-		return 0, uuid.Nil, 0, fmt.Errorf("%w (job %d is %s at attempt %d, this is attempt %d)", ErrLostOwnership, job.ID, state, attempt, job.Attempt)
+		return 0, fmt.Errorf("%w (job %d is %s at attempt %d, this is attempt %d)", ErrLostOwnership, job.ID, state, attempt, job.Attempt)
 	}
 
-	var rows pgx.Rows
+	var (
+		after uuid.UUID
+		rows  pgx.Rows
+	)
 	if cursor.Started {
-		after, err := uuid.Parse(cursor.AfterID)
-		if err != nil {
-			return 0, uuid.Nil, 0, fmt.Errorf("error parsing resume cursor %q: %w", cursor.AfterID, err)
+		if after, err = uuid.Parse(cursor.AfterID); err != nil {
+			return 0, fmt.Errorf("error parsing resume cursor %q: %w", cursor.AfterID, err)
 		}
-		rows, err = tx.Query(ctx, task.nextSQL, b.lo, b.hi, task.BatchSize, cursor.Bucket, after)
-		if err != nil {
-			return 0, uuid.Nil, 0, fmt.Errorf("error selecting accounts: %w", err)
-		}
+		rows, err = tx.Query(ctx, spec.SQL.NextPage, b.lo, b.hi, spec.BatchSize, cursor.Bucket, after)
 	} else {
-		rows, err = tx.Query(ctx, task.firstSQL, b.lo, b.hi, task.BatchSize)
-		if err != nil {
-			return 0, uuid.Nil, 0, fmt.Errorf("error selecting accounts: %w", err)
-		}
+		rows, err = tx.Query(ctx, spec.SQL.FirstPage, b.lo, b.hi, spec.BatchSize)
 	}
-	ids, buckets := b.ids[:0], b.buckets[:0]
-	for rows.Next() {
-		var (
-			id     uuid.UUID
-			bucket int
-		)
-		if err := rows.Scan(&id, &bucket); err != nil {
-			rows.Close()
-			return 0, uuid.Nil, 0, fmt.Errorf("error scanning account: %w", err)
-		}
-		ids = append(ids, id)
-		buckets = append(buckets, bucket)
+	if err != nil {
+		return 0, fmt.Errorf("error selecting accounts: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return 0, uuid.Nil, 0, fmt.Errorf("error selecting accounts: %w", err)
+	accounts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[account])
+	if err != nil {
+		return 0, fmt.Errorf("error selecting accounts: %w", err)
 	}
-	if len(ids) == 0 {
-		return 0, uuid.Nil, 0, nil
+	if len(accounts) == 0 {
+		return 0, nil
+	}
+	if err := checkKeyset(accounts, b.lo, b.hi, *cursor, spec.BatchSize); err != nil {
+		return 0, err
 	}
 
 	var (
 		now     = time.Now()
-		window  = catchUpWindow(now, b.slotStart, task.Plan.SlotDuration, task.Plan.Cycle)
 		params  = b.params[:0]
 		skipped int64
 	)
-	for i, id := range ids {
-		h := slotplan.Hash(task.Seed, id)
-		target := b.slotStart.Add(slotplan.OffsetIn(h, task.Plan.SlotDuration))
-		if now.Sub(target) > task.LateGrace {
-			if task.LatePolicy == LatePolicySkip {
-				skipped++
-				continue
-			}
-			target = now.Add(slotplan.OffsetIn(h, window)).Truncate(time.Microsecond)
+	for i, a := range accounts {
+		p := place(spec, now, b.cycleStart, b.slotStart, slotplan.Hash(spec.Seed, a.ID))
+		if !p.skip && syncedByOlderPlan(b.overlaps, a.ID, p.target, spec.Plan.Cycle/2) {
+			p.skip = true
+		}
+		if p.skip {
+			skipped++
+			continue
 		}
 		opts := &b.opts[i]
-		*opts = task.SyncOpts
-		opts.ScheduledAt = target
+		*opts = spec.SyncOpts
+		opts.ScheduledAt = p.target
 		params = append(params, river.InsertManyParams{
-			Args:       syncjob.NewArgs(task.SyncKind, task.Name, id, b.cycleStart, b.slot),
+			Args:       syncjob.NewArgs(spec.Name, a.ID, b.cycleStart, job.Args.Slot),
 			InsertOpts: opts,
 		})
 	}
-
 	if len(params) > 0 {
-		if _, err := client.InsertManyFastTx(ctx, tx, params); err != nil {
-			return 0, uuid.Nil, 0, fmt.Errorf("error inserting %d sync jobs: %w", len(params), err)
+		if _, err := b.client.InsertManyFastTx(ctx, tx, params); err != nil {
+			return 0, fmt.Errorf("error inserting %d sync jobs: %w", len(params), err)
 		}
 	}
 
-	last, lastBucket := ids[len(ids)-1], buckets[len(buckets)-1]
+	last := accounts[len(accounts)-1]
 	next := Cursor{
 		Started:  true,
-		Bucket:   lastBucket,
-		AfterID:  last.String(),
+		Bucket:   last.Bucket,
+		AfterID:  last.ID.String(),
 		Inserted: cursor.Inserted + int64(len(params)),
 		Skipped:  cursor.Skipped + skipped,
 		Batches:  cursor.Batches + 1,
 	}
 	if _, err := river.ResumableSetStepCursorTx[*riverpgxv5.Driver](ctx, tx, job, next); err != nil {
-		return 0, uuid.Nil, 0, fmt.Errorf("error persisting resume cursor: %w", err)
+		return 0, fmt.Errorf("error persisting resume cursor: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, uuid.Nil, 0, fmt.Errorf("error committing batch: %w", err)
+		return 0, fmt.Errorf("error committing batch: %w", err)
 	}
 	*cursor = next
-	return len(ids), last, lastBucket, nil
+	return len(accounts), nil
+}
+
+// checkKeyset returns ErrKeysetStalled unless page holds at most limit rows,
+// all in [lo, hi], in strictly increasing (bucket, id) order, the first past
+// cursor. Postgres orders uuids by their bytes, as bytes.Compare does.
+func checkKeyset(page []account, lo, hi int, cursor Cursor, limit int) error {
+	if len(page) > limit {
+		return fmt.Errorf("%w: got %d rows for a page of %d", ErrKeysetStalled, len(page), limit)
+	}
+	prev, hasPrev := account{Bucket: cursor.Bucket}, cursor.Started
+	if hasPrev {
+		id, err := uuid.Parse(cursor.AfterID)
+		if err != nil {
+			return fmt.Errorf("error parsing resume cursor %q: %w", cursor.AfterID, err)
+		}
+		prev.ID = id
+	}
+	for i, a := range page {
+		if a.Bucket < lo || a.Bucket > hi {
+			return fmt.Errorf("%w: account %s has bucket %d outside the slot's range [%d, %d]", ErrKeysetStalled, a.ID, a.Bucket, lo, hi)
+		}
+		if hasPrev && (a.Bucket < prev.Bucket || a.Bucket == prev.Bucket && bytes.Compare(a.ID[:], prev.ID[:]) <= 0) {
+			return fmt.Errorf("%w: row %d (bucket %d, id %s) is not after (bucket %d, id %s); check the task's Filter",
+				ErrKeysetStalled, i, a.Bucket, a.ID, prev.Bucket, prev.ID)
+		}
+		prev, hasPrev = a, true
+	}
+	return nil
 }

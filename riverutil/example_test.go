@@ -9,17 +9,57 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot/internal/riverslottest"
 	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
-// Example_quickStart registers a slot-scheduled task on an app's own River
-// client. Everything between the two "app code" comments is what an app
-// writes; the rest prepares a throwaway schema for the example.
+// startApp is what an app writes to slot-schedule a task on its own River
+// client. The lines between the "quick start" markers are the README's
+// quick start, word for word (TestReadmeQuickStart checks it).
+func startApp(ctx context.Context, dbPool *pgxpool.Pool, logger *slog.Logger, accountsSchema, riverSchema string,
+	syncTransactions func(context.Context, uuid.UUID) error,
+) (*river.Client[pgx.Tx], error) {
+	// --- quick start ---
+	scheduler, err := riverutil.New(dbPool, &riverutil.Config{Tasks: []riverutil.Task{{
+		Name:   "transactions",
+		Cycle:  32 * time.Second, // 24 * time.Hour in production: 128 slots of 11m15s
+		Schema: accountsSchema,   // the accounts table's schema; "" for search_path
+		Table:  "accounts",
+		Filter: "active",
+		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+			return syncTransactions(ctx, accountID)
+		},
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	if err := scheduler.Check(ctx); err != nil { // table, uuid column, filter: read-only
+		return nil, err
+	}
+	config := &river.Config{
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 50}},
+		Schema: riverSchema, // River's tables; "" for search_path
+		Logger: logger,      // riverslot logs through it too
+	}
+	// Workers, the periodic trigger, RescueStuckJobsAfter and
+	// CompletedJobRetentionPeriod; refuses values that break the guarantees.
+	if err := scheduler.Configure(config); err != nil {
+		return nil, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(dbPool), config)
+	// --- end of quick start ---
+	return client, err
+}
+
+// Example_quickStart runs the README's quick start (startApp) against a
+// throwaway schema with 3 accounts, and waits until each is synced. A 32 s
+// cycle keeps it short: accounts whose slot has passed when the app starts
+// are synced in the next cycle.
 func Example_quickStart() {
 	ctx := context.Background()
 	tb := riverslottest.PanicTB() // test-only scaffolding: a throwaway schema with 3 accounts
@@ -44,41 +84,19 @@ func Example_quickStart() {
 	}
 	allSynced := done
 
-	// --- app code ---
-	plugin, err := riverutil.New(dbPool, &riverutil.Config{Tasks: []riverutil.Task{{
-		Name:   "transactions",
-		Cycle:  4 * time.Second, // 24 * time.Hour in production; 4s (2 slots of 2s) keeps the example quick
-		Schema: schema, Table: "accounts", Filter: "active",
-		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[syncjob.Args]) error {
-			return syncTransactions(ctx, accountID)
-		},
-	}}})
-	if err != nil {
-		panic(err)
-	}
-	workers := river.NewWorkers()
-	if err := plugin.AddWorkers(workers); err != nil {
-		panic(err)
-	}
-	client, err := river.NewClient(riverpgxv5.New(dbPool), &river.Config{
-		Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
-		Workers:      workers,
-		PeriodicJobs: plugin.PeriodicJobs(),
-		Schema:       schema,                                                                                // only for the example's throwaway schema
-		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), // quiet
-	})
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})) // quiet
+	client, err := startApp(ctx, dbPool, logger, schema, schema, syncTransactions)
 	if err != nil {
 		panic(err)
 	}
 	if err := client.Start(ctx); err != nil {
 		panic(err)
 	}
-	// --- end of app code ---
 
 	select {
 	case <-allSynced:
 		fmt.Println("all 3 accounts synced")
-	case <-time.After(30 * time.Second):
+	case <-time.After(2 * time.Minute):
 		fmt.Println("timed out")
 	}
 	if err := client.Stop(ctx); err != nil {

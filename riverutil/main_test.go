@@ -8,13 +8,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
+
+	"github.com/riverslot/riverslot/internal/riverslottest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"))
-}
+func TestMain(m *testing.M) { riverslottest.RunTests(m) }
 
 func dropSchema(pool *pgxpool.Pool, schema string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

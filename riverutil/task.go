@@ -10,7 +10,7 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/syncjob"
 )
@@ -22,15 +22,14 @@ const (
 	// BatchSizeDefault is how many accounts a per-slot job selects and
 	// enqueues per transaction.
 	BatchSizeDefault = 2000
-	// BatchSizeMin and BatchSizeMax bound BatchSize.
-	BatchSizeMin = 1
+	// BatchSizeMax bounds BatchSize: one batch is one transaction and one
+	// multi-row insert.
 	BatchSizeMax = 50_000
 
-	// PrioritySyncDefault is the River priority of sync jobs.
-	PrioritySyncDefault = 2
-	// PriorityControlDefault is the River priority of bootstrap and per-slot
-	// jobs, ahead of sync jobs so fan-out is not stuck behind a backlog.
-	PriorityControlDefault = 1
+	// PriorityDefault is the River priority of sync jobs. Bootstrap and
+	// per-slot jobs always run at priority 1, ahead of sync jobs, so a
+	// backlog of syncs never holds up a fan-out.
+	PriorityDefault = 2
 
 	// MaxAttemptsDefault is the maximum attempts of a sync job. The next
 	// cycle syncs the account again anyway.
@@ -41,13 +40,53 @@ const (
 
 	// PerSlotTimeoutDefault bounds one per-slot attempt. A timed-out attempt
 	// is retried from its last committed batch, so a short timeout loses no
-	// work; it keeps Plugin.RescueStuckJobsAfter short, which is how fast a
-	// per-slot job orphaned by a dead process is picked up again.
+	// work; it keeps the rescue delay Configure sets short.
 	PerSlotTimeoutDefault = time.Minute
 
-	// LatePolicyDefault is the late policy of a task that does not set one.
-	LatePolicyDefault = perslot.LatePolicySpread
+	// CycleMin is the shortest Cycle a task accepts. River's scheduler
+	// promotes scheduled jobs every 5 s, so the per-slot jobs of a shorter
+	// cycle could not be in the queue before their slots start.
+	CycleMin = 16 * time.Second
+
+	// LeadMax caps the default Lead: per-slot jobs run up to 10 s before
+	// their slot, which covers River's scheduler (it promotes jobs due within
+	// the next 5 s, every 5 s) plus a fan-out of a few thousand accounts.
+	LeadMax = 10 * time.Second
 )
+
+// controlPriority is the River priority of bootstrap and per-slot jobs.
+const controlPriority = 1
+
+// LatePolicy decides what a per-slot job does with accounts whose target
+// time is more than LateGrace in the past when it enqueues them, which
+// happens after an outage or when the bootstrap of a cycle runs mid-cycle.
+type LatePolicy = taskspec.LatePolicy
+
+const (
+	// LatePolicySpread schedules each late account at now + a deterministic
+	// offset inside a catch-up window as long as the slot is late (now -
+	// slot start, rounded up to whole slots, at most a cycle), so the
+	// catch-up load is spread instead of every missed account being due at
+	// once. A late account whose catch-up time would fall less than half a
+	// cycle before its regular time in the next cycle is skipped instead:
+	// the next cycle covers it, and no account is synced twice within half
+	// a cycle. This is the default.
+	LatePolicySpread = taskspec.LatePolicySpread
+
+	// LatePolicySkip does not enqueue late accounts; they are synced at their
+	// usual time next cycle. The skipped count is logged and kept in the
+	// per-slot job's output.
+	LatePolicySkip = taskspec.LatePolicySkip
+)
+
+// SyncArgs are the arguments of a sync job: the task, the account, and the
+// cycle and slot it was scheduled for.
+type SyncArgs = syncjob.Args
+
+// SyncFunc is the application's work for one account. Returning an error
+// makes River retry the job with its usual backoff, up to the task's
+// MaxAttempts.
+type SyncFunc = syncjob.SyncFunc
 
 // Task is one periodic per-account task.
 type Task struct {
@@ -57,8 +96,9 @@ type Task struct {
 	Name string
 
 	// Cycle is how often every account is synced, e.g. 24*time.Hour. It must
-	// be a whole number of seconds that is a multiple of 2 s; it is split
-	// into gcd(seconds, 256) slots (24h gives 128 slots of 11m15s). Required.
+	// be a whole number of seconds that is a multiple of 2 s, at least 16 s;
+	// it is split into gcd(seconds, 256) slots (24h gives 128 slots of
+	// 11m15s). Required.
 	Cycle time.Duration
 
 	// TriggerOffset shifts cycle starts: after local midnight when Location
@@ -78,23 +118,22 @@ type Task struct {
 	// IDColumn is the account's uuid column. Defaults to "id".
 	IDColumn string
 	// Filter is an optional SQL boolean condition on Table's rows, e.g.
-	// "active AND NOT restricted". It is trusted application SQL, spliced
-	// into queries inside parentheses: never build it from user input.
-	// Check validates it. Defaults to "" (every row).
+	// "active AND NOT restricted". It must be one balanced expression
+	// without ';', comments or bind parameters; it is trusted application
+	// SQL, spliced into queries inside parentheses: never build it from
+	// user input. Check validates the exact queries it ends up in. Defaults
+	// to "" (every row).
 	Filter string
 
 	// Seed is mixed into every account's offset. Defaults to 0, which means
 	// a seed derived from Name (FNV-1a 64), so two tasks place the same
-	// account at different offsets.
+	// account at different offsets. Changing it moves every account.
 	Seed uint64
 
 	// BatchSize is how many accounts a per-slot job enqueues per
-	// transaction. Defaults to 2000; 1 to 50,000.
+	// transaction. Defaults to 2000; at most 50,000.
 	BatchSize int
 
-	// SyncKind is the River kind of this task's sync jobs. Tasks may share a
-	// kind. Defaults to "riverslot_sync".
-	SyncKind string
 	// Queue for sync jobs. Defaults to river.QueueDefault.
 	Queue string
 	// ControlQueue for bootstrap and per-slot jobs. Defaults to Queue.
@@ -109,93 +148,139 @@ type Task struct {
 	// retried from its last committed batch. Defaults to 1 minute.
 	PerSlotTimeout time.Duration
 
+	// Lead is how long before its slot a per-slot job runs, so its sync
+	// jobs are in the queue before River's scheduler (5 s ticks) must
+	// promote them and start on time; every sync's target time stays where
+	// it is. Defaults to min(10 s, half a slot); must be less than a slot.
+	Lead time.Duration
+
 	// LatePolicy handles accounts enqueued more than LateGrace after their
-	// target time: perslot.LatePolicySpread (default) or
-	// perslot.LatePolicySkip.
-	LatePolicy perslot.LatePolicy
+	// target time: LatePolicySpread (default) or LatePolicySkip.
+	LatePolicy LatePolicy
 	// LateGrace is how far past its target an account may be and still be
 	// enqueued at its target (to run at once). Defaults to the slot
-	// duration: a per-slot job that starts inside its own slot schedules
-	// every account normally.
+	// duration; at most the cycle.
 	LateGrace time.Duration
 
 	// Sync is the application's work for one account. Required.
-	Sync syncjob.SyncFunc
+	Sync SyncFunc
 }
 
 var taskNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
-// withDefaults returns a copy of t with defaults applied. It assumes Cycle
-// is valid for LateGrace's default.
-func (t Task) withDefaults(plan slotplan.Plan) Task {
-	t.IDColumn = cmp.Or(t.IDColumn, IDColumnDefault)
-	t.BatchSize = cmp.Or(t.BatchSize, BatchSizeDefault)
-	t.SyncKind = cmp.Or(t.SyncKind, syncjob.KindDefault)
-	t.Queue = cmp.Or(t.Queue, river.QueueDefault)
-	t.ControlQueue = cmp.Or(t.ControlQueue, t.Queue)
-	t.Priority = cmp.Or(t.Priority, PrioritySyncDefault)
-	t.MaxAttempts = cmp.Or(t.MaxAttempts, MaxAttemptsDefault)
-	t.SyncTimeout = cmp.Or(t.SyncTimeout, SyncTimeoutDefault)
-	t.PerSlotTimeout = cmp.Or(t.PerSlotTimeout, PerSlotTimeoutDefault)
-	t.LatePolicy = cmp.Or(t.LatePolicy, LatePolicyDefault)
-	t.LateGrace = cmp.Or(t.LateGrace, plan.SlotDuration)
-	if t.Seed == 0 {
-		t.Seed = slotplan.SeedFromName(t.Name)
-	}
-	return t
-}
-
-// validate checks t (after defaults) and returns every problem found, each
-// naming the field and the fix.
-func (t Task) validate() error {
+// newSpec defaults and validates t and returns its spec, or every problem
+// found, each naming the field and the fix.
+func newSpec(t Task) (*taskspec.Spec, error) {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
 	if !taskNameRE.MatchString(t.Name) {
 		add("Name must be 1-64 letters, digits, '_', '-' or '.', got %q", t.Name)
 	}
-	if _, err := slotplan.NewSchedule(t.Cycle, t.TriggerOffset, t.Location); err != nil {
+	plan, planErr := slotplan.New(t.Cycle)
+	if planErr == nil && t.Cycle < CycleMin {
+		add("Cycle must be at least %s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got %s", CycleMin, t.Cycle)
+		planErr = errors.New("cycle too short")
+	}
+	schedule, err := slotplan.NewSchedule(t.Cycle, t.TriggerOffset, t.Location)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	if t.Table == "" {
 		add("Table must be set to the table holding the accounts")
 	}
+	t.IDColumn = cmp.Or(t.IDColumn, IDColumnDefault)
 	for _, f := range []struct{ field, value string }{{"Schema", t.Schema}, {"Table", t.Table}, {"IDColumn", t.IDColumn}} {
 		if err := checkIdentifier(f.field, f.value); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if strings.Contains(t.Filter, ";") {
-		add("Filter must be a single SQL boolean expression without ';', got %q", t.Filter)
+	if t.Filter != "" {
+		if err := taskspec.CheckFilter(t.Filter); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if t.BatchSize < BatchSizeMin || t.BatchSize > BatchSizeMax {
-		add("BatchSize must be between %d and %d, got %d", BatchSizeMin, BatchSizeMax, t.BatchSize)
+	t.BatchSize = cmp.Or(t.BatchSize, BatchSizeDefault)
+	if t.BatchSize < 1 || t.BatchSize > BatchSizeMax {
+		add("BatchSize must be between 1 and %d, got %d", BatchSizeMax, t.BatchSize)
 	}
+	t.Queue = cmp.Or(t.Queue, river.QueueDefault)
+	t.ControlQueue = cmp.Or(t.ControlQueue, t.Queue)
+	t.Priority = cmp.Or(t.Priority, PriorityDefault)
 	if t.Priority < 1 || t.Priority > 4 {
 		add("Priority must be between 1 and 4, got %d", t.Priority)
 	}
+	t.MaxAttempts = cmp.Or(t.MaxAttempts, MaxAttemptsDefault)
 	if t.MaxAttempts < 1 {
 		add("MaxAttempts must be at least 1, got %d", t.MaxAttempts)
 	}
+	t.SyncTimeout = cmp.Or(t.SyncTimeout, SyncTimeoutDefault)
 	if t.SyncTimeout < 0 {
 		add("SyncTimeout must not be negative, got %s", t.SyncTimeout)
 	}
+	t.PerSlotTimeout = cmp.Or(t.PerSlotTimeout, PerSlotTimeoutDefault)
 	if t.PerSlotTimeout < 0 {
 		add("PerSlotTimeout must not be negative, got %s", t.PerSlotTimeout)
 	}
-	if t.LateGrace < 0 {
-		add("LateGrace must not be negative, got %s", t.LateGrace)
-	}
+	t.LatePolicy = cmp.Or(t.LatePolicy, LatePolicySpread)
 	if err := t.LatePolicy.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if t.Sync == nil {
 		add("Sync must be set to the function that syncs one account")
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("invalid riverslot task %q: %w", t.Name, err)
+
+	if planErr == nil {
+		t.LateGrace = cmp.Or(t.LateGrace, plan.SlotDuration)
+		switch {
+		case t.LateGrace < 0:
+			add("LateGrace must not be negative, got %s", t.LateGrace)
+		case t.LateGrace > t.Cycle:
+			add("LateGrace must be at most Cycle (%s), got %s; an account later than a cycle is covered by the next cycle", t.Cycle, t.LateGrace)
+		}
+		t.Lead = cmp.Or(t.Lead, min(LeadMax, plan.SlotDuration/2))
+		if t.Lead < 0 || t.Lead >= plan.SlotDuration {
+			add("Lead must be in [0, slot duration) = [0, %s), got %s; leave it 0 for the default", plan.SlotDuration, t.Lead)
+		}
 	}
-	return nil
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	if t.Seed == 0 {
+		t.Seed = slotplan.SeedFromName(t.Name)
+	}
+	spec := &taskspec.Spec{
+		Name:            t.Name,
+		Plan:            plan,
+		Schedule:        schedule,
+		Seed:            t.Seed,
+		PlanID:          taskspec.PlanID(plan, t.Seed),
+		Schema:          t.Schema,
+		Table:           t.Table,
+		IDColumn:        t.IDColumn,
+		Filter:          t.Filter,
+		BatchSize:       t.BatchSize,
+		LatePolicy:      t.LatePolicy,
+		LateGrace:       t.LateGrace,
+		Lead:            t.Lead,
+		TriggerLead:     triggerLead(t.Lead, t.Cycle),
+		PerSlotTimeout:  t.PerSlotTimeout,
+		SyncTimeout:     t.SyncTimeout,
+		ControlQueue:    t.ControlQueue,
+		ControlPriority: controlPriority,
+		SyncOpts:        river.InsertOpts{Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts},
+	}
+	spec.BuildSQL()
+	return spec, nil
+}
+
+// triggerLead is how long before a cycle start its trigger fires: the
+// per-slot lead plus 10 s, so the bootstrap has run and slot 0's per-slot
+// job is in the queue before River's scheduler has to promote it. Capped at
+// half a cycle.
+func triggerLead(lead, cycle time.Duration) time.Duration {
+	return min(lead+10*time.Second, cycle/2)
 }
 
 // checkIdentifier rejects identifiers that are legal when quoted but almost

@@ -6,8 +6,9 @@ import (
 	"github.com/google/uuid"
 )
 
-// KindDefault is the sync job kind of a task that does not set its own.
-const KindDefault = "riverslot_sync"
+// Kind is the River job kind of sync jobs. Tasks share it; the args carry
+// the task name, and each task may have its own queue.
+const Kind = "riverslot_sync"
 
 // Args are the arguments of a sync job.
 type Args struct {
@@ -22,19 +23,13 @@ type Args struct {
 
 	// Slot is the account's slot in the cycle, numbered from 0.
 	Slot int `json:"slot"`
-
-	kind string
 }
 
-// NewArgs returns sync args for kind (KindDefault when empty).
-func NewArgs(kind, task string, accountID uuid.UUID, cycleStart time.Time, slot int) Args {
-	return Args{Task: task, AccountID: accountID, CycleStart: cycleStart.UTC(), Slot: slot, kind: kind}
-}
+// Kind returns Kind.
+func (Args) Kind() string { return Kind }
 
-// Kind is the River job kind: the kind given to NewArgs, else KindDefault.
-func (a Args) Kind() string {
-	if a.kind == "" {
-		return KindDefault
-	}
-	return a.kind
+// NewArgs returns the sync args of task for one account (cycleStart is
+// normalized to UTC).
+func NewArgs(task string, accountID uuid.UUID, cycleStart time.Time, slot int) Args {
+	return Args{Task: task, AccountID: accountID, CycleStart: cycleStart.UTC(), Slot: slot}
 }

@@ -8,6 +8,7 @@
 // between fan-out and sync completes the job without calling SyncFunc and
 // without an error.
 //
-// Users normally do not use this package directly: riverutil registers one
-// Worker per sync kind.
+// Users normally do not use this package directly: riverutil.Scheduler
+// registers its Worker, and riverutil.SyncArgs and riverutil.SyncFunc alias
+// Args and SyncFunc.
 package syncjob

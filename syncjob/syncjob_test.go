@@ -22,9 +22,8 @@ func TestArgsJSON(t *testing.T) {
 
 	id := uuid.MustParse("0b7c2a4e-5d1f-4c8e-9a3b-6f2d1e0c9b8a")
 	start := time.Date(2030, 1, 1, 1, 0, 0, 0, time.FixedZone("CET", 3600))
-	args := syncjob.NewArgs("", "transactions", id, start, 3)
-	require.Equal(t, syncjob.KindDefault, args.Kind())
-	require.Equal(t, "report_sync", syncjob.NewArgs("report_sync", "reports", id, start, 3).Kind())
+	args := syncjob.NewArgs("transactions", id, start, 3)
+	require.Equal(t, "riverslot_sync", args.Kind())
 
 	data, err := json.Marshal(args)
 	require.NoError(t, err)
@@ -36,18 +35,6 @@ func TestArgsJSON(t *testing.T) {
 		"cycle_start": "2030-01-01T00:00:00Z",
 		"slot":        float64(3),
 	}, m)
-}
-
-func TestAddTask(t *testing.T) {
-	t.Parallel()
-
-	w := syncjob.NewWorker(nil, "", nil)
-	task := syncjob.Task{Name: "transactions", Schema: "app", Table: "accounts", IDColumn: "id",
-		Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil }}
-	require.NoError(t, w.AddTask(task))
-	require.EqualError(t, w.AddTask(task), `sync worker for kind "riverslot_sync" already serves task "transactions"`)
-	task.Name, task.Sync = "reports", nil
-	require.EqualError(t, w.AddTask(task), `task "reports": Sync must be set`)
 }
 
 // TestWork runs sync jobs through a real River client and checks which ones
@@ -71,23 +58,21 @@ func TestWork(t *testing.T) {
 		mu    sync.Mutex
 		calls []uuid.UUID
 	)
-	w := syncjob.NewWorker(pool, "report_sync", riverslottest.Logger(t))
-	require.NoError(t, w.AddTask(syncjob.Task{
-		Name: "reports", Schema: schema, Table: "accounts", IDColumn: "id", Filter: "active",
-		Timeout: 7 * time.Second,
-		Sync: func(_ context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
-			mu.Lock()
-			calls = append(calls, id)
-			mu.Unlock()
-			if id != job.Args.AccountID {
-				return errors.New("SyncFunc got another account than the job's")
-			}
-			if id == failing {
-				return errors.New("upstream said no")
-			}
-			return nil
-		},
-	}))
+	spec := riverslottest.Spec(t, "reports", schema, "accounts", "active", 2*time.Minute, 100)
+	spec.SyncTimeout = 7 * time.Second
+	w := syncjob.NewWorker(pool, riverslottest.Logger(t))
+	w.AddTask(spec, func(_ context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
+		mu.Lock()
+		calls = append(calls, id)
+		mu.Unlock()
+		if id != job.Args.AccountID {
+			return errors.New("SyncFunc got another account than the job's")
+		}
+		if id == failing {
+			return errors.New("upstream said no")
+		}
+		return nil
+	})
 	require.Equal(t, 7*time.Second, w.Timeout(&river.Job[syncjob.Args]{Args: syncjob.Args{Task: "reports"}}))
 
 	workers := river.NewWorkers()
@@ -104,12 +89,12 @@ func TestWork(t *testing.T) {
 		want    river.EventKind
 		wantErr string
 	}{
-		"active":       {args: syncjob.NewArgs("report_sync", "reports", active, start, 0), want: river.EventKindJobCompleted},
-		"inactive":     {args: syncjob.NewArgs("report_sync", "reports", inactive, start, 0), want: river.EventKindJobCompleted},
-		"deleted":      {args: syncjob.NewArgs("report_sync", "reports", deleted, start, 0), want: river.EventKindJobCompleted},
-		"failing":      {args: syncjob.NewArgs("report_sync", "reports", failing, start, 0), want: river.EventKindJobFailed, wantErr: "upstream said no"},
-		"no account":   {args: syncjob.NewArgs("report_sync", "reports", uuid.Nil, start, 0), want: river.EventKindJobCancelled, wantErr: "sync job has no account_id"},
-		"unknown task": {args: syncjob.NewArgs("report_sync", "billing", active, start, 0), want: river.EventKindJobCancelled, wantErr: `no riverslot task "billing" is registered for sync kind "report_sync"`},
+		"active":       {args: syncjob.NewArgs("reports", active, start, 0), want: river.EventKindJobCompleted},
+		"inactive":     {args: syncjob.NewArgs("reports", inactive, start, 0), want: river.EventKindJobCompleted},
+		"deleted":      {args: syncjob.NewArgs("reports", deleted, start, 0), want: river.EventKindJobCompleted},
+		"failing":      {args: syncjob.NewArgs("reports", failing, start, 0), want: river.EventKindJobFailed, wantErr: "upstream said no"},
+		"no account":   {args: syncjob.NewArgs("reports", uuid.Nil, start, 0), want: river.EventKindJobCancelled, wantErr: "sync job has no account_id"},
+		"unknown task": {args: syncjob.NewArgs("billing", active, start, 0), want: river.EventKindJobCancelled, wantErr: `no riverslot task "billing" is registered in this process`},
 	}
 	byJob := map[int64]string{}
 	for name, tc := range cases {

@@ -195,7 +195,7 @@ func (d *demo) run(ctx context.Context) error {
 		starts[i] = first.Add(time.Duration(i) * d.opts.cycle)
 	}
 
-	plugin, err := riverutil.New(d.pool, &riverutil.Config{
+	scheduler, err := riverutil.New(d.pool, &riverutil.Config{
 		Logger: slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Tasks: []riverutil.Task{{
 			Name:          d.opts.task,
@@ -204,26 +204,26 @@ func (d *demo) run(ctx context.Context) error {
 			Schema:        d.opts.schema,
 			Table:         "accounts",
 			Filter:        "active",
-			Sync:          func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil },
+			Sync:          func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil },
 		}},
 	})
 	if err != nil {
 		return err
 	}
-	if err := plugin.Check(ctx); err != nil {
+	if err := scheduler.Check(ctx); err != nil {
 		return err
 	}
-	workers := river.NewWorkers()
-	if err := plugin.AddWorkers(workers); err != nil {
-		return err
-	}
-	client, err := river.NewClient(riverpgxv5.New(d.pool), &river.Config{
+	config := &river.Config{
 		Logger:            slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: d.opts.workers}},
 		Schema:            d.opts.schema,
-		Workers:           workers,
 		FetchPollInterval: 250 * time.Millisecond,
-	})
+	}
+	if err := scheduler.Configure(config); err != nil {
+		return err
+	}
+	config.PeriodicJobs = nil
+	client, err := river.NewClient(riverpgxv5.New(d.pool), config)
 	if err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func (d *demo) run(ctx context.Context) error {
 	}()
 
 	for _, start := range starts {
-		res, err := plugin.EnqueueCycle(ctx, client, d.opts.task, start)
+		res, err := scheduler.EnqueueCycle(ctx, client, d.opts.task, start)
 		if err != nil {
 			return err
 		}
@@ -365,7 +365,7 @@ func (d *demo) progress(ctx context.Context, cycleStart time.Time, starts []time
 			count(*) FILTER (WHERE (args->>'cycle_start')::timestamptz = ANY($4) AND state NOT IN ('completed', 'cancelled', 'discarded')),
 			count(*) FILTER (WHERE kind = $5 AND (args->>'cycle_start')::timestamptz = $6 AND state = 'completed')
 		FROM `+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+` WHERE args->>'task' = $1`,
-		d.opts.task, cycleStart, syncjob.KindDefault, starts, perslot.Kind, starts[len(starts)-1]).Scan(
+		d.opts.task, cycleStart, syncjob.Kind, starts, perslot.Kind, starts[len(starts)-1]).Scan(
 		&p.inserted, &p.pending, &p.running, &p.completed, &p.unfinished, &p.perSlotDone)
 	return p, err
 }

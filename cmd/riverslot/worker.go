@@ -12,9 +12,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // runWorker runs one River client with one riverslot task over an existing
@@ -35,9 +33,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	syncQueue := fs.String("sync-queue", river.QueueDefault, "queue of sync jobs")
 	workSync := fs.Bool("work-sync", true, "work the sync queue (false: sync jobs stay queued)")
 	periodic := fs.Bool("periodic", false, "run the periodic trigger (RunOnStart)")
-	latePolicy := fs.String("late-policy", string(riverutil.LatePolicyDefault), "spread or skip")
-	rescueAfter := fs.Duration("rescue-after", 0, "river.Config.RescueStuckJobsAfter (default: the plugin's recommendation)")
+	latePolicy := fs.String("late-policy", string(riverutil.LatePolicySpread), "spread or skip")
+	rescueAfter := fs.Duration("rescue-after", 0, "river.Config.RescueStuckJobsAfter (default: the longest job timeout + 1m, set by Scheduler.Configure)")
 	perSlotTimeout := fs.Duration("per-slot-timeout", 0, "per-slot attempt timeout (default: the library's)")
+	syncTimeout := fs.Duration("sync-timeout", 0, "sync attempt timeout (default: the library's)")
 	maxConns := fs.Int("max-conns", 10, "database connections this process may open")
 	record := fs.Bool("record", true, "record each sync in <schema>.synced(task, account_id, cycle_start, client_id) if that table exists")
 	if err := parseFlags(fs, args); err != nil {
@@ -65,11 +64,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 	}
-	plugin, err := riverutil.New(pool, &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{{
+	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{{
 		Name: *task, Cycle: *cycle, TriggerOffset: *offset, Schema: *schema, Table: *table, Filter: "active",
 		BatchSize: *batch, Queue: *syncQueue, ControlQueue: river.QueueDefault,
-		LatePolicy: perslot.LatePolicy(*latePolicy), PerSlotTimeout: *perSlotTimeout,
-		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[syncjob.Args]) error {
+		LatePolicy: riverutil.LatePolicy(*latePolicy), PerSlotTimeout: *perSlotTimeout, SyncTimeout: *syncTimeout,
+		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
 			if !recordOK {
 				return nil
 			}
@@ -81,12 +80,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	if err := plugin.Check(ctx); err != nil {
+	if err := scheduler.Check(ctx); err != nil {
 		return usageErr("%v", err)
-	}
-	w := river.NewWorkers()
-	if err := plugin.AddWorkers(w); err != nil {
-		return err
 	}
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: *workers}}
 	if *workSync {
@@ -97,18 +92,19 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Logger:               logger,
 		Queues:               queues,
 		Schema:               *schema,
-		Workers:              w,
 		FetchPollInterval:    250 * time.Millisecond,
-		RescueStuckJobsAfter: plugin.RescueStuckJobsAfter(),
+		RescueStuckJobsAfter: *rescueAfter,
 	}
 	if *rescueAfter > 0 {
 		// River requires RescueStuckJobsAfter >= JobTimeout (the default
 		// timeout of jobs whose worker sets none, here the bootstrap).
-		config.RescueStuckJobsAfter = *rescueAfter
 		config.JobTimeout = *rescueAfter / 2
 	}
-	if *periodic {
-		config.PeriodicJobs = plugin.PeriodicJobs()
+	if err := scheduler.Configure(config); err != nil {
+		return usageErr("%v", err)
+	}
+	if !*periodic {
+		config.PeriodicJobs = nil // cycles are enqueued by another process
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), config)
 	if err != nil {

@@ -67,7 +67,7 @@ func (r *Runner) deepQueue(ctx context.Context) error {
 			}
 			o := &opts[len(params)]
 			*o = river.InsertOpts{ScheduledAt: plan.Target(cycleStart, seed, id)}
-			params = append(params, river.InsertManyParams{Args: syncjob.NewArgs("", "bench", id, cycleStart, plan.SlotOf(id)), InsertOpts: o})
+			params = append(params, river.InsertManyParams{Args: syncjob.NewArgs("bench", id, cycleStart, plan.SlotOf(id)), InsertOpts: o})
 			if len(params) == cap(params) {
 				if err := flush(); err != nil {
 					return nil, err
@@ -81,7 +81,7 @@ func (r *Runner) deepQueue(ctx context.Context) error {
 		for range 1000 {
 			o := &opts[len(params)]
 			*o = river.InsertOpts{}
-			params = append(params, river.InsertManyParams{Args: syncjob.NewArgs("", "bench", uuid.New(), cycleStart, 0), InsertOpts: o})
+			params = append(params, river.InsertManyParams{Args: syncjob.NewArgs("bench", uuid.New(), cycleStart, 0), InsertOpts: o})
 		}
 		if err := flush(); err != nil {
 			return nil, err

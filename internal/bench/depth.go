@@ -150,10 +150,10 @@ func (r *Runner) queueDepth(ctx context.Context) error {
 			_, err := r.cfg.Pool.Exec(ctx, "UPDATE "+table+" SET last_synced_at = now() WHERE id = $1", job.Args.AccountID)
 			return err
 		}))
-		var plugin *riverutil.Plugin
+		var scheduler *riverutil.Scheduler
 		if s.name == "slot" {
-			s.kind = syncjob.KindDefault
-			plugin, err = riverutil.New(r.cfg.Pool, &riverutil.Config{Logger: quiet, Tasks: []riverutil.Task{{
+			s.kind = syncjob.Kind
+			scheduler, err = riverutil.New(r.cfg.Pool, &riverutil.Config{Logger: quiet, Tasks: []riverutil.Task{{
 				Name: "bench", Cycle: cycle, TriggerOffset: gridOffset(start, cycle), Schema: s.schema, Table: "accounts",
 				Sync: func(ctx context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
 					if err := work(ctx); err != nil {
@@ -166,15 +166,19 @@ func (r *Runner) queueDepth(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := plugin.AddWorkers(workers); err != nil {
-				return err
-			}
 		}
-		client, err := river.NewClient(riverpgxv5.New(r.cfg.Pool), &river.Config{
+		config := &river.Config{
 			Logger: riverLogger, Schema: s.schema, Workers: workers,
 			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: depthWorkers}},
 			FetchPollInterval: 200 * time.Millisecond,
-		})
+		}
+		if scheduler != nil {
+			if err := scheduler.Configure(config); err != nil {
+				return err
+			}
+			config.PeriodicJobs = nil // the bench enqueues its cycle itself
+		}
+		client, err := river.NewClient(riverpgxv5.New(r.cfg.Pool), config)
 		if err != nil {
 			return err
 		}
@@ -184,7 +188,7 @@ func (r *Runner) queueDepth(ctx context.Context) error {
 			enqueue[i] = func() error { return r.enqueueNaive(ctx, client, ids, start, cycle) }
 		case "slot":
 			enqueue[i] = func() error {
-				_, err := plugin.EnqueueCycle(ctx, client, "bench", start)
+				_, err := scheduler.EnqueueCycle(ctx, client, "bench", start)
 				return err
 			}
 		case "lrs":

@@ -98,7 +98,7 @@ func (r *Runner) fanOutOnce(ctx context.Context, accounts string, n int) (time.D
 	}
 	defer drop()
 
-	plugin, err := riverutil.New(r.cfg.Pool, &riverutil.Config{
+	scheduler, err := riverutil.New(r.cfg.Pool, &riverutil.Config{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Tasks: []riverutil.Task{{
 			Name: "bench", Cycle: 2 * time.Second, Schema: accounts, Table: "accounts",
@@ -109,19 +109,19 @@ func (r *Runner) fanOutOnce(ctx context.Context, accounts string, n int) (time.D
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	workers := river.NewWorkers()
-	if err := plugin.AddWorkers(workers); err != nil {
-		return 0, 0, 0, err
-	}
-	client, err := river.NewClient(riverpgxv5.New(r.cfg.Pool), &river.Config{
+	config := &river.Config{
 		Logger:               slog.New(slog.NewTextHandler(r.cfg.Log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}},
 		Schema:               schema,
-		Workers:              workers,
 		FetchPollInterval:    100 * time.Millisecond,
 		JobTimeout:           30 * time.Minute,
 		RescueStuckJobsAfter: time.Hour,
-	})
+	}
+	if err := scheduler.Configure(config); err != nil {
+		return 0, 0, 0, err
+	}
+	config.PeriodicJobs = nil // the bench enqueues its cycle itself
+	client, err := river.NewClient(riverpgxv5.New(r.cfg.Pool), config)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -178,7 +178,7 @@ func (r *Runner) fanOutOnce(ctx context.Context, accounts string, n int) (time.D
 	<-sampled
 
 	var inserted int64
-	if err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+" WHERE kind = $1", syncjob.KindDefault).Scan(&inserted); err != nil {
+	if err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+" WHERE kind = $1", syncjob.Kind).Scan(&inserted); err != nil {
 		return 0, 0, 0, err
 	}
 	if inserted != int64(n) {
@@ -254,7 +254,7 @@ func (r *Runner) rawInsert(ctx context.Context, n int) (time.Duration, error) {
 		id := uuid.New()
 		id[15] &= 0x7f
 		opts[i] = river.InsertOpts{Queue: "parked", Priority: 2, MaxAttempts: 5, ScheduledAt: plan.Target(cycleStart, 1, id)}
-		params[i] = river.InsertManyParams{Args: syncjob.NewArgs("", "bench", id, cycleStart, 0), InsertOpts: &opts[i]}
+		params[i] = river.InsertManyParams{Args: syncjob.NewArgs("bench", id, cycleStart, 0), InsertOpts: &opts[i]}
 	}
 
 	if _, err := r.cfg.Pool.Exec(ctx, "CHECKPOINT"); err != nil {

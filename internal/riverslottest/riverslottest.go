@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/slotplan"
 )
 
 // DefaultDatabaseURL is the test database `make test` prepares.
@@ -128,9 +134,72 @@ func InsertAccounts(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, sche
 }
 
 // Logger returns a logger for River clients and riverslot workers in tests:
-// warnings and errors to stderr, the rest dropped.
-func Logger(testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+// warnings and errors written through tb.Log (shown with the failing test or
+// with -v), the rest dropped. Lines logged after the test ended are dropped.
+func Logger(tb testing.TB) *slog.Logger {
+	w := &tbWriter{tb: tb}
+	tb.Cleanup(func() { w.done.Store(true) })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tbWriter struct {
+	tb   testing.TB
+	done atomic.Bool
+}
+
+func (w *tbWriter) Write(p []byte) (int, error) {
+	if !w.done.Load() {
+		w.tb.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// Spec returns a task spec for tier tests, built by hand as a fixture (apps
+// get theirs from riverutil.New): task name over schema.table(id) with
+// filter, cycle, no lead, batches of batchSize, syncs in the default queue.
+func Spec(tb testing.TB, name, schema, table, filter string, cycle time.Duration, batchSize int) *taskspec.Spec {
+	tb.Helper()
+
+	plan, err := slotplan.New(cycle)
+	require.NoError(tb, err)
+	schedule, err := slotplan.NewSchedule(cycle, 0, nil)
+	require.NoError(tb, err)
+	require.NoError(tb, taskspec.CheckFilter(filter))
+	seed := slotplan.SeedFromName(name)
+	spec := &taskspec.Spec{
+		Name: name, Plan: plan, Schedule: schedule, Seed: seed, PlanID: taskspec.PlanID(plan, seed),
+		Schema: schema, Table: table, IDColumn: "id", Filter: filter,
+		BatchSize: batchSize, LatePolicy: taskspec.LatePolicySpread, LateGrace: plan.SlotDuration,
+		PerSlotTimeout: time.Minute, SyncTimeout: time.Minute,
+		ControlQueue: river.QueueDefault, ControlPriority: 1,
+		SyncOpts: river.InsertOpts{Queue: river.QueueDefault, Priority: 2, MaxAttempts: 5},
+	}
+	spec.BuildSQL()
+	return spec
+}
+
+// WaitFor polls cond every 100 ms until it is true, failing the test after
+// timeout. It waits for a condition the test then asserts on; it is not a
+// sleep standing in for one.
+func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Count runs a count query and returns its result.
+func Count(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, sql string, args ...any) int64 {
+	tb.Helper()
+
+	var n int64
+	require.NoError(tb, pool.QueryRow(ctx, sql, args...).Scan(&n))
+	return n
 }
 
 // StartClient starts a River client on pool for a test (schema, queues and
@@ -168,3 +237,67 @@ func (panicTB) Logf(string, ...any)               {}
 func (panicTB) Errorf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
 func (panicTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
 func (panicTB) FailNow()                          { panic("test helper failed") }
+
+// RunTests is TestMain for packages that start River clients: it runs the
+// tests, then fails the run if any goroutine is left running (goleak), the
+// pgx pool shared by the test binary excepted.
+func RunTests(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(
+			goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+			goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
+		); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// Records collects log records, for tests that assert what was logged.
+type Records struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+// RecordingLogger returns a logger that keeps every record at level and
+// above.
+func RecordingLogger(level slog.Level) (*slog.Logger, *Records) {
+	r := &Records{}
+	return slog.New(&recordingHandler{records: r, level: level}), r
+}
+
+// Find returns the attributes of every record with message msg.
+func (r *Records) Find(msg string) []map[string]slog.Value {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []map[string]slog.Value
+	for _, rec := range r.records {
+		if rec.Message != msg {
+			continue
+		}
+		attrs := map[string]slog.Value{"level": slog.StringValue(rec.Level.String())}
+		rec.Attrs(func(a slog.Attr) bool {
+			attrs[a.Key] = a.Value
+			return true
+		})
+		out = append(out, attrs)
+	}
+	return out
+}
+
+type recordingHandler struct {
+	records *Records
+	level   slog.Level
+}
+
+func (h *recordingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
+func (h *recordingHandler) Handle(_ context.Context, rec slog.Record) error {
+	h.records.mu.Lock()
+	h.records.records = append(h.records.records, rec.Clone())
+	h.records.mu.Unlock()
+	return nil
+}
+func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }

@@ -1,0 +1,241 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// syncTimes returns every account's sync calls, in order, from the synced
+// table.
+func (b *testBundle) syncTimes(ctx context.Context, t *testing.T) map[uuid.UUID][]time.Time {
+	t.Helper()
+	rows, err := b.pool.Query(ctx, "SELECT account_id, synced_at FROM "+pgx.Identifier{b.schema, "synced"}.Sanitize()+" ORDER BY synced_at")
+	require.NoError(t, err)
+	out := map[uuid.UUID][]time.Time{}
+	var (
+		id uuid.UUID
+		at time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		out[id] = append(out[id], at)
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// TestOutageLongerThanACycle stops every client for 1.5 cycles right after a
+// cycle was enqueued, then starts one with the periodic trigger, as an app
+// restarting after an outage. The stale cycle's late accounts must not be
+// synced on top of the current cycle: no account gets two syncs less than
+// half a cycle apart, and every account is synced within one cycle after
+// the outage ends.
+func TestOutageLongerThanACycle(t *testing.T) {
+	t.Parallel()
+
+	const (
+		accounts = 2000
+		cycle    = 40 * time.Second // 8 slots of 5 s
+	)
+	ctx, b := setup(t, accounts)
+	task := riverutil.Task{Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()}
+	scheduler := newScheduler(t, b, task)
+	schedule := taskInfo(t, scheduler, "transactions").Schedule
+
+	// The trigger ran for the next cycle, then every client went down.
+	insertOnly, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema})
+	require.NoError(t, err)
+	stale := schedule.Next(time.Now().Add(2 * time.Second))
+	_, err = scheduler.EnqueueCycle(ctx, insertOnly, "transactions", stale)
+	require.NoError(t, err)
+	outageEnd := stale.Add(cycle * 3 / 2)
+	time.Sleep(time.Until(outageEnd)) // the outage itself: nothing may run before it ends
+	startClient(ctx, t, b, scheduler, true, river.QueueDefault)
+	restarted := time.Now()
+
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	deadline := restarted.Add(cycle)
+	waitFor(t, time.Until(deadline)+60*time.Second, "a cycle after the outage, every sync due by then done", func() bool {
+		return time.Now().After(deadline.Add(5*time.Second)) &&
+			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state NOT IN ('completed', 'cancelled', 'discarded') AND scheduled_at <= $2", syncjob.Kind, deadline) == 0
+	})
+
+	times := b.syncTimes(ctx, t)
+	var staleSkipped int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT coalesce(sum((metadata->'output'->>'skipped')::bigint), 0) FROM "+jobs+
+		" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", perslot.Kind, stale).Scan(&staleSkipped))
+	var closest time.Duration = cycle
+	for _, id := range b.ids {
+		ts := times[id]
+		var within int
+		for i, at := range ts {
+			if !at.After(deadline) {
+				within++
+			}
+			if i > 0 {
+				closest = min(closest, at.Sub(ts[i-1]))
+			}
+		}
+		require.NotZero(t, within, "account %s not synced within a cycle after the outage (syncs %v)", id, ts)
+		for i := 1; i < len(ts); i++ {
+			require.GreaterOrEqual(t, ts[i].Sub(ts[i-1]), cycle/2, "account %s synced twice %s apart: %v", id, ts[i].Sub(ts[i-1]), ts)
+		}
+	}
+	t.Logf("outage %s (1.5 cycles of %s); stale cycle skipped %d of %d accounts; closest two syncs of one account: %s",
+		outageEnd.Sub(stale), cycle, staleSkipped, accounts, closest.Round(time.Millisecond))
+	require.EqualValues(t, accounts, staleSkipped, "the stale cycle syncs nobody: the current cycle covers everyone")
+}
+
+// TestPlanChange runs a 60 s cycle, stops the app in its middle and restarts
+// it with a 120 s cycle, as a new user changing Cycle would. The old
+// cycle's remaining per-slot jobs run under the plan they were made for, the
+// new cycle starting at the same instant does not collide with it, and the
+// new plan leaves to the old cycle the accounts it syncs: no account is
+// synced twice less than half a (new) cycle apart, and none waits more than
+// one old cycle plus one new cycle.
+func TestPlanChange(t *testing.T) {
+	t.Parallel()
+
+	const accounts = 2000
+	ctx, b := setup(t, accounts)
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+
+	// A 60 s cycle starting 17 s from now, on a grid the 120 s cycle shares.
+	offset, oldStart := offsetForStartIn(120*time.Second, 17*time.Second)
+	oldTask := riverutil.Task{Name: "transactions", Cycle: 60 * time.Second, TriggerOffset: offset % (60 * time.Second),
+		Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()}
+	old := newScheduler(t, b, oldTask)
+	oldClient := startClient(ctx, t, b, old, true, river.QueueDefault)
+	waitFor(t, time.Until(oldStart)+60*time.Second, "half of the old cycle's slots to fan out", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", perslot.Kind) >= 2
+	})
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, oldClient.Stop(stopCtx))
+	stoppedAt := time.Now()
+	require.Less(t, stoppedAt.Sub(oldStart), 45*time.Second, "stopped with old slots still to run")
+
+	newTask := oldTask
+	newTask.Cycle, newTask.TriggerOffset = 120*time.Second, offset
+	changed := newScheduler(t, b, newTask)
+	require.NotEqual(t, taskInfo(t, old, "transactions").PlanID, taskInfo(t, changed, "transactions").PlanID)
+	startClient(ctx, t, b, changed, true, river.QueueDefault)
+
+	// The new plan's first cycle starts at oldStart too (RunOnStart); wait
+	// until it and the next one are done.
+	end := oldStart.Add(240 * time.Second)
+	waitFor(t, time.Until(end)+60*time.Second, "two new cycles", func() bool {
+		return time.Now().After(end) &&
+			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE state NOT IN ('completed', 'cancelled', 'discarded') AND (args->>'cycle_start')::timestamptz < $1", end) == 0
+	})
+
+	require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE state IN ('cancelled', 'discarded')"), "no job cancelled or failed for its plan")
+	require.EqualValues(t, 4, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND args->>'plan' = $2 AND state = 'completed'",
+		perslot.Kind, taskInfo(t, old, "transactions").PlanID), "the old cycle ran all its 4 slots under its own plan")
+	oldCycle := b.measure(ctx, t, "transactions", oldStart)
+	t.Logf("old cycle (60 s and 120 s plans share its start): sync jobs=%d synced_once=%d duplicated=%d", oldCycle.SyncJobs, oldCycle.SyncedOnce, oldCycle.Duplicated)
+
+	times := b.syncTimes(ctx, t)
+	var twiceInTransition int
+	for _, id := range b.ids {
+		ts := times[id]
+		require.NotEmpty(t, ts, "account %s never synced", id)
+		require.Less(t, ts[0].Sub(oldStart), 180*time.Second, "account %s first synced after one old plus one new cycle", id)
+		for i := 1; i < len(ts); i++ {
+			require.GreaterOrEqual(t, ts[i].Sub(ts[i-1]), 60*time.Second, "account %s synced twice %s apart: %v", id, ts[i].Sub(ts[i-1]), ts)
+			require.Less(t, ts[i].Sub(ts[i-1]), 180*time.Second, "account %s waited more than one old plus one new cycle: %v", id, ts)
+		}
+		if len(ts) > 1 && ts[1].Before(oldStart.Add(120*time.Second)) {
+			twiceInTransition++
+		}
+	}
+	t.Logf("stopped %s into the old cycle; accounts synced by both plans in the transition cycle (>= 60 s apart): %d of %d",
+		stoppedAt.Sub(oldStart).Round(100*time.Millisecond), twiceInTransition, accounts)
+}
+
+// TestRerunFailedSlot makes a per-slot job fail for good halfway through its
+// fan-out, then does what the README tells an operator: fix the cause and
+// retry the job. The retry resumes from its cursor (no account enqueued
+// twice), and re-running the cycle's bootstrap adds no second per-slot job.
+func TestRerunFailedSlot(t *testing.T) {
+	t.Parallel()
+
+	const accounts = 4000
+	ctx, b := setup(t, accounts)
+	scheduler := newScheduler(t, b, riverutil.Task{
+		Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts",
+		BatchSize: 50, Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync(),
+	})
+	plan := taskInfo(t, scheduler, "transactions").Plan
+	client := startClient(ctx, t, b, scheduler, false, river.QueueDefault)
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+
+	// Sync inserts fail after 100 rows (two batches) until the cause is fixed.
+	_, err := b.pool.Exec(ctx, `
+		CREATE TABLE `+pgx.Identifier{b.schema, "broken"}.Sanitize()+` (on_ boolean);
+		INSERT INTO `+pgx.Identifier{b.schema, "broken"}.Sanitize()+` VALUES (true);
+		CREATE FUNCTION `+pgx.Identifier{b.schema, "fail_when_broken"}.Sanitize()+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF (SELECT on_ FROM `+pgx.Identifier{b.schema, "broken"}.Sanitize()+`) AND
+			   (SELECT count(*) FROM `+jobs+` WHERE kind = 'riverslot_sync') >= 100 THEN
+				RAISE EXCEPTION 'upstream table is broken';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER fail_when_broken BEFORE INSERT ON `+jobs+` FOR EACH STATEMENT
+			EXECUTE FUNCTION `+pgx.Identifier{b.schema, "fail_when_broken"}.Sanitize()+`();`)
+	require.NoError(t, err)
+
+	start := time.Now().Truncate(16 * time.Second).Add(time.Hour)
+	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the per-slot jobs", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", perslot.Kind) == int64(plan.Slots)
+	})
+	var slotJob int64
+	require.NoError(t, b.pool.QueryRow(ctx, "UPDATE "+jobs+" SET scheduled_at = now(), state = 'available', max_attempts = 2 WHERE kind = $1 AND (args->>'slot')::int = 0 RETURNING id", perslot.Kind).Scan(&slotJob))
+	waitFor(t, 60*time.Second, "slot 0 to be discarded after its attempts", func() bool {
+		job, err := client.JobGet(ctx, slotJob)
+		require.NoError(t, err)
+		return job.State == rivertype.JobStateDiscarded
+	})
+	require.EqualValues(t, 100, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", syncjob.Kind))
+
+	// Re-running the cycle adds nothing: the failed job is still there.
+	res, err := scheduler.EnqueueCycle(ctx, client, "transactions", start)
+	require.NoError(t, err)
+	require.True(t, res.UniqueSkippedAsDuplicate)
+
+	// Fix the cause, retry the job.
+	_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "broken"}.Sanitize()+" SET on_ = false")
+	require.NoError(t, err)
+	_, err = client.JobRetry(ctx, slotJob)
+	require.NoError(t, err)
+	waitFor(t, 60*time.Second, "the retried slot to complete", func() bool {
+		job, err := client.JobGet(ctx, slotJob)
+		require.NoError(t, err)
+		return job.State == rivertype.JobStateCompleted
+	})
+
+	var want int64
+	for _, id := range b.ids {
+		if plan.SlotOf(id) == 0 {
+			want++
+		}
+	}
+	require.EqualValues(t, want, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", syncjob.Kind), "one sync job per account of the slot")
+	require.EqualValues(t, want, b.count(ctx, t, "SELECT count(DISTINCT args->>'account_id') FROM "+jobs+" WHERE kind = $1", syncjob.Kind))
+	require.EqualValues(t, plan.Slots, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", perslot.Kind))
+}

@@ -1,0 +1,183 @@
+// Package taskspec holds the validated form of one riverslot task: its slot
+// plan, schedule, seed, quoted table, filter clause, prepared SQL and insert
+// options. riverutil builds one Spec per task, once, and hands the same
+// pointer to the bootstrap, per-slot and sync tiers and to its own Check, so
+// no two parts can disagree about a task.
+package taskspec
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/sqlbucket"
+)
+
+// Spec is one task, defaulted and validated. Build it with riverutil.New;
+// treat it as read-only.
+type Spec struct {
+	Name     string
+	Plan     slotplan.Plan
+	Schedule slotplan.Schedule
+	Seed     uint64
+
+	// PlanID names the slot layout and offsets jobs are made for: cycle,
+	// slots and seed. Bootstrap and per-slot jobs carry it, so a job made
+	// under another plan is recognised and never collides with this plan's
+	// cycles.
+	PlanID string
+
+	// Schema, Table and IDColumn are the raw identifiers; QualifiedTable and
+	// QuotedID are their quoted forms.
+	Schema, Table, IDColumn  string
+	QualifiedTable, QuotedID string
+
+	// Filter is the raw filter ("" for none), validated as one balanced
+	// expression; FilterClause is " AND (filter)" or "".
+	Filter, FilterClause string
+
+	BatchSize  int
+	LatePolicy LatePolicy
+	LateGrace  time.Duration
+
+	// Lead is how long before its slot a per-slot job runs; TriggerLead is
+	// how long before a cycle start the periodic trigger fires.
+	Lead, TriggerLead time.Duration
+
+	PerSlotTimeout, SyncTimeout time.Duration
+
+	// ControlQueue and ControlPriority are used for bootstrap and per-slot
+	// jobs.
+	ControlQueue    string
+	ControlPriority int
+
+	// SyncOpts shape every sync job (queue, priority, max attempts);
+	// ScheduledAt is set per account.
+	SyncOpts river.InsertOpts
+
+	SQL SQL
+}
+
+// SQL holds the queries the tiers run for a task, built once.
+type SQL struct {
+	// FirstPage selects the first keyset page of a slot's accounts:
+	// $1, $2 bucket bounds, $3 limit. Rows are (id, bucket).
+	FirstPage string
+	// NextPage is FirstPage after the keyset position ($4 bucket, $5 id).
+	NextPage string
+	// Exists says whether account $1 still exists and matches the filter.
+	Exists string
+}
+
+// PlanID returns the plan identifier of plan and seed, e.g.
+// "120s/8/9c1185a5c5e9fc54".
+func PlanID(plan slotplan.Plan, seed uint64) string {
+	return strconv.FormatInt(int64(plan.Cycle/time.Second), 10) + "s/" + strconv.Itoa(plan.Slots) + "/" + fmt.Sprintf("%016x", seed)
+}
+
+// BuildSQL fills s.QualifiedTable, s.QuotedID, s.FilterClause and s.SQL from
+// the raw identifiers and filter.
+func (s *Spec) BuildSQL() {
+	s.QualifiedTable = sqlbucket.QualifiedTable(s.Schema, s.Table)
+	s.QuotedID = pgx.Identifier{s.IDColumn}.Sanitize()
+	s.FilterClause = ""
+	if s.Filter != "" {
+		s.FilterClause = " AND (" + s.Filter + ")"
+	}
+
+	bucket := sqlbucket.Expr(s.IDColumn)
+	head := "SELECT " + s.QuotedID + ", " + bucket + " FROM " + s.QualifiedTable +
+		" WHERE " + sqlbucket.SlotPredicate(s.IDColumn, 1, 2)
+	tail := s.FilterClause + " ORDER BY " + bucket + ", " + s.QuotedID + " LIMIT $3"
+	s.SQL = SQL{
+		FirstPage: head + tail,
+		NextPage:  head + " AND (" + bucket + ", " + s.QuotedID + ") > ($4::int, $5::uuid)" + tail,
+		Exists:    "SELECT EXISTS (SELECT 1 FROM " + s.QualifiedTable + " WHERE " + s.QuotedID + " = $1" + s.FilterClause + ")",
+	}
+}
+
+// BootstrapOpts returns the insert options of a bootstrap job: the control
+// queue and priority, unique by args in every state. It runs as soon as it
+// is inserted.
+func (s *Spec) BootstrapOpts() *river.InsertOpts {
+	return &river.InsertOpts{
+		Queue:      s.ControlQueue,
+		Priority:   s.ControlPriority,
+		UniqueOpts: UniqueEveryState(),
+	}
+}
+
+// PerSlotStart is when the per-slot job of slot runs: Lead before the slot.
+func (s *Spec) PerSlotStart(cycleStart time.Time, slot int) time.Time {
+	return s.Plan.SlotStart(cycleStart, slot).Add(-s.Lead)
+}
+
+// UniqueEveryState is unique by args while a job with the same args exists in
+// any state, discarded and cancelled included: re-inserting a cycle never
+// creates a second bootstrap or per-slot job next to a failed one (which an
+// operator retries instead, resuming from its cursor).
+func UniqueEveryState() river.UniqueOpts {
+	return river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStateCancelled, rivertype.JobStateCompleted,
+		rivertype.JobStateDiscarded, rivertype.JobStatePending, rivertype.JobStateRetryable,
+		rivertype.JobStateRunning, rivertype.JobStateScheduled,
+	}}
+}
+
+// ParsePlanID splits a plan id made by PlanID into its cycle, slots and seed.
+func ParsePlanID(id string) (time.Duration, int, uint64, error) {
+	parts := strings.Split(id, "/")
+	if len(parts) != 3 || !strings.HasSuffix(parts[0], "s") {
+		return 0, 0, 0, fmt.Errorf("plan id %q is not of the form <seconds>s/<slots>/<seed>", id)
+	}
+	secs, err1 := strconv.ParseInt(strings.TrimSuffix(parts[0], "s"), 10, 64)
+	slots, err2 := strconv.Atoi(parts[1])
+	seed, err3 := strconv.ParseUint(parts[2], 16, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return 0, 0, 0, fmt.Errorf("plan id %q is not of the form <seconds>s/<slots>/<seed>: %w", id, err)
+	}
+	return time.Duration(secs) * time.Second, slots, seed, nil
+}
+
+// ForPlan returns the spec a job made for planID runs under: s itself for
+// its own plan (or "", jobs made before plans were recorded), else a copy
+// of s with that plan's cycle, slots and seed, on a UTC grid through
+// cycleStart. Jobs always run under the plan they were made for, so a
+// change of Cycle or Seed, or a rolling deploy where nodes disagree, never
+// mixes two plans inside one cycle.
+func (s *Spec) ForPlan(planID string, cycleStart time.Time) (*Spec, error) {
+	if planID == "" || planID == s.PlanID {
+		return s, nil
+	}
+	cycle, slots, seed, err := ParsePlanID(planID)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := slotplan.New(cycle)
+	if err != nil {
+		return nil, fmt.Errorf("plan id %q: %w", planID, err)
+	}
+	if plan.Slots != slots {
+		return nil, fmt.Errorf("plan id %q: a %s cycle has %d slots, not %d", planID, cycle, plan.Slots, slots)
+	}
+	offset := time.Duration(cycleStart.UnixNano()) % cycle
+	if offset < 0 {
+		offset += cycle
+	}
+	schedule, err := slotplan.NewSchedule(cycle, offset, nil)
+	if err != nil {
+		return nil, fmt.Errorf("plan id %q: %w", planID, err)
+	}
+	other := *s
+	other.Plan, other.Schedule, other.Seed, other.PlanID = plan, schedule, seed, planID
+	other.Lead = min(s.Lead, plan.SlotDuration/2)
+	other.LateGrace = min(s.LateGrace, cycle)
+	return &other, nil
+}

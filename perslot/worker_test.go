@@ -1,0 +1,238 @@
+package perslot
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/sqlbucket"
+)
+
+type testBundle struct {
+	client *river.Client[pgx.Tx]
+	events <-chan *river.Event
+	ids    []uuid.UUID
+	pool   *pgxpool.Pool
+	schema string
+	spec   *taskspec.Spec
+	worker *Worker
+}
+
+// setup creates n accounts (the first inactive ones given by inactive), a
+// spec over them with filter "active" and batches of batch, and a started
+// client that works per-slot jobs only (sync jobs stay queued).
+func setup(t *testing.T, n, batch int, mutate func(*taskspec.Spec)) (context.Context, *testBundle) {
+	t.Helper()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", n)
+	require.NoError(t, sqlbucket.CreateIndex(ctx, pool, schema, "accounts", "id"))
+	spec := riverslottest.Spec(t, "transactions", schema, "accounts", "active", 2*time.Minute, batch)
+	spec.SyncOpts.Queue = "parked" // not worked
+	if mutate != nil {
+		mutate(spec)
+	}
+	w := NewWorker(pool, riverslottest.Logger(t))
+	w.AddTask(spec)
+	workers := river.NewWorkers()
+	require.NoError(t, w.Register(workers))
+	client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
+		Schema:              schema,
+		SkipUnknownJobCheck: true,
+		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		Workers:             workers,
+	})
+	return ctx, &testBundle{client: client, events: events, ids: ids, pool: pool, schema: schema, spec: spec, worker: w}
+}
+
+func (b *testBundle) table(name string) string { return pgx.Identifier{b.schema, name}.Sanitize() }
+
+// slotAccounts returns the ids in slot, from the Go mirror of the bucket.
+func (b *testBundle) slotAccounts(slot int) map[uuid.UUID]bool {
+	out := map[uuid.UUID]bool{}
+	for _, id := range b.ids {
+		if b.spec.Plan.SlotOf(id) == slot {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// syncJobs returns the account ids of the sync jobs inserted, with their count.
+func (b *testBundle) syncJobs(ctx context.Context, t *testing.T) map[uuid.UUID]int {
+	t.Helper()
+	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid FROM "+b.table("river_job")+" WHERE kind = 'riverslot_sync'")
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	out := map[uuid.UUID]int{}
+	for _, id := range ids {
+		out[id]++
+	}
+	return out
+}
+
+func (b *testBundle) run(ctx context.Context, t *testing.T, slot int, maxAttempts int) *river.Event {
+	t.Helper()
+	// A cycle far ahead: every account is on time.
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	res, err := b.client.Insert(ctx, NewArgs(b.spec, start, slot), &river.InsertOpts{MaxAttempts: maxAttempts})
+	require.NoError(t, err)
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case ev := <-b.events:
+			if ev.Job.ID == res.Job.ID && ev.Job.FinalizedAt != nil {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("per-slot job %d did not finish within 60s", res.Job.ID)
+		}
+	}
+}
+
+func TestFanOut(t *testing.T) {
+	t.Parallel()
+
+	t.Run("FilteredAccountsAreNotEnqueued", func(t *testing.T) {
+		t.Parallel()
+		ctx, b := setup(t, 2000, 50, nil)
+		// Every third account is inactive.
+		inactive := map[uuid.UUID]bool{}
+		for i, id := range b.ids {
+			if i%3 == 0 {
+				inactive[id] = true
+				_, err := b.pool.Exec(ctx, "UPDATE "+b.table("accounts")+" SET active = false WHERE id = $1", id)
+				require.NoError(t, err)
+			}
+		}
+		const slot = 5
+		ev := b.run(ctx, t, slot, 1)
+		require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
+
+		want := map[uuid.UUID]int{}
+		for id := range b.slotAccounts(slot) {
+			if !inactive[id] {
+				want[id] = 1
+			}
+		}
+		require.NotEmpty(t, want)
+		require.Less(t, len(want), len(b.slotAccounts(slot)), "the slot must hold inactive accounts for this test to mean anything")
+		require.Equal(t, want, b.syncJobs(ctx, t), "exactly the slot's active accounts, once each")
+	})
+
+	t.Run("StalledKeysetInsertsNothingMore", func(t *testing.T) {
+		t.Parallel()
+		// A next-page query that ignores the cursor (what a filter such as
+		// "true) OR (true" did before filters were checked) returns the
+		// first page again. The guard must fail the attempt instead of
+		// enqueuing the same accounts batch after batch.
+		ctx, b := setup(t, 2000, 50, func(s *taskspec.Spec) {
+			s.SQL.NextPage = strings.Replace(s.SQL.FirstPage, " ORDER BY", " AND ($4::int, $5::uuid) IS NOT NULL ORDER BY", 1)
+		})
+		ev := b.run(ctx, t, 0, 1)
+		require.Equal(t, river.EventKindJobFailed, ev.Kind)
+		require.Contains(t, ev.Job.Errors[len(ev.Job.Errors)-1].Error, ErrKeysetStalled.Error())
+
+		got := b.syncJobs(ctx, t)
+		require.Len(t, got, 50, "only the first batch committed")
+		for id, n := range got {
+			require.Equal(t, 1, n, "account %s enqueued %d times", id, n)
+		}
+	})
+
+	t.Run("SupersededAttemptInsertsNothing", func(t *testing.T) {
+		t.Parallel()
+		// Before batch 3 the job's attempt moves on, as when River rescues a
+		// job whose attempt is still alive and starts another. The old
+		// attempt must find it lost the job and commit nothing more.
+		ctx, b := setup(t, 2000, 50, nil)
+		b.worker.beforeBatch = func(ctx context.Context, job *river.Job[Args], batch int) error {
+			if batch == 3 {
+				_, err := b.pool.Exec(ctx, "UPDATE "+b.table("river_job")+" SET attempt = attempt + 1 WHERE id = $1", job.ID)
+				return err
+			}
+			return nil
+		}
+		ev := b.run(ctx, t, 0, 1)
+		require.Equal(t, river.EventKindJobFailed, ev.Kind)
+		require.Contains(t, ev.Job.Errors[len(ev.Job.Errors)-1].Error, ErrLostOwnership.Error())
+		require.Len(t, b.syncJobs(ctx, t), 2*50, "batches 1 and 2 only")
+	})
+
+	t.Run("RetryResumesFromCursor", func(t *testing.T) {
+		t.Parallel()
+		// The first attempt fails at batch 4 (a lost connection, say); the
+		// retry resumes after batch 3: every account of the slot once.
+		ctx, b := setup(t, 2000, 20, nil)
+		b.worker.beforeBatch = func(ctx context.Context, job *river.Job[Args], batch int) error {
+			if batch == 4 && job.Attempt == 1 {
+				return errors.New("connection lost")
+			}
+			return nil
+		}
+		logger, records := riverslottest.RecordingLogger(slog.LevelWarn)
+		b.worker.logger = logger
+		ev := b.run(ctx, t, 1, 3)
+		require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
+		require.Equal(t, 2, ev.Job.Attempt)
+
+		// The failed attempt was logged at warn with what an operator needs.
+		warned := records.Find("riverslot: per-slot fan-out failed; River retries it from its last committed batch")
+		require.Len(t, warned, 1)
+		require.Equal(t, "WARN", warned[0]["level"].String())
+		require.Equal(t, "transactions", warned[0]["task"].String())
+		require.EqualValues(t, 1, warned[0]["slot"].Int64())
+		require.EqualValues(t, 1, warned[0]["attempt"].Int64())
+		require.Equal(t, "2030-01-01T00:00:00Z", warned[0]["cycle_start"].Time().Format(time.RFC3339))
+		require.Contains(t, warned[0]["error"].String(), "connection lost")
+		want := map[uuid.UUID]int{}
+		for id := range b.slotAccounts(1) {
+			want[id] = 1
+		}
+		require.Equal(t, want, b.syncJobs(ctx, t))
+	})
+}
+
+func TestCheckKeyset(t *testing.T) {
+	t.Parallel()
+
+	id := func(last byte, first byte) uuid.UUID {
+		var u uuid.UUID
+		u[0], u[15] = first, last
+		return u
+	}
+	page := []account{{id(10, 1), 10}, {id(10, 2), 10}, {id(11, 0), 11}}
+	cursor := Cursor{Started: true, Bucket: 10, AfterID: id(10, 0).String()}
+
+	require.NoError(t, checkKeyset(page, 8, 15, Cursor{}, 3))
+	require.NoError(t, checkKeyset(page, 8, 15, cursor, 3))
+	for name, tt := range map[string]struct {
+		page   []account
+		cursor Cursor
+		lo, hi int
+	}{
+		"NotPastCursor":  {page, Cursor{Started: true, Bucket: 10, AfterID: id(10, 1).String()}, 8, 15},
+		"OutOfRange":     {page, Cursor{}, 11, 15},
+		"NotIncreasing":  {[]account{{id(10, 2), 10}, {id(10, 1), 10}}, Cursor{}, 8, 15},
+		"RepeatedRow":    {[]account{{id(10, 2), 10}, {id(10, 2), 10}}, Cursor{}, 8, 15},
+		"BucketBackward": {[]account{{id(11, 0), 11}, {id(10, 9), 10}}, Cursor{}, 8, 15},
+	} {
+		err := checkKeyset(tt.page, tt.lo, tt.hi, tt.cursor, 3)
+		require.ErrorIs(t, err, ErrKeysetStalled, name)
+	}
+	require.ErrorIs(t, checkKeyset(page, 8, 15, Cursor{}, 2), ErrKeysetStalled, "more rows than the limit")
+}

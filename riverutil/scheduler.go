@@ -1,0 +1,311 @@
+package riverutil
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// triggerTolerance is how far ahead of its nominal time River's periodic
+// enqueuer may run a trigger (100 ms), rounded up: a trigger that fires at
+// 23:59:49.9 must still bootstrap the cycle it was scheduled for.
+const triggerTolerance = time.Second
+
+// Config configures a Scheduler. A nil Config is invalid: at least one task
+// is required.
+type Config struct {
+	// Tasks to schedule. Required; names must be unique.
+	Tasks []Task
+
+	// Logger receives the scheduler's logs. Defaults to the Logger of the
+	// river.Config given to Configure, else slog.Default().
+	Logger *slog.Logger
+}
+
+// Scheduler holds validated tasks and the River workers that run them. Build
+// it with New, wire it into a River client with Configure.
+type Scheduler struct {
+	logger *slog.Logger // nil until Configure when Config.Logger is nil
+	pool   *pgxpool.Pool
+	specs  []*taskspec.Spec
+	syncs  []SyncFunc // by spec index
+	byName map[string]*taskspec.Spec
+}
+
+// New validates config and builds the workers, reporting every problem of
+// every task at once. pool is used by the workers to select accounts and to
+// enqueue in transactions; it must reach the same database as the River
+// client.
+func New(pool *pgxpool.Pool, config *Config) (*Scheduler, error) {
+	if pool == nil {
+		return nil, errors.New("pool must not be nil")
+	}
+	if config == nil || len(config.Tasks) == 0 {
+		return nil, errors.New("Config.Tasks must contain at least one task")
+	}
+	s := &Scheduler{
+		logger: config.Logger,
+		pool:   pool,
+		byName: make(map[string]*taskspec.Spec),
+	}
+
+	var errs []error
+	seen := make(map[string]int)
+	for i, t := range config.Tasks {
+		prefix := fmt.Sprintf("Tasks[%d] %q: ", i, t.Name)
+		if first, dup := seen[t.Name]; dup && t.Name != "" {
+			errs = append(errs, fmt.Errorf("%sName is already used by Tasks[%d]; task names must be unique", prefix, first))
+		}
+		seen[t.Name] = i
+		spec, err := newSpec(t)
+		if err != nil {
+			errs = append(errs, prefixErrors(prefix, err))
+			continue
+		}
+		if _, dup := s.byName[spec.Name]; dup {
+			continue // reported above
+		}
+		s.specs = append(s.specs, spec)
+		s.syncs = append(s.syncs, t.Sync)
+		s.byName[spec.Name] = spec
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// prefixErrors prefixes every error joined in err.
+func prefixErrors(prefix string, err error) error {
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) {
+		return fmt.Errorf("%s%w", prefix, err)
+	}
+	errs := joined.Unwrap()
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = fmt.Errorf("%s%w", prefix, e)
+	}
+	return errors.Join(out...)
+}
+
+// Configure wires the scheduler into config, the one way to do it: it
+// registers the bootstrap, per-slot and sync workers on config.Workers
+// (creating it when nil), appends one periodic trigger per task to
+// config.PeriodicJobs, and sets the two River settings riverslot's
+// guarantees rest on, refusing values that would break them:
+//
+//   - RescueStuckJobsAfter: how long a job may run before River's rescuer
+//     assumes its process died and retries it. It applies to every job of
+//     the client, the app's own included. Defaults here to the longest
+//     per-slot or sync timeout plus one minute (2 minutes with the defaults),
+//     so a per-slot job orphaned by a dead process resumes within its slot;
+//     River's own default is 1 hour. A value below the longest timeout is
+//     refused: running jobs would be rescued and run twice. If the app's own
+//     jobs run longer than this, give riverslot its own client (and queues)
+//     or set RescueStuckJobsAfter above their longest run and accept a slower
+//     recovery of an orphaned fan-out.
+//   - CompletedJobRetentionPeriod: a cycle's bootstrap and per-slot jobs are
+//     unique only while River keeps them, so they must outlive the longest
+//     cycle (25 h on a DST day for a 24 h wall-clock cycle). Defaults here to
+//     twice that, at least River's 24 h; a shorter value is refused (-1,
+//     keep forever, is accepted).
+func (s *Scheduler) Configure(config *river.Config) error {
+	if config == nil {
+		return errors.New("config must not be nil")
+	}
+	rescue := s.rescueStuckJobsAfter()
+	switch {
+	case config.RescueStuckJobsAfter == 0:
+		config.RescueStuckJobsAfter = rescue
+	case config.RescueStuckJobsAfter < rescue-rescueMargin:
+		return fmt.Errorf("RescueStuckJobsAfter %s is shorter than the longest riverslot job timeout (%s); running jobs would be rescued and run twice: leave it 0 for %s or raise it",
+			config.RescueStuckJobsAfter, rescue-rescueMargin, rescue)
+	}
+	retention := s.minRetention()
+	switch {
+	case config.CompletedJobRetentionPeriod == 0:
+		config.CompletedJobRetentionPeriod = max(24*time.Hour, 2*retention)
+	case config.CompletedJobRetentionPeriod == -1:
+	case config.CompletedJobRetentionPeriod < retention:
+		return fmt.Errorf("CompletedJobRetentionPeriod %s is shorter than the longest cycle (%s): a cycle's jobs are unique only while River keeps them, so a cycle could run twice; leave it 0 for %s or raise it",
+			config.CompletedJobRetentionPeriod, retention, max(24*time.Hour, 2*retention))
+	}
+	if s.logger == nil {
+		s.logger = cmp.Or(config.Logger, slog.Default())
+	}
+	bootstrapWorker := bootstrap.NewWorker(s.pool, s.logger)
+	perSlotWorker := perslot.NewWorker(s.pool, s.logger)
+	syncWorker := syncjob.NewWorker(s.pool, s.logger)
+	for i, spec := range s.specs {
+		bootstrapWorker.AddTask(spec)
+		perSlotWorker.AddTask(spec)
+		syncWorker.AddTask(spec, s.syncs[i])
+	}
+	if config.Workers == nil {
+		config.Workers = river.NewWorkers()
+	}
+	if err := bootstrapWorker.Register(config.Workers); err != nil {
+		return fmt.Errorf("error registering bootstrap worker: %w", err)
+	}
+	if err := perSlotWorker.Register(config.Workers); err != nil {
+		return fmt.Errorf("error registering per-slot worker: %w", err)
+	}
+	if err := syncWorker.Register(config.Workers); err != nil {
+		return fmt.Errorf("error registering sync worker: %w", err)
+	}
+	config.PeriodicJobs = append(config.PeriodicJobs, s.periodicJobs()...)
+	return nil
+}
+
+func (s *Scheduler) log() *slog.Logger { return cmp.Or(s.logger, slog.Default()) }
+
+// rescueMargin is added to the longest job timeout for RescueStuckJobsAfter.
+const rescueMargin = time.Minute
+
+// rescueStuckJobsAfter is the longest per-slot or sync timeout plus
+// rescueMargin.
+func (s *Scheduler) rescueStuckJobsAfter() time.Duration {
+	var longest time.Duration
+	for _, spec := range s.specs {
+		longest = max(longest, spec.PerSlotTimeout, spec.SyncTimeout)
+	}
+	return longest + rescueMargin
+}
+
+// minRetention is the longest cycle, plus an hour for wall-clock schedules
+// (a DST day is 25 h long).
+func (s *Scheduler) minRetention() time.Duration {
+	var longest time.Duration
+	for _, spec := range s.specs {
+		d := spec.Plan.Cycle
+		if spec.Schedule.Location != nil {
+			d += time.Hour
+		}
+		longest = max(longest, d)
+	}
+	return longest
+}
+
+// triggerSchedule fires TriggerLead before every cycle start.
+type triggerSchedule struct {
+	schedule slotplan.Schedule
+	lead     time.Duration
+}
+
+func (t triggerSchedule) Next(now time.Time) time.Time {
+	return t.schedule.Next(now.Add(t.lead)).Add(-t.lead)
+}
+
+// periodicJobs returns one periodic trigger per task. Each fires TriggerLead
+// before every cycle start and enqueues the bootstrap job of that cycle, to
+// run at once; RunOnStart enqueues the current cycle when a client becomes
+// leader, and uniqueness by (task, cycle start, plan) means neither ever
+// doubles a cycle.
+func (s *Scheduler) periodicJobs() []*river.PeriodicJob {
+	jobs := make([]*river.PeriodicJob, 0, len(s.specs))
+	for _, spec := range s.specs {
+		jobs = append(jobs, river.NewPeriodicJob(triggerSchedule{spec.Schedule, spec.TriggerLead}, func() (river.JobArgs, *river.InsertOpts) {
+			now := time.Now()
+			start := spec.Schedule.Start(now.Add(spec.TriggerLead + triggerTolerance))
+			s.log().Debug("riverslot: cycle trigger fired", slog.String("task", spec.Name), slog.Time("cycle_start", start))
+			opts := spec.BootstrapOpts()
+			opts.ScheduledAt = now // available at once, never waits for River's scheduler
+			return bootstrap.NewArgs(spec, start), opts
+		}, &river.PeriodicJobOpts{ID: "riverslot_" + spec.Name, RunOnStart: true}))
+	}
+	return jobs
+}
+
+// EnqueueCycle inserts the bootstrap job of task for the cycle starting at
+// cycleStart (which must be a cycle start of the task's schedule), to run
+// now: it enqueues the cycle's per-slot jobs at their slot times, so a cycle
+// can be prepared ahead of time or re-run after it began. It is idempotent:
+// a second call for the same cycle and plan returns the existing job with
+// UniqueSkippedAsDuplicate set, whatever state that job is in.
+func (s *Scheduler) EnqueueCycle(ctx context.Context, client *river.Client[pgx.Tx], taskName string, cycleStart time.Time) (*rivertype.JobInsertResult, error) {
+	args, opts, err := s.bootstrapParams(taskName, cycleStart)
+	if err != nil {
+		return nil, err
+	}
+	return client.Insert(ctx, args, opts)
+}
+
+// EnqueueCycleTx is EnqueueCycle in the caller's transaction.
+func (s *Scheduler) EnqueueCycleTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, taskName string, cycleStart time.Time) (*rivertype.JobInsertResult, error) {
+	args, opts, err := s.bootstrapParams(taskName, cycleStart)
+	if err != nil {
+		return nil, err
+	}
+	return client.InsertTx(ctx, tx, args, opts)
+}
+
+func (s *Scheduler) bootstrapParams(taskName string, cycleStart time.Time) (river.JobArgs, *river.InsertOpts, error) {
+	spec, err := s.spec(taskName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if start := spec.Schedule.Start(cycleStart); !start.Equal(cycleStart) {
+		return nil, nil, fmt.Errorf("cycleStart %s is not a cycle start of task %q (cycle %s); the cycle containing it starts at %s",
+			cycleStart.Format(time.RFC3339Nano), taskName, spec.Plan.Cycle, start.Format(time.RFC3339Nano))
+	}
+	return bootstrap.NewArgs(spec, cycleStart), spec.BootstrapOpts(), nil
+}
+
+func (s *Scheduler) spec(taskName string) (*taskspec.Spec, error) {
+	spec, ok := s.byName[taskName]
+	if !ok {
+		return nil, fmt.Errorf("no task named %q; the scheduler has %s", taskName, s.taskNames())
+	}
+	return spec, nil
+}
+
+func (s *Scheduler) taskNames() string {
+	names := ""
+	for i, spec := range s.specs {
+		if i > 0 {
+			names += ", "
+		}
+		names += fmt.Sprintf("%q", spec.Name)
+	}
+	return names
+}
+
+// TaskInfo describes one validated task, defaults applied.
+type TaskInfo struct {
+	Name string
+	// Plan is the task's slot layout.
+	Plan slotplan.Plan
+	// Schedule says where its cycles start.
+	Schedule slotplan.Schedule
+	// Seed is the effective offset seed.
+	Seed uint64
+	// Lead is how long before its slot each per-slot job runs.
+	Lead time.Duration
+	// PlanID identifies the plan (cycle, slots, seed) that bootstrap and
+	// per-slot jobs carry in their args' "plan" field.
+	PlanID string
+}
+
+// Task returns the validated form of the named task.
+func (s *Scheduler) Task(taskName string) (TaskInfo, error) {
+	spec, err := s.spec(taskName)
+	if err != nil {
+		return TaskInfo{}, err
+	}
+	return TaskInfo{Name: spec.Name, Plan: spec.Plan, Schedule: spec.Schedule, Seed: spec.Seed, Lead: spec.Lead, PlanID: spec.PlanID}, nil
+}

@@ -1,0 +1,450 @@
+package riverutil_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertest"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/riverutil"
+)
+
+func noopSync(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
+
+func validTask() riverutil.Task {
+	return riverutil.Task{Name: "transactions", Cycle: 24 * time.Hour, Table: "accounts", Sync: noopSync}
+}
+
+// lazyPool is a pool that never connects: validation needs no database.
+func lazyPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func TestNewValidation(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name   string
+		mutate func(*riverutil.Task)
+		want   string
+	}{
+		{"ZeroCycle", func(x *riverutil.Task) { x.Cycle = 0 }, "Cycle must be at least 2s, got 0s"},
+		{"NegativeCycle", func(x *riverutil.Task) { x.Cycle = -time.Hour }, "Cycle must be at least 2s, got -1h0m0s"},
+		{"SubSecondCycle", func(x *riverutil.Task) { x.Cycle = 500 * time.Millisecond }, "Cycle must be at least 2s, got 500ms"},
+		{"FractionalCycle", func(x *riverutil.Task) { x.Cycle = 2500 * time.Millisecond }, "Cycle must be a whole number of seconds, got 2.5s"},
+		{"OneSlotCycle", func(x *riverutil.Task) { x.Cycle = 301 * time.Second }, "yields a single slot"},
+		{"CycleShorterThanRiversTick", func(x *riverutil.Task) { x.Cycle = 8 * time.Second }, "Cycle must be at least 16s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got 8s"},
+		{"EmptyName", func(x *riverutil.Task) { x.Name = "" }, `Name must be 1-64 letters, digits, '_', '-' or '.', got ""`},
+		{"NameWithSpace", func(x *riverutil.Task) { x.Name = "a b" }, `Name must be 1-64 letters`},
+		{"MissingTable", func(x *riverutil.Task) { x.Table = "" }, "Table must be set to the table holding the accounts"},
+		{"TableWithQuote", func(x *riverutil.Task) { x.Table = `acc"ounts` }, `Table must be a plain identifier without quotes, ';' or '--' (it is quoted for you), got "acc\"ounts"`},
+		{"TableWithSemicolon", func(x *riverutil.Task) { x.Table = "accounts; DROP TABLE x" }, "Table must be a plain identifier"},
+		{"ColumnWithComment", func(x *riverutil.Task) { x.IDColumn = "id--" }, "IDColumn must be a plain identifier"},
+		{"SchemaTooLong", func(x *riverutil.Task) { x.Schema = string(make([]byte, 64)) }, "Schema must be at most 63 bytes"},
+		{"FilterWithSemicolon", func(x *riverutil.Task) { x.Filter = "true; DELETE FROM accounts" }, "Filter must be one balanced SQL boolean expression (';' is not allowed)"},
+		{"FilterBreakingOut", func(x *riverutil.Task) { x.Filter = "true) OR (true" }, "Filter must be one balanced SQL boolean expression (a ')' closes a parenthesis it did not open)"},
+		{"FilterLeftOpen", func(x *riverutil.Task) { x.Filter = "(active" }, "Filter must be one balanced SQL boolean expression (1 '(' left open)"},
+		{"FilterComment", func(x *riverutil.Task) { x.Filter = "active --" }, "'--' comments are not allowed"},
+		{"FilterBlockComment", func(x *riverutil.Task) { x.Filter = "active /* x */" }, "'/*' comments are not allowed"},
+		{"FilterBindParameter", func(x *riverutil.Task) { x.Filter = "id <> $1" }, "bind parameters such as $1 are not allowed"},
+		{"FilterUnterminatedString", func(x *riverutil.Task) { x.Filter = "name = 'x" }, "unterminated '-quoted text"},
+		{"BatchSizeNegative", func(x *riverutil.Task) { x.BatchSize = -1 }, "BatchSize must be between 1 and 50000, got -1"},
+		{"BatchSizeTooLarge", func(x *riverutil.Task) { x.BatchSize = 50_001 }, "BatchSize must be between 1 and 50000, got 50001"},
+		{"PriorityOutOfRange", func(x *riverutil.Task) { x.Priority = 5 }, "Priority must be between 1 and 4, got 5"},
+		{"MaxAttemptsNegative", func(x *riverutil.Task) { x.MaxAttempts = -1 }, "MaxAttempts must be at least 1, got -1"},
+		{"NegativeSyncTimeout", func(x *riverutil.Task) { x.SyncTimeout = -time.Second }, "SyncTimeout must not be negative, got -1s"},
+		{"NegativeLateGrace", func(x *riverutil.Task) { x.LateGrace = -time.Second }, "LateGrace must not be negative, got -1s"},
+		{"LateGraceLongerThanCycle", func(x *riverutil.Task) { x.LateGrace = 25 * time.Hour }, "LateGrace must be at most Cycle (24h0m0s), got 25h0m0s"},
+		{"LeadAsLongAsSlot", func(x *riverutil.Task) { x.Lead = 11*time.Minute + 15*time.Second }, "Lead must be in [0, slot duration) = [0, 11m15s), got 11m15s"},
+		{"UnknownLatePolicy", func(x *riverutil.Task) { x.LatePolicy = "burst" }, `LatePolicy must be "spread" or "skip", got "burst"`},
+		{"MissingSync", func(x *riverutil.Task) { x.Sync = nil }, "Sync must be set to the function that syncs one account"},
+		{"OffsetOutOfRange", func(x *riverutil.Task) { x.TriggerOffset = 25 * time.Hour }, "TriggerOffset must be in [0, Cycle)"},
+		{"LocationWithOddCycle", func(x *riverutil.Task) { x.Cycle = 256 * time.Second; x.Location = time.UTC }, "Cycle must divide 24h when Location is set"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			task := validTask()
+			tt.mutate(&task)
+			_, err := riverutil.New(lazyPool(t), &riverutil.Config{Tasks: []riverutil.Task{task}})
+			require.ErrorContains(t, err, tt.want)
+			require.True(t, strings.HasPrefix(err.Error(), `Tasks[0] "`+task.Name+`": `), "every error names its task: %v", err)
+		})
+	}
+
+	t.Run("BalancedFiltersAreAccepted", func(t *testing.T) {
+		t.Parallel()
+		for _, filter := range []string{
+			"active",
+			"(active AND NOT restricted) OR plan = 'pro'",
+			`name <> ')' AND "odd)col" IS NOT NULL`,
+			"note <> 'it''s (fine'",
+			"body <> $$ ) $$",
+			"a - b > 0",
+		} {
+			task := validTask()
+			task.Filter = filter
+			_, err := riverutil.New(lazyPool(t), &riverutil.Config{Tasks: []riverutil.Task{task}})
+			require.NoError(t, err, filter)
+		}
+	})
+
+	t.Run("ZeroValuesMeanDefaults", func(t *testing.T) {
+		t.Parallel()
+		s, err := riverutil.New(lazyPool(t), &riverutil.Config{Tasks: []riverutil.Task{validTask()}})
+		require.NoError(t, err)
+		info, err := s.Task("transactions")
+		require.NoError(t, err)
+		require.Equal(t, 128, info.Plan.Slots)
+		require.Equal(t, riverutil.LeadMax, info.Lead, "min(10s, half of an 11m15s slot)")
+
+		task := validTask()
+		task.Cycle = 16 * time.Second // 16 slots of 1 s: the lead is half a slot
+		s, err = riverutil.New(lazyPool(t), &riverutil.Config{Tasks: []riverutil.Task{task}})
+		require.NoError(t, err)
+		info, err = s.Task("transactions")
+		require.NoError(t, err)
+		require.Equal(t, 500*time.Millisecond, info.Lead)
+	})
+
+	t.Run("DuplicateNames", func(t *testing.T) {
+		t.Parallel()
+		_, err := riverutil.New(lazyPool(t), &riverutil.Config{Tasks: []riverutil.Task{validTask(), validTask()}})
+		require.EqualError(t, err, `Tasks[1] "transactions": Name is already used by Tasks[0]; task names must be unique`)
+	})
+
+	t.Run("NoTasks", func(t *testing.T) {
+		t.Parallel()
+		_, err := riverutil.New(lazyPool(t), nil)
+		require.EqualError(t, err, "Config.Tasks must contain at least one task")
+	})
+
+	t.Run("NilPool", func(t *testing.T) {
+		t.Parallel()
+		_, err := riverutil.New(nil, &riverutil.Config{Tasks: []riverutil.Task{validTask()}})
+		require.EqualError(t, err, "pool must not be nil")
+	})
+
+	t.Run("EveryProblemOfEveryTaskAtOnce", func(t *testing.T) {
+		t.Parallel()
+		// An invalid cycle must not hide the task's other errors.
+		_, err := riverutil.New(lazyPool(t), &riverutil.Config{Tasks: []riverutil.Task{
+			{Name: "x", Cycle: 301 * time.Second, Filter: "a)"},
+			{Name: "y", Cycle: 120 * time.Second, Table: "accounts", Priority: 9, Sync: noopSync},
+		}})
+		require.Error(t, err)
+		lines := strings.Split(err.Error(), "\n")
+		require.Contains(t, lines, `Tasks[0] "x": Table must be set to the table holding the accounts`)
+		require.Contains(t, lines, `Tasks[0] "x": Sync must be set to the function that syncs one account`)
+		require.Contains(t, lines, `Tasks[1] "y": Priority must be between 1 and 4, got 9`)
+		require.Contains(t, err.Error(), `Tasks[0] "x": invalid cycle: Cycle 5m1s is an odd number of seconds`)
+		require.Contains(t, err.Error(), `Tasks[0] "x": Filter must be one balanced SQL boolean expression`)
+	})
+}
+
+func TestConfigure(t *testing.T) {
+	t.Parallel()
+
+	scheduler := func(t *testing.T, tasks ...riverutil.Task) *riverutil.Scheduler {
+		t.Helper()
+		if len(tasks) == 0 {
+			tasks = []riverutil.Task{validTask()}
+		}
+		s, err := riverutil.New(lazyPool(t), &riverutil.Config{Tasks: tasks})
+		require.NoError(t, err)
+		return s
+	}
+
+	t.Run("FillsDefaults", func(t *testing.T) {
+		t.Parallel()
+		config := &river.Config{}
+		require.NoError(t, scheduler(t).Configure(config))
+		require.NotNil(t, config.Workers)
+		require.Len(t, config.PeriodicJobs, 1)
+		require.Equal(t, 2*time.Minute, config.RescueStuckJobsAfter, "longest timeout (1m) + 1m")
+		require.Equal(t, 48*time.Hour, config.CompletedJobRetentionPeriod, "twice the 24h cycle")
+		// River accepts what Configure built.
+		_, err := river.NewClient(riverpgxv5.New(nil), config)
+		require.NoError(t, err)
+	})
+
+	t.Run("WallClockCycleKeepsJobsThroughADSTDay", func(t *testing.T) {
+		t.Parallel()
+		task := validTask()
+		task.Location = time.UTC
+		config := &river.Config{CompletedJobRetentionPeriod: 24 * time.Hour}
+		err := scheduler(t, task).Configure(config)
+		require.EqualError(t, err, "CompletedJobRetentionPeriod 24h0m0s is shorter than the longest cycle (25h0m0s): a cycle's jobs are unique only while River keeps them, so a cycle could run twice; leave it 0 for 50h0m0s or raise it")
+	})
+
+	t.Run("RefusesRetentionShorterThanACycle", func(t *testing.T) {
+		t.Parallel()
+		task := validTask()
+		task.Cycle = 25 * time.Hour
+		err := scheduler(t, task).Configure(&river.Config{}) // River's default would be 24h; Configure sets 50h
+		require.NoError(t, err)
+		err = scheduler(t, task).Configure(&river.Config{CompletedJobRetentionPeriod: 24 * time.Hour})
+		require.ErrorContains(t, err, "CompletedJobRetentionPeriod 24h0m0s is shorter than the longest cycle (25h0m0s)")
+		require.NoError(t, scheduler(t, task).Configure(&river.Config{CompletedJobRetentionPeriod: -1}), "keep forever")
+	})
+
+	t.Run("RefusesRescueShorterThanATimeout", func(t *testing.T) {
+		t.Parallel()
+		err := scheduler(t).Configure(&river.Config{RescueStuckJobsAfter: 30 * time.Second})
+		require.EqualError(t, err, "RescueStuckJobsAfter 30s is shorter than the longest riverslot job timeout (1m0s); running jobs would be rescued and run twice: leave it 0 for 2m0s or raise it")
+		config := &river.Config{RescueStuckJobsAfter: time.Hour}
+		require.NoError(t, scheduler(t).Configure(config))
+		require.Equal(t, time.Hour, config.RescueStuckJobsAfter, "a longer value is the app's choice")
+	})
+
+	t.Run("RefusesWorkersAlreadyRegistered", func(t *testing.T) {
+		t.Parallel()
+		config := &river.Config{}
+		require.NoError(t, scheduler(t).Configure(config))
+		err := scheduler(t).Configure(config)
+		require.ErrorContains(t, err, "error registering bootstrap worker")
+	})
+
+	t.Run("KeepsTheAppsOwnWorkersAndPeriodicJobs", func(t *testing.T) {
+		t.Parallel()
+		workers := river.NewWorkers()
+		river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[appArgs]) error { return nil }))
+		own := river.NewPeriodicJob(river.PeriodicInterval(time.Hour), func() (river.JobArgs, *river.InsertOpts) { return appArgs{}, nil }, nil)
+		config := &river.Config{Workers: workers, PeriodicJobs: []*river.PeriodicJob{own}}
+		require.NoError(t, scheduler(t).Configure(config))
+		require.Same(t, workers, config.Workers)
+		require.Len(t, config.PeriodicJobs, 2)
+		require.Same(t, own, config.PeriodicJobs[0])
+	})
+}
+
+type appArgs struct{}
+
+func (appArgs) Kind() string { return "app_job" }
+
+type checkBundle struct {
+	pool   *pgxpool.Pool
+	schema string
+}
+
+func setupCheck(t *testing.T) (context.Context, *checkBundle) {
+	t.Helper()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.EmptySchema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 10)
+	_, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "text_ids"}.Sanitize()+" (id text PRIMARY KEY)")
+	require.NoError(t, err)
+	return ctx, &checkBundle{pool: pool, schema: schema}
+}
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+
+	check := func(ctx context.Context, t *testing.T, bundle *checkBundle, mutate func(*riverutil.Task)) error {
+		t.Helper()
+		task := validTask()
+		task.Schema = bundle.schema
+		mutate(&task)
+		s, err := riverutil.New(bundle.pool, &riverutil.Config{Tasks: []riverutil.Task{task}, Logger: riverslottest.Logger(t)})
+		require.NoError(t, err)
+		return s.Check(ctx)
+	}
+
+	t.Run("Valid", func(t *testing.T) {
+		t.Parallel()
+		ctx, bundle := setupCheck(t)
+		require.NoError(t, check(ctx, t, bundle, func(x *riverutil.Task) { x.Filter = "active" }))
+	})
+
+	t.Run("UnknownTable", func(t *testing.T) {
+		t.Parallel()
+		ctx, bundle := setupCheck(t)
+		err := check(ctx, t, bundle, func(x *riverutil.Task) { x.Table = "nope" })
+		require.EqualError(t, err, `task "transactions": Table "`+bundle.schema+`"."nope" does not exist or is not visible to this role; create it, fix Table/Schema, or grant USAGE on its schema`)
+	})
+
+	t.Run("UnknownColumn", func(t *testing.T) {
+		t.Parallel()
+		ctx, bundle := setupCheck(t)
+		err := check(ctx, t, bundle, func(x *riverutil.Task) { x.IDColumn = "account_id" })
+		require.ErrorContains(t, err, `IDColumn "account_id" does not exist in Table`)
+	})
+
+	t.Run("ColumnNotUUID", func(t *testing.T) {
+		t.Parallel()
+		ctx, bundle := setupCheck(t)
+		err := check(ctx, t, bundle, func(x *riverutil.Task) { x.Table = "text_ids" })
+		require.ErrorContains(t, err, `IDColumn "id" of Table "`+bundle.schema+`"."text_ids" has type text; it must be uuid`)
+	})
+
+	t.Run("FilterSyntaxError", func(t *testing.T) {
+		t.Parallel()
+		ctx, bundle := setupCheck(t)
+		err := check(ctx, t, bundle, func(x *riverutil.Task) { x.Filter = "active AND AND" })
+		require.ErrorContains(t, err, `Filter "active AND AND" is not a valid boolean condition on Table`)
+	})
+
+	t.Run("FilterUnknownColumn", func(t *testing.T) {
+		t.Parallel()
+		ctx, bundle := setupCheck(t)
+		err := check(ctx, t, bundle, func(x *riverutil.Task) { x.Filter = "restricted" })
+		require.ErrorContains(t, err, `Filter "restricted" is not a valid boolean condition`)
+	})
+
+	t.Run("FilterNotBoolean", func(t *testing.T) {
+		t.Parallel()
+		ctx, bundle := setupCheck(t)
+		err := check(ctx, t, bundle, func(x *riverutil.Task) { x.Filter = "42" })
+		require.ErrorContains(t, err, `Filter "42" is not a valid boolean condition`)
+	})
+
+	t.Run("WritingFilterLeavesDatabaseUnchanged", func(t *testing.T) {
+		t.Parallel()
+		ctx, bundle := setupCheck(t)
+		err := check(ctx, t, bundle, func(x *riverutil.Task) {
+			x.Filter = "(SELECT true FROM (DELETE FROM accounts RETURNING 1) d LIMIT 1)"
+		})
+		require.Error(t, err)
+		var n int
+		require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{bundle.schema, "accounts"}.Sanitize()).Scan(&n))
+		require.Equal(t, 10, n, "no account deleted")
+	})
+}
+
+func TestEnqueueCycle(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	task := validTask()
+	task.Cycle = 120 * time.Second
+	task.Schema = schema
+	s, err := riverutil.New(pool, &riverutil.Config{Tasks: []riverutil.Task{task}})
+	require.NoError(t, err)
+
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
+	require.NoError(t, err)
+
+	start := time.Date(2030, 1, 1, 0, 2, 0, 0, time.UTC)
+	first, err := s.EnqueueCycle(ctx, client, "transactions", start)
+	require.NoError(t, err)
+	require.False(t, first.UniqueSkippedAsDuplicate)
+	second, err := s.EnqueueCycle(ctx, client, "transactions", start.In(time.FixedZone("X", 3600)))
+	require.NoError(t, err)
+	require.True(t, second.UniqueSkippedAsDuplicate, "same cycle in another location is the same cycle")
+	require.Equal(t, first.Job.ID, second.Job.ID)
+
+	// Even once it failed for good, the cycle's bootstrap is not replaced.
+	_, err = client.JobCancel(ctx, first.Job.ID)
+	require.NoError(t, err)
+	third, err := s.EnqueueCycle(ctx, client, "transactions", start)
+	require.NoError(t, err)
+	require.True(t, third.UniqueSkippedAsDuplicate)
+
+	job := rivertest.RequireInserted(ctx, t, riverpgxv5.New(pool), bootstrap.Args{}, &rivertest.RequireInsertedOpts{
+		Schema: schema, Priority: 1, Queue: river.QueueDefault, State: rivertype.JobStateCancelled,
+	})
+	require.Equal(t, "transactions", job.Args.Task)
+	require.Equal(t, "120s/8/", job.Args.Plan[:7], "cycle and slots in the plan id")
+	require.True(t, start.Equal(job.Args.CycleStart))
+
+	_, err = s.EnqueueCycle(ctx, client, "transactions", start.Add(time.Second))
+	require.EqualError(t, err, `cycleStart 2030-01-01T00:02:01Z is not a cycle start of task "transactions" (cycle 2m0s); the cycle containing it starts at 2030-01-01T00:02:00Z`)
+	_, err = s.EnqueueCycle(ctx, client, "nope", start)
+	require.EqualError(t, err, `no task named "nope"; the scheduler has "transactions"`)
+}
+
+// firedHandler counts "cycle trigger fired" records.
+type firedHandler struct {
+	mu    sync.Mutex
+	fired []time.Time
+}
+
+func (h *firedHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *firedHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "riverslot: cycle trigger fired" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "cycle_start" {
+				h.mu.Lock()
+				h.fired = append(h.fired, a.Value.Time())
+				h.mu.Unlock()
+			}
+			return true
+		})
+	}
+	return nil
+}
+func (h *firedHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *firedHandler) WithGroup(string) slog.Handler      { return h }
+func (h *firedHandler) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.fired)
+}
+
+// TestPeriodicTriggerOnePerCycle makes two clients fire the trigger for the
+// same cycle, one after the other as each becomes leader, and checks that the
+// second firing is a duplicate: exactly one bootstrap job exists, anchored at
+// the cycle start.
+func TestPeriodicTriggerOnePerCycle(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	task := validTask()
+	task.Cycle = time.Hour // long enough that the test stays inside one cycle
+	task.Schema = schema
+	fired := &firedHandler{}
+	s, err := riverutil.New(pool, &riverutil.Config{Tasks: []riverutil.Task{task}, Logger: slog.New(fired)})
+	require.NoError(t, err)
+
+	for i := range 2 {
+		// Trigger-only clients (no queue works the bootstrap): it stays in
+		// the table for inspection. Each is leader in turn; the first
+		// resigns when it stops.
+		config := &river.Config{Schema: schema, Queues: map[string]river.QueueConfig{"unused": {MaxWorkers: 1}}, TestOnly: true,
+			Logger: riverslottest.Logger(t)}
+		require.NoError(t, s.Configure(config))
+		client, err := river.NewClient(riverpgxv5.New(pool), config)
+		require.NoError(t, err)
+		require.NoError(t, client.Start(ctx))
+		riverslottest.WaitFor(t, 60*time.Second, "the trigger to fire on a new leader", func() bool { return fired.count() == i+1 })
+		require.NoError(t, client.Stop(ctx))
+	}
+
+	info, err := s.Task("transactions")
+	require.NoError(t, err)
+	fired.mu.Lock()
+	require.Equal(t, fired.fired[0], fired.fired[1], "both firings are for the same cycle")
+	fired.mu.Unlock()
+	jobs := rivertest.RequireManyInserted(ctx, t, riverpgxv5.New(pool), []rivertest.ExpectedJob{
+		{Args: bootstrap.Args{}, Opts: &rivertest.RequireInsertedOpts{Schema: schema}},
+	})
+	require.Len(t, jobs, 1, "the second firing is a duplicate")
+	var args bootstrap.Args
+	require.NoError(t, jsonUnmarshal(jobs[0].EncodedArgs, &args))
+	require.True(t, info.Schedule.Start(time.Now()).Equal(args.CycleStart) || info.Schedule.Next(time.Now()).Equal(args.CycleStart),
+		"bootstrap anchored at a cycle start: %s", args.CycleStart)
+	require.True(t, fired.fired[0].Equal(args.CycleStart))
+}
