@@ -80,7 +80,7 @@ func TestKillMidFanOut(t *testing.T) {
 			require.GreaterOrEqual(t, atKill, killAfter)
 			require.Less(t, atKill, int64(accounts), "killed before the fan-out finished")
 			require.Zero(t, atKill%batchSize, "whole batches only")
-			var cursor perslot.Cursor
+			var cursor struct{ Batches int } // the per-slot job's resumable cursor
 			require.NoError(t, b.pool.QueryRow(ctx, "SELECT metadata->'river:resumable_cursor'->'fan_out' FROM "+jobs+" WHERE id = $1", res.Job.ID).Scan(&cursor))
 			require.EqualValues(t, atKill/batchSize, cursor.Batches, "the cursor holds every committed batch")
 

@@ -31,8 +31,8 @@ func NewArgs(spec *taskspec.Spec, cycleStart time.Time, slot int) Args {
 	return Args{Task: spec.Name, CycleStart: cycleStart.UTC(), Slot: slot, Plan: spec.PlanID}
 }
 
-// Cursor is the fan-out position persisted after every committed batch.
-type Cursor struct {
+// fanOutCursor is the fan-out position persisted after every committed batch.
+type fanOutCursor struct {
 	// Started is true once at least one batch was committed; Bucket and
 	// AfterID are then the keyset position of the last account enqueued.
 	Started bool   `json:"started"`

@@ -120,7 +120,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return err
 	}
 
-	river.ResumableStepCursor(ctx, stepFanOut, nil, func(ctx context.Context, cursor Cursor) error {
+	river.ResumableStepCursor(ctx, stepFanOut, nil, func(ctx context.Context, cursor fanOutCursor) error {
 		err := w.fanOut(ctx, client, spec, job, cursor)
 		if err != nil {
 			w.logger.WarnContext(ctx, "riverslot: per-slot fan-out failed; River retries it from its last committed batch",
@@ -146,7 +146,7 @@ type batch struct {
 	overlaps              []overlap
 }
 
-func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args], cursor Cursor) error {
+func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args], cursor fanOutCursor) error {
 	slot := job.Args.Slot
 	lo, hi := spec.Plan.BucketRange(slot)
 	b := &batch{
@@ -199,7 +199,7 @@ type account struct {
 
 // fanOutBatch selects, enqueues and checkpoints one batch in one transaction.
 // On success it advances cursor and returns the number of accounts handled.
-func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *Cursor) (int, error) {
+func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor) (int, error) {
 	spec, job := b.spec, b.job
 	if w.beforeBatch != nil {
 		if err := w.beforeBatch(ctx, job, cursor.Batches+1); err != nil {
@@ -280,7 +280,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *Cursor) (int
 	}
 
 	last := accounts[len(accounts)-1]
-	next := Cursor{
+	next := fanOutCursor{
 		Started:  true,
 		Bucket:   last.Bucket,
 		AfterID:  last.ID.String(),
@@ -301,7 +301,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *Cursor) (int
 // checkKeyset returns ErrKeysetStalled unless page holds at most limit rows,
 // all in [lo, hi], in strictly increasing (bucket, id) order, the first past
 // cursor. Postgres orders uuids by their bytes, as bytes.Compare does.
-func checkKeyset(page []account, lo, hi int, cursor Cursor, limit int) error {
+func checkKeyset(page []account, lo, hi int, cursor fanOutCursor, limit int) error {
 	if len(page) > limit {
 		return fmt.Errorf("%w: got %d rows for a page of %d", ErrKeysetStalled, len(page), limit)
 	}

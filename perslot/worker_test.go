@@ -216,23 +216,23 @@ func TestCheckKeyset(t *testing.T) {
 		return u
 	}
 	page := []account{{id(10, 1), 10}, {id(10, 2), 10}, {id(11, 0), 11}}
-	cursor := Cursor{Started: true, Bucket: 10, AfterID: id(10, 0).String()}
+	cursor := fanOutCursor{Started: true, Bucket: 10, AfterID: id(10, 0).String()}
 
-	require.NoError(t, checkKeyset(page, 8, 15, Cursor{}, 3))
+	require.NoError(t, checkKeyset(page, 8, 15, fanOutCursor{}, 3))
 	require.NoError(t, checkKeyset(page, 8, 15, cursor, 3))
 	for name, tt := range map[string]struct {
 		page   []account
-		cursor Cursor
+		cursor fanOutCursor
 		lo, hi int
 	}{
-		"NotPastCursor":  {page, Cursor{Started: true, Bucket: 10, AfterID: id(10, 1).String()}, 8, 15},
-		"OutOfRange":     {page, Cursor{}, 11, 15},
-		"NotIncreasing":  {[]account{{id(10, 2), 10}, {id(10, 1), 10}}, Cursor{}, 8, 15},
-		"RepeatedRow":    {[]account{{id(10, 2), 10}, {id(10, 2), 10}}, Cursor{}, 8, 15},
-		"BucketBackward": {[]account{{id(11, 0), 11}, {id(10, 9), 10}}, Cursor{}, 8, 15},
+		"NotPastCursor":  {page, fanOutCursor{Started: true, Bucket: 10, AfterID: id(10, 1).String()}, 8, 15},
+		"OutOfRange":     {page, fanOutCursor{}, 11, 15},
+		"NotIncreasing":  {[]account{{id(10, 2), 10}, {id(10, 1), 10}}, fanOutCursor{}, 8, 15},
+		"RepeatedRow":    {[]account{{id(10, 2), 10}, {id(10, 2), 10}}, fanOutCursor{}, 8, 15},
+		"BucketBackward": {[]account{{id(11, 0), 11}, {id(10, 9), 10}}, fanOutCursor{}, 8, 15},
 	} {
 		err := checkKeyset(tt.page, tt.lo, tt.hi, tt.cursor, 3)
 		require.ErrorIs(t, err, ErrKeysetStalled, name)
 	}
-	require.ErrorIs(t, checkKeyset(page, 8, 15, Cursor{}, 2), ErrKeysetStalled, "more rows than the limit")
+	require.ErrorIs(t, checkKeyset(page, 8, 15, fanOutCursor{}, 2), ErrKeysetStalled, "more rows than the limit")
 }

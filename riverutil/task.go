@@ -15,42 +15,21 @@ import (
 	"github.com/riverslot/riverslot/syncjob"
 )
 
+// Defaults and bounds of Task's fields; see each field.
 const (
-	// IDColumnDefault is the default account id column.
-	IDColumnDefault = "id"
-
-	// BatchSizeDefault is how many accounts a per-slot job selects and
-	// enqueues per transaction.
-	BatchSizeDefault = 2000
-	// BatchSizeMax bounds BatchSize: one batch is one transaction and one
-	// multi-row insert.
-	BatchSizeMax = 50_000
-
-	// PriorityDefault is the River priority of sync jobs. Bootstrap and
-	// per-slot jobs always run at priority 1, ahead of sync jobs, so a
-	// backlog of syncs never holds up a fan-out.
-	PriorityDefault = 2
-
-	// MaxAttemptsDefault is the maximum attempts of a sync job. The next
-	// cycle syncs the account again anyway.
-	MaxAttemptsDefault = 5
-
-	// SyncTimeoutDefault bounds one sync call.
-	SyncTimeoutDefault = time.Minute
-
-	// PerSlotTimeoutDefault bounds one per-slot attempt. A timed-out attempt
-	// is retried from its last committed batch, so a short timeout loses no
-	// work; it keeps the rescue delay Configure sets short.
+	IDColumnDefault       = "id"
+	BatchSizeDefault      = 2000
+	BatchSizeMax          = 50_000
+	PriorityDefault       = 2
+	MaxAttemptsDefault    = 5
+	SyncTimeoutDefault    = time.Minute
 	PerSlotTimeoutDefault = time.Minute
 
-	// CycleMin is the shortest Cycle a task accepts. River's scheduler
-	// promotes scheduled jobs every 5 s, so the per-slot jobs of a shorter
-	// cycle could not be in the queue before their slots start.
+	// CycleMin is the shortest Cycle: River's scheduler promotes scheduled
+	// jobs every 5 s, so a shorter cycle's slots could not start on time.
 	CycleMin = 16 * time.Second
 
-	// LeadMax caps the default Lead: per-slot jobs run up to 10 s before
-	// their slot, which covers River's scheduler (it promotes jobs due within
-	// the next 5 s, every 5 s) plus a fan-out of a few thousand accounts.
+	// LeadMax caps the default Lead.
 	LeadMax = 10 * time.Second
 )
 
@@ -63,19 +42,16 @@ const controlPriority = 1
 type LatePolicy = taskspec.LatePolicy
 
 const (
-	// LatePolicySpread schedules each late account at now + a deterministic
-	// offset inside a catch-up window as long as the slot is late (now -
-	// slot start, rounded up to whole slots, at most a cycle), so the
-	// catch-up load is spread instead of every missed account being due at
-	// once. A late account whose catch-up time would fall less than half a
-	// cycle before its regular time in the next cycle is skipped instead:
-	// the next cycle covers it, and no account is synced twice within half
-	// a cycle. This is the default.
+	// LatePolicySpread (the default) schedules each late account at now + a
+	// deterministic offset in a window as long as its slot is late, ending
+	// half a cycle after the slot's start: the catch-up load is spread, and
+	// no late sync lands less than half a cycle before the account's regular
+	// time in the next cycle. Accounts of a slot more than half a cycle late
+	// are skipped: the next cycle covers them.
 	LatePolicySpread = taskspec.LatePolicySpread
 
-	// LatePolicySkip does not enqueue late accounts; they are synced at their
-	// usual time next cycle. The skipped count is logged and kept in the
-	// per-slot job's output.
+	// LatePolicySkip does not enqueue late accounts; the next cycle syncs
+	// them at their usual time. The count is in the per-slot job's output.
 	LatePolicySkip = taskspec.LatePolicySkip
 )
 
@@ -131,21 +107,24 @@ type Task struct {
 	Seed uint64
 
 	// BatchSize is how many accounts a per-slot job enqueues per
-	// transaction. Defaults to 2000; at most 50,000.
+	// transaction (one multi-row insert). Defaults to 2000; at most 50,000.
 	BatchSize int
 
 	// Queue for sync jobs. Defaults to river.QueueDefault.
 	Queue string
 	// ControlQueue for bootstrap and per-slot jobs. Defaults to Queue.
 	ControlQueue string
-	// Priority of sync jobs (1 highest, 4 lowest). Defaults to 2.
+	// Priority of sync jobs (1 highest, 4 lowest). Defaults to 2. Bootstrap
+	// and per-slot jobs run at priority 1, ahead of a backlog of syncs.
 	Priority int
 	// MaxAttempts of a sync job. Defaults to 5.
 	MaxAttempts int
 	// SyncTimeout bounds one Sync call. Defaults to 1 minute.
 	SyncTimeout time.Duration
 	// PerSlotTimeout bounds one per-slot attempt; a timed-out attempt is
-	// retried from its last committed batch. Defaults to 1 minute.
+	// retried from its last committed batch, so a short timeout loses no
+	// work and keeps the rescue delay Configure sets short. Defaults to 1
+	// minute.
 	PerSlotTimeout time.Duration
 
 	// Lead is how long before its slot a per-slot job runs, so its sync
