@@ -133,6 +133,9 @@ func (d *demo) logf(format string, args ...any) {
 func (d *demo) table() string { return pgx.Identifier{d.opts.schema, "accounts"}.Sanitize() }
 
 func (d *demo) run(ctx context.Context) error {
+	if err := d.checkSchema(ctx); err != nil {
+		return err
+	}
 	accounts, err := d.prepare(ctx)
 	if err != nil {
 		return err

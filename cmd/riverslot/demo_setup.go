@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,18 +14,67 @@ import (
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
-// prepare creates the schema, River's tables, the accounts and the bucket
-// index, and returns the number of accounts.
-func (d *demo) prepare(ctx context.Context) (int64, error) {
-	schema := pgx.Identifier{d.opts.schema}.Sanitize()
-	if !d.opts.keep {
-		d.logf("dropping and recreating schema %s (use --keep to reuse it)", d.opts.schema)
-		if _, err := d.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
-			return 0, fmt.Errorf("error dropping demo schema: %w", err)
-		}
+// demoSchemaComment marks a schema as the demo's own. The demo writes it
+// (COMMENT ON SCHEMA) in the transaction that creates the schema, and drops
+// or reuses only a schema that carries it: pointed at an application's
+// database, `riverslot demo --schema public` is refused instead of running
+// DROP SCHEMA public CASCADE.
+const demoSchemaComment = "riverslot demo: created by riverslot demo, which drops and recreates it; keep no other data here"
+
+// schemaState is what the database holds under the demo's schema name.
+type schemaState int
+
+const (
+	schemaAbsent  schemaState = iota // no such schema: the demo creates it
+	schemaOwned                      // created by the demo (carries demoSchemaComment)
+	schemaForeign                    // anything else: the demo refuses it
+)
+
+// querySchemaState reads whether schema exists and carries the demo's marker.
+// It is read-only: the demo calls it before its first side effect.
+func querySchemaState(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, schema string) (schemaState, error) {
+	var comment *string
+	err := q.QueryRow(ctx, "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = $1", schema).Scan(&comment)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return schemaAbsent, nil
+	case err != nil:
+		return 0, fmt.Errorf("error looking up schema %s: %w", schema, err)
+	case comment != nil && *comment == demoSchemaComment:
+		return schemaOwned, nil
+	default:
+		return schemaForeign, nil
 	}
-	if _, err := d.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema); err != nil {
-		return 0, fmt.Errorf("error creating demo schema: %w", err)
+}
+
+// checkSchema refuses (exit 2) a schema the demo did not create. It runs
+// before the demo touches anything.
+func (d *demo) checkSchema(ctx context.Context) error {
+	state, err := querySchemaState(ctx, d.pool, d.opts.schema)
+	if err != nil {
+		return err
+	}
+	if state == schemaForeign {
+		return foreignSchemaError(d.opts.schema)
+	}
+	return nil
+}
+
+func foreignSchemaError(schema string) error {
+	return usageErr("--schema %s: schema %q already exists and was not created by riverslot demo, "+
+		"which drops and recreates its schema; nothing was changed. Pass --schema with a name that does not exist yet "+
+		"(the demo creates it and marks it as its own), or, if it is a demo schema from an older riverslot that you no longer need, "+
+		"drop it yourself first", schema, schema)
+}
+
+// prepare creates the schema, River's tables, the accounts and the bucket
+// index, and returns the number of accounts. Without --keep it drops and
+// recreates the schema, only if the demo created it (demoSchemaComment).
+func (d *demo) prepare(ctx context.Context) (int64, error) {
+	if err := d.resetSchema(ctx); err != nil {
+		return 0, err
 	}
 	d.logf("migrating River's tables in schema %s", d.opts.schema)
 	if err := riverutil.Migrate(ctx, d.pool, d.opts.schema); err != nil {
@@ -94,4 +144,39 @@ func (d *demo) firstCycleStart(ctx context.Context) (time.Time, error) {
 	// first scheduler pass happen before the first slot is due.
 	start := time.Now().Add(5 * time.Second).Truncate(d.plan.SlotDuration).Add(d.plan.SlotDuration)
 	return start.UTC(), nil
+}
+
+// resetSchema creates the demo's schema and marks it as the demo's own, or,
+// when it exists, drops and recreates it (without --keep) or keeps it (with
+// --keep). The marker is checked again in the same transaction as the DROP, so
+// a schema that is not the demo's is never dropped.
+func (d *demo) resetSchema(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		schema := pgx.Identifier{d.opts.schema}.Sanitize()
+		state, err := querySchemaState(ctx, tx, d.opts.schema)
+		if err != nil {
+			return err
+		}
+		switch {
+		case state == schemaForeign:
+			return foreignSchemaError(d.opts.schema) // checked before, in run
+		case state == schemaOwned && d.opts.keep:
+			return nil
+		case state == schemaOwned:
+			d.logf("dropping and recreating schema %s, created by an earlier demo (use --keep to reuse it)", d.opts.schema)
+			if _, err := tx.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+				return fmt.Errorf("error dropping demo schema: %w", err)
+			}
+		default:
+			d.logf("creating schema %s", d.opts.schema)
+		}
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			return fmt.Errorf("error creating demo schema: %w", err)
+		}
+		// COMMENT takes no bind parameters; the comment is a constant.
+		if _, err := tx.Exec(ctx, "COMMENT ON SCHEMA "+schema+" IS '"+demoSchemaComment+"'"); err != nil {
+			return fmt.Errorf("error marking demo schema: %w", err)
+		}
+		return nil
+	})
 }

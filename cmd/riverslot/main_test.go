@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/internal/riverslottest"
@@ -132,7 +135,7 @@ func TestDemoJSON(t *testing.T) {
 
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
-	schema := riverslottest.EmptySchema(ctx, t, pool) // the demo drops and recreates it
+	schema := newDemoSchemaName(t, pool)
 
 	const accounts = 500
 	code, stdout, stderr := runCmd(t, "demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
@@ -223,7 +226,7 @@ func TestDemoKeepResumes(t *testing.T) {
 
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
-	schema := riverslottest.EmptySchema(ctx, t, pool)
+	schema := newDemoSchemaName(t, pool)
 	args := []string{"demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--accounts", "400", "--cycle", "16s"}
 
 	// First run: cancelled (as by Ctrl-C) 10 s in, mid-cycle.
@@ -250,4 +253,145 @@ func TestDemoKeepResumes(t *testing.T) {
 	require.EqualValues(t, 400, s.Synced)
 	require.Zero(t, s.Missed)
 	require.Zero(t, s.Duplicates)
+}
+
+// newDemoSchemaName returns a schema name that does not exist yet, for the
+// demo to create (it refuses a schema it did not create), and drops the
+// schema when the test ends.
+func newDemoSchemaName(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "riverslot_demo_test_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Logf("error dropping schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// TestDemoRefusesSchemaItDidNotCreate points the demo at an existing schema
+// holding someone else's table, with every flag combination that drops,
+// reseeds or reuses a schema: each run exits 2 naming --schema before it
+// touches anything, and the schema keeps exactly its own table and row.
+func TestDemoRefusesSchemaItDidNotCreate(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+
+	setup := func(t *testing.T, comment string) string {
+		t.Helper()
+		schema := riverslottest.EmptySchema(ctx, t, pool)
+		_, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "invoices"}.Sanitize()+" (id int PRIMARY KEY, total numeric)")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "invoices"}.Sanitize()+" VALUES (1, 99.5)")
+		require.NoError(t, err)
+		if comment != "" {
+			_, err = pool.Exec(ctx, "COMMENT ON SCHEMA "+pgx.Identifier{schema}.Sanitize()+" IS '"+comment+"'")
+			require.NoError(t, err)
+		}
+		return schema
+	}
+
+	requireUntouched := func(t *testing.T, schema, comment string) {
+		t.Helper()
+		rows, err := pool.Query(ctx, "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1", schema)
+		require.NoError(t, err)
+		tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{"invoices"}, tables, "no River tables, no accounts")
+		var total float64
+		require.NoError(t, pool.QueryRow(ctx, "SELECT total FROM "+pgx.Identifier{schema, "invoices"}.Sanitize()+" WHERE id = 1").Scan(&total))
+		require.InDelta(t, 99.5, total, 1e-9)
+		var got *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = $1", schema).Scan(&got))
+		if comment == "" {
+			require.Nil(t, got)
+		} else {
+			require.Equal(t, comment, *got)
+		}
+	}
+
+	future := time.Now().Add(time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
+	for _, comment := range []string{"", "billing team schema"} {
+		for _, flags := range [][]string{
+			nil,
+			{"--keep"},
+			{"--accounts", "7"},
+			{"--keep", "--accounts", "7"},
+			{"--cycles", "2", "--json"},
+			{"--keep", "--cycle", "8s", "--cycle-start", future},
+			{"--cycle-start", future, "--accounts", "3", "--task", "other"},
+		} {
+			name := "NoComment"
+			if comment != "" {
+				name = "OtherComment"
+			}
+			if len(flags) > 0 {
+				name += strings.ReplaceAll(strings.Join(flags, ""), ":", "")
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+
+				schema := setup(t, comment)
+				args := append([]string{"demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema}, flags...)
+				code, stdout, stderr := runCmd(t, args...)
+				require.Equal(t, 2, code, "stderr: %s", stderr)
+				require.Empty(t, stdout)
+				require.Contains(t, stderr, "riverslot demo: --schema "+schema+`: schema "`+schema+`" already exists and was not created by riverslot demo`)
+				require.Contains(t, stderr, "nothing was changed. Pass --schema with a name that does not exist yet")
+				requireUntouched(t, schema, comment)
+			})
+		}
+	}
+}
+
+// TestDemoSchemaOwnership runs the demo's setup step on a schema it creates:
+// the schema is marked as the demo's, a rerun without --keep drops and
+// recreates it (a stray table goes), a rerun with --keep keeps it.
+func TestDemoSchemaOwnership(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := newDemoSchemaName(t, pool)
+	stray := pgx.Identifier{schema, "stray"}.Sanitize()
+
+	prepare := func(t *testing.T, keep bool) string {
+		t.Helper()
+		var stderr bytes.Buffer
+		d := &demo{opts: &demoOptions{schema: schema, accounts: 20, keep: keep}, pool: pool, stderr: &stderr}
+		n, err := d.prepare(ctx)
+		require.NoError(t, err, stderr.String())
+		require.EqualValues(t, 20, n)
+		state, err := querySchemaState(ctx, pool, schema)
+		require.NoError(t, err)
+		require.Equal(t, schemaOwned, state)
+		return stderr.String()
+	}
+	strayExists := func(t *testing.T) bool {
+		t.Helper()
+		var ok bool
+		require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", stray).Scan(&ok))
+		return ok
+	}
+
+	state, err := querySchemaState(ctx, pool, schema)
+	require.NoError(t, err)
+	require.Equal(t, schemaAbsent, state)
+
+	require.Contains(t, prepare(t, false), "creating schema "+schema)
+	_, err = pool.Exec(ctx, "CREATE TABLE "+stray+" (x int)")
+	require.NoError(t, err)
+
+	require.Contains(t, prepare(t, true), "keeping 20 existing accounts")
+	require.True(t, strayExists(t), "--keep reuses the schema")
+
+	require.Contains(t, prepare(t, false), "dropping and recreating schema "+schema+", created by an earlier demo")
+	require.False(t, strayExists(t), "without --keep the demo's own schema is recreated")
 }
