@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,6 +18,9 @@ import (
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/syncjob"
 )
+
+// cycleStartAheadMax is how far ahead --cycle-start may be.
+const cycleStartAheadMax = 24 * time.Hour
 
 type demoOptions struct {
 	databaseURL string
@@ -59,18 +61,31 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 		return nil, usageErr("--accounts must be at least 1, got %d", o.accounts)
 	case o.cycles < 1:
 		return nil, usageErr("--cycles must be at least 1, got %d", o.cycles)
-	case o.workers < 1:
-		return nil, usageErr("--workers must be at least 1, got %d", o.workers)
-	case o.schema == "" || strings.ContainsAny(o.schema, "\";\x00") || strings.Contains(o.schema, "--"):
-		return nil, usageErr("--schema must be a plain identifier, got %q", o.schema)
+	case o.workers < 1 || o.workers > river.QueueNumWorkersMax:
+		return nil, usageErr("--workers must be between 1 and %d (River's limit per queue), got %d", river.QueueNumWorkersMax, o.workers)
 	}
-	if _, err := slotplan.New(o.cycle); err != nil {
-		return nil, usageErr("--cycle: %v", err)
+	if err := checkSchemaName("--schema", o.schema); err != nil {
+		return nil, err
+	}
+	if err := checkTaskName(o.task); err != nil {
+		return nil, err
+	}
+	if err := checkCycle("--cycle", o.cycle); err != nil {
+		return nil, err
 	}
 	if *cycleStart != "" {
 		t, err := time.Parse(time.RFC3339, *cycleStart)
 		if err != nil {
 			return nil, usageErr("--cycle-start must be RFC 3339, e.g. 2026-11-22T10:00:00Z, got %q", *cycleStart)
+		}
+		now := time.Now()
+		switch {
+		case !t.After(now):
+			return nil, usageErr("--cycle-start %s is in the past (now %s): its slots would be due before the demo enqueues them; "+
+				"pass a future time, or omit --cycle-start to start at the next whole slot", *cycleStart, now.UTC().Format(time.RFC3339))
+		case t.After(now.Add(cycleStartAheadMax)):
+			return nil, usageErr("--cycle-start %s is more than %s ahead: the demo would wait that long; "+
+				"pass a time within %s, or omit --cycle-start to start at the next whole slot", *cycleStart, cycleStartAheadMax, cycleStartAheadMax)
 		}
 		o.cycleStart = t
 	}

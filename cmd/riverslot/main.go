@@ -7,7 +7,8 @@
 //	riverslot worker run one River node for a task over an existing schema
 //
 // Exit codes: 0 success, 1 the run failed, 2 bad flags or an unreachable
-// database.
+// database (refused before anything ran), 130 interrupted by SIGINT or
+// SIGTERM.
 package main
 
 import (
@@ -46,6 +47,12 @@ func usageErr(format string, args ...any) error {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first SIGINT/SIGTERM, a second one gets Go's default
+		// behaviour (exit at once) while the command shuts down in order.
+		<-ctx.Done()
+		stop()
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -61,7 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		err = runDemo(ctx, args[1:], stdout, stderr)
 	case "plan":
-		err = runPlan(args[1:], stdout, stderr)
+		err = runPlan(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(ctx, args[1:], stdout, stderr)
 	case "worker":
@@ -82,6 +89,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "riverslot "+args[0]+": "+oneLine(ee.msg))
 		}
 		return ee.code
+	}
+	if ctx.Err() != nil {
+		// A SIGINT/SIGTERM cut an operation short.
+		fmt.Fprintln(stderr, "riverslot "+args[0]+": interrupted: "+oneLine(err.Error()))
+		return 130
 	}
 	fmt.Fprintln(stderr, "riverslot "+args[0]+": "+oneLine(err.Error()))
 	return 1

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/slotplan"
 )
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
@@ -38,8 +39,15 @@ func TestUsage(t *testing.T) {
 	require.Contains(t, stderr, `unknown command "frobnicate"`)
 }
 
+// TestDemoBadFlags: bad input exits 2 with one line naming the flag, before
+// anything runs: the schema the demo would create does not exist afterwards.
 func TestDemoBadFlags(t *testing.T) {
 	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	past := "2020-01-01T00:00:00Z"
+	farAhead := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
 
 	for _, tt := range []struct {
 		name string
@@ -50,10 +58,19 @@ func TestDemoBadFlags(t *testing.T) {
 		{"NegativeAccounts", []string{"--accounts", "-5"}, "riverslot demo: --accounts must be at least 1, got -5"},
 		{"OneSlotCycle", []string{"--cycle", "3s"}, "riverslot demo: --cycle: invalid cycle: Cycle 3s is an odd number of seconds and yields a single slot"},
 		{"SubSecondCycle", []string{"--cycle", "500ms"}, "riverslot demo: --cycle: invalid cycle: Cycle must be at least 2s, got 500ms"},
+		{"CycleLongerThanRetention", []string{"--cycle", "25h"}, "riverslot demo: --cycle must be at most 24h0m0s, got 25h0m0s: River deletes completed jobs after 24h " +
+			"(its default CompletedJobRetentionPeriod) and riverslot's one-run-per-cycle uniqueness holds only while a cycle's jobs are kept"},
 		{"ZeroCycles", []string{"--cycles", "0"}, "riverslot demo: --cycles must be at least 1, got 0"},
-		{"ZeroWorkers", []string{"--workers", "0"}, "riverslot demo: --workers must be at least 1, got 0"},
+		{"ZeroWorkers", []string{"--workers", "0"}, "riverslot demo: --workers must be between 1 and 10000 (River's limit per queue), got 0"},
+		{"TooManyWorkers", []string{"--workers", "10001"}, "riverslot demo: --workers must be between 1 and 10000 (River's limit per queue), got 10001"},
 		{"BadCycleStart", []string{"--cycle-start", "tomorrow"}, `riverslot demo: --cycle-start must be RFC 3339, e.g. 2026-11-22T10:00:00Z, got "tomorrow"`},
+		{"CycleStartInThePast", []string{"--cycle-start", past}, "riverslot demo: --cycle-start " + past + " is in the past (now "},
+		{"CycleStartFarAhead", []string{"--cycle-start", farAhead}, "riverslot demo: --cycle-start " + farAhead + " is more than 24h0m0s ahead"},
+		{"EmptyTask", []string{"--task", ""}, `riverslot demo: --task must be 1-64 letters, digits, '_', '-' or '.', got ""`},
+		{"TaskWithSpace", []string{"--task", "my task"}, `riverslot demo: --task must be 1-64 letters, digits, '_', '-' or '.', got "my task"`},
 		{"InjectedSchema", []string{"--schema", `x"; DROP SCHEMA public; --`}, "riverslot demo: --schema must be a plain identifier"},
+		{"LongSchema", []string{"--schema", strings.Repeat("s", 64)}, "riverslot demo: --schema must be 1-63 bytes (Postgres' identifier limit)"},
+		{"SystemSchema", []string{"--schema", "pg_demo"}, `riverslot demo: --schema must not start with pg_ (reserved for Postgres' system schemas), got "pg_demo"`},
 		{"UnreachableDatabase", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, "riverslot demo: cannot reach the database at nobody@127.0.0.1:1/none"},
 		{"MalformedURL", []string{"--database-url", "postgres://%zz"}, "riverslot demo: --database-url is not a valid PostgreSQL URL"},
 		{"UnknownFlag", []string{"--frob"}, "flag provided but not defined: -frob"},
@@ -61,14 +78,19 @@ func TestDemoBadFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			code, stdout, stderr := runCmd(t, append([]string{"demo"}, tt.args...)...)
+			schema := newDemoSchemaName(t, pool)
+			args := append([]string{"demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema}, tt.args...)
+			code, stdout, stderr := runCmd(t, args...)
 			require.Equal(t, 2, code, "stderr: %s", stderr)
 			require.Empty(t, stdout)
 			require.Contains(t, stderr, tt.want)
 			require.NotContains(t, stderr, "goroutine", "no stack trace")
-			if tt.name != "UnknownFlag" { // the flag package prints usage after its own line
+			if tt.args[0] != "--frob" { // the flag package prints usage after its own line
 				require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %q", stderr)
 			}
+			state, err := querySchemaState(ctx, pool, schema)
+			require.NoError(t, err)
+			require.Equal(t, schemaAbsent, state, "refused before creating the schema")
 		})
 	}
 }
@@ -92,12 +114,7 @@ func TestPlan(t *testing.T) {
 		require.Contains(t, out, "current cycle  2026-11-22T00:30:00Z")
 
 		// Next syncs are one cycle apart and inside slot 100's window.
-		var syncs []time.Time
-		for _, line := range strings.Split(out, "\n") {
-			if ts, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(line)); err == nil {
-				syncs = append(syncs, ts)
-			}
-		}
+		syncs := parseSyncs(out)
 		require.Len(t, syncs, 3)
 		for i, s := range syncs {
 			cycleStart := time.Date(2026, 11, 22+i, 0, 30, 0, 0, time.UTC) // GMT in November
@@ -118,14 +135,119 @@ func TestPlan(t *testing.T) {
 			{[]string{"--cycle", "3s"}, "riverslot plan: --cycle: invalid cycle"},
 			{[]string{"--anchor", "25:00"}, `riverslot plan: --anchor: want HH:MM or HH:MM:SS, got "25:00"`},
 			{[]string{"--tz", "Mars/Olympus"}, `riverslot plan: --tz: unknown time zone "Mars/Olympus"`},
-			{[]string{"--account", "not-a-uuid"}, `riverslot plan: --account must be a UUID, got "not-a-uuid"`},
+			{[]string{"--account", "not-a-uuid"}, `riverslot plan: --account must be a UUID such as 0b6e4f2a-8c1d-4f5e-9a7b-3c2d1e0f9a8b, got "not-a-uuid"`},
 			{[]string{"--cycle", "256s", "--tz", "UTC"}, "Cycle must divide 24h when Location is set"},
+			{[]string{"--task", "", "--account", "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}, `riverslot plan: --task must be 1-64 letters, digits, '_', '-' or '.', got ""`},
+			{[]string{"--now", "yesterday"}, "riverslot plan: --now must be RFC 3339"},
 		} {
-			code, _, stderr := runCmd(t, append([]string{"plan"}, tt.args...)...)
+			code, stdout, stderr := runCmd(t, append([]string{"plan"}, tt.args...)...)
 			require.Equal(t, 2, code, stderr)
 			require.Contains(t, stderr, tt.want)
+			require.Empty(t, stdout, "refused before printing anything")
 		}
 	})
+
+	// Zones whose DST change happens at midnight: plan finishes. Until
+	// slotplan answers there, it fails (exit 1) without printing half a
+	// report; once it does, it prints three increasing sync times.
+	t.Run("DSTAtMidnightFinishes", func(t *testing.T) {
+		t.Parallel()
+
+		for _, tt := range []struct{ tz, now string }{
+			{"America/Havana", "2025-03-08T06:00:00Z"},
+			{"America/Santiago", "2025-09-06T06:00:00Z"},
+			{"Atlantic/Azores", "2025-03-29T06:00:00Z"},
+		} {
+			code, stdout, stderr := runCmd(t, "plan", "--cycle", "24h", "--anchor", "00:00", "--tz", tt.tz, "--now", tt.now,
+				"--account", "6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+			if code == 1 {
+				require.Contains(t, stderr, "this is a bug in riverslot's slotplan", tt.tz)
+				require.Empty(t, stdout, tt.tz)
+				continue
+			}
+			require.Equal(t, 0, code, "%s: %s", tt.tz, stderr)
+			now, err := time.Parse(time.RFC3339, tt.now)
+			require.NoError(t, err)
+			syncs := parseSyncs(stdout)
+			require.Len(t, syncs, 3, tt.tz)
+			prev := now
+			for _, s := range syncs {
+				require.True(t, s.After(prev), "%s: %s not after %s", tt.tz, s, prev)
+				prev = s
+			}
+		}
+	})
+
+	t.Run("InterruptedStops", func(t *testing.T) {
+		t.Parallel()
+
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var stdout, stderr bytes.Buffer
+		code := run(ctx, []string{"plan", "--account", "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}, &stdout, &stderr)
+		require.Equal(t, 130, code, stderr.String())
+		require.Contains(t, stderr.String(), "riverslot plan: interrupted")
+	})
+}
+
+// stuckSchedule is a cycle schedule whose Next returns next whatever it is
+// asked: the zero time, or a time that does not advance.
+type stuckSchedule struct{ start, next time.Time }
+
+func (s stuckSchedule) Start(time.Time) time.Time { return s.start }
+func (s stuckSchedule) Next(time.Time) time.Time  { return s.next }
+
+func TestNextSyncsAlwaysFinishes(t *testing.T) {
+	t.Parallel()
+
+	plan, err := slotplan.New(24 * time.Hour)
+	require.NoError(t, err)
+	id := uuid.MustParse("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+	at := time.Date(2025, 3, 8, 6, 0, 0, 0, time.UTC)
+	start := time.Date(2025, 3, 8, 5, 0, 0, 0, time.UTC)
+
+	for _, tt := range []struct {
+		name     string
+		schedule stuckSchedule
+		want     string
+	}{
+		{"ZeroStart", stuckSchedule{}, "returned 0001-01-01T00:00:00Z as the start of the cycle holding 2025-03-08T06:00:00Z"},
+		{"StartAfterAt", stuckSchedule{start: at.Add(time.Hour), next: at.Add(2 * time.Hour)}, "as the start of the cycle holding"},
+		{"ZeroNext", stuckSchedule{start: start}, "returned 0001-01-01T00:00:00Z as the first cycle start after"},
+		{"NextDoesNotAdvance", stuckSchedule{start: start, next: at.Add(time.Minute)}, "returned 2025-03-08T06:01:00Z as the first cycle start after 2025-03-08T06:01:00Z"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			syncs, err := nextSyncs(context.Background(), tt.schedule, plan, 1, id, at, 3)
+			require.ErrorContains(t, err, tt.want)
+			require.ErrorContains(t, err, "this is a bug in riverslot's slotplan")
+			require.Nil(t, syncs)
+		})
+	}
+
+	t.Run("Interrupted", func(t *testing.T) {
+		t.Parallel()
+
+		schedule, err := slotplan.NewSchedule(24*time.Hour, 0, nil)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err = nextSyncs(ctx, schedule, plan, 1, id, at, 3)
+		var ee *exitError
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, 130, ee.code)
+	})
+}
+
+func parseSyncs(out string) []time.Time {
+	var syncs []time.Time
+	for _, line := range strings.Split(out, "\n") {
+		if ts, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(line)); err == nil {
+			syncs = append(syncs, ts)
+		}
+	}
+	return syncs
 }
 
 // TestDemoJSON runs a short real demo against Postgres and checks the JSON
