@@ -8,8 +8,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// defaultDatabaseURL is the database `make demo` prepares.
-const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/riverslot_demo?sslmode=disable"
+// Databases the make targets prepare: the fallbacks of --database-url when
+// $DATABASE_URL is not set.
+const (
+	defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/riverslot_demo?sslmode=disable"  // make demo; demo and worker
+	defaultBenchURL    = "postgres://postgres@127.0.0.1:5432/riverslot_bench?sslmode=disable" // make bench
+)
 
 // connect opens a pool and pings it; failures exit 2 with a hint.
 func connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
@@ -28,7 +32,7 @@ func connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 		if pool != nil {
 			pool.Close()
 		}
-		return nil, usageErr("cannot reach the database at %s: %v (run `make demo`, which starts PostgreSQL, or pass --database-url)", redact(config), err)
+		return nil, usageErr("cannot reach the database at %s: %v (pass --database-url or set $DATABASE_URL; `make demo` and `make bench` start a local PostgreSQL and create their database)", redact(config), err)
 	}
 	return pool, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,6 +17,15 @@ import (
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/syncjob"
 )
+
+const demoAbout = `Runs compressed live cycles of slot scheduling against Postgres and reports
+them: accounts synced once, missed or duplicated, start lateness and peak
+pending sync jobs, all measured from River's job table.
+
+The demo creates its schema (--schema) and marks it as its own. Each run
+drops and recreates that schema (unless --keep); it refuses, before touching
+anything, a schema that exists and was not created by the demo.
+`
 
 // cycleStartAheadMax is how far ahead --cycle-start may be.
 const cycleStartAheadMax = 24 * time.Hour
@@ -33,28 +41,28 @@ type demoOptions struct {
 	keep        bool
 	schema      string
 	task        string
+	logLevel    slog.Level // of River's logger
 }
 
 func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
-	fs := newFlagSet("demo", stderr)
+	fs := newFlagSet("demo", demoAbout, stderr)
 	o := &demoOptions{}
-	dbDefault := os.Getenv("DATABASE_URL")
-	if dbDefault == "" {
-		dbDefault = defaultDatabaseURL
-	}
-	fs.StringVar(&o.databaseURL, "database-url", dbDefault, "PostgreSQL URL (default $DATABASE_URL, else the database `make demo` prepares)")
+	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "number of random UUIDv4 accounts to seed")
-	fs.DurationVar(&o.cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s (120s = 8 slots of 15s)")
+	fs.DurationVar(&o.cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at most 24h (120s = 8 slots of 15s)")
 	fs.IntVar(&o.cycles, "cycles", 1, "number of consecutive cycles to run")
 	fs.IntVar(&o.workers, "workers", 50, "River MaxWorkers for the demo queue")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object on stdout instead of the table (progress stays on stderr)")
-	cycleStart := fs.String("cycle-start", "", "RFC 3339 anchor of the first cycle (default: the next whole slot at least 5s from now)")
-	fs.BoolVar(&o.keep, "keep", false, "keep existing demo data: do not drop and reseed; a rerun resumes an unfinished cycle")
-	fs.StringVar(&o.schema, "schema", "riverslot_demo", "schema holding the demo's River tables and accounts")
+	cycleStart := fs.String("cycle-start", "", "RFC 3339 start of the first cycle, in the next 24h (default: the next whole slot at least 5s from now)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the demo's schema and accounts: do not drop and reseed; a rerun resumes an unfinished cycle")
+	fs.StringVar(&o.schema, "schema", "riverslot_demo", "schema the demo creates for River's tables and the accounts; it must not exist or be one the demo created")
 	fs.StringVar(&o.task, "task", "demo", "task name")
+	logLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
+	o.databaseURL = databaseURL()
+	o.logLevel = *logLevel
 
 	switch {
 	case o.accounts < 1:
@@ -187,7 +195,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	client, err := river.NewClient(riverpgxv5.New(d.pool), &river.Config{
-		Logger:            slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:            slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: d.opts.logLevel})),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: d.opts.workers}},
 		Schema:            d.opts.schema,
 		Workers:           workers,

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"flag"
+	"fmt"
 	"io"
+	"log/slog"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -10,9 +14,15 @@ import (
 	"github.com/riverslot/riverslot/slotplan"
 )
 
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+// newFlagSet returns a command's flag set; its -h prints about (what the
+// command does) and then the flags.
+func newFlagSet(name, about string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("riverslot "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: riverslot %s [flags]\n\n%s\nflags:\n", name, about)
+		fs.PrintDefaults()
+	}
 	return fs
 }
 
@@ -72,4 +82,21 @@ func checkSchemaName(flagName, schema string) error {
 		return usageErr("%s must not start with pg_ (reserved for Postgres' system schemas), got %q", flagName, schema)
 	}
 	return nil
+}
+
+// databaseURLFlag adds --database-url, read the same way by every command:
+// the flag, else $DATABASE_URL, else fallback (the local database that the
+// command's make target prepares). The default is resolved after parsing, so
+// -h never prints a URL (nor a password taken from $DATABASE_URL).
+func databaseURLFlag(fs *flag.FlagSet, fallback, makeTarget string) func() string {
+	v := fs.String("database-url", "", "PostgreSQL URL; default $DATABASE_URL, else "+fallback+" (the database that make "+makeTarget+" prepares)")
+	return func() string { return cmp.Or(*v, os.Getenv("DATABASE_URL"), fallback) }
+}
+
+// logLevelFlag adds --log-level: the level of River's own log lines. River
+// logs at info every few seconds per node; warn keeps the output readable.
+func logLevelFlag(fs *flag.FlagSet) *slog.Level {
+	level := new(slog.Level)
+	fs.TextVar(level, "log-level", slog.LevelWarn, "`level` of River's log lines: debug, info, warn or error (River logs at info every few seconds per node)")
+	return level
 }

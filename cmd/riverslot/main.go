@@ -1,10 +1,13 @@
 // Command riverslot shows slot scheduling at work and answers operators'
 // questions about it.
 //
-//	riverslot demo   run compressed live cycles against Postgres and report them
-//	riverslot plan   print a cycle's slots and an account's sync times (no database)
-//	riverslot bench  run the benchmarks against Postgres
-//	riverslot worker run one River node for a task over an existing schema
+//	riverslot demo    run compressed live cycles against Postgres and report them
+//	riverslot plan    print a cycle's slots and an account's sync times (no database)
+//	riverslot worker  run one River node for a task over an existing schema
+//	riverslot bench   run the benchmarks against Postgres
+//
+// Every command that needs a database takes --database-url, else
+// $DATABASE_URL, else the local database its make target prepares.
 //
 // Exit codes: 0 success, 1 the run failed, 2 bad flags or an unreachable
 // database (refused before anything ran), 130 interrupted by SIGINT or
@@ -28,7 +31,16 @@ const usage = `usage: riverslot <command> [flags]
 commands:
   demo    run compressed live cycles against Postgres and report them
   plan    print a cycle's slots and an account's next sync times (no database)
+  worker  run one River node for a task over an existing schema
+          (starts cycles only with --periodic)
   bench   run the benchmarks against Postgres
+
+Database: --database-url, else $DATABASE_URL, else the local database the
+command's make target prepares (riverslot_demo for demo and worker,
+riverslot_bench for bench).
+
+Exit codes: 0 success, 1 the run failed, 2 bad input or an unreachable
+database (refused before anything ran), 130 interrupted.
 
 Run 'riverslot <command> -h' for a command's flags.
 `

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +38,40 @@ func TestUsage(t *testing.T) {
 	code, _, stderr = runCmd(t, "frobnicate")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, `unknown command "frobnicate"`)
+
+	code, stdout, _ := runCmd(t, "help")
+	require.Equal(t, 0, code)
+	for _, cmd := range []string{"demo", "plan", "worker", "bench"} {
+		require.Contains(t, stdout, "\n  "+cmd+" ", "usage lists %s", cmd)
+		code, _, stderr := runCmd(t, cmd, "-h")
+		require.Equal(t, 0, code, "%s -h", cmd)
+		require.Contains(t, stderr, "usage: riverslot "+cmd+" [flags]")
+	}
+	require.Contains(t, stdout, "$DATABASE_URL")
+}
+
+// TestDatabaseURLConvention: every command that needs a database documents
+// --database-url the same way in -h (a plain string flag, never a URL or a
+// password from the environment as its default) and falls back to
+// $DATABASE_URL.
+func TestDatabaseURLConvention(t *testing.T) {
+	// Not parallel: t.Setenv.
+	t.Setenv("DATABASE_URL", "postgres://nobody:s3cret@127.0.0.1:1/fromenv?connect_timeout=2")
+
+	for _, cmd := range []string{"demo", "worker", "bench"} {
+		t.Run(cmd, func(t *testing.T) {
+			code, _, stderr := runCmd(t, cmd, "-h")
+			require.Equal(t, 0, code)
+			require.Contains(t, stderr, "  -database-url string\n    \tPostgreSQL URL; default $DATABASE_URL, else postgres://postgres@127.0.0.1:5432/riverslot_")
+			require.NotContains(t, stderr, "s3cret")
+			require.NotContains(t, stderr, "fromenv")
+
+			code, _, stderr = runCmd(t, cmd)
+			require.Equal(t, 2, code, stderr)
+			require.Contains(t, stderr, "riverslot "+cmd+": cannot reach the database at nobody@127.0.0.1:1/fromenv")
+			require.NotContains(t, stderr, "s3cret")
+		})
+	}
 }
 
 // TestDemoBadFlags: bad input exits 2 with one line naming the flag, before
@@ -74,6 +109,7 @@ func TestDemoBadFlags(t *testing.T) {
 		{"UnreachableDatabase", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, "riverslot demo: cannot reach the database at nobody@127.0.0.1:1/none"},
 		{"MalformedURL", []string{"--database-url", "postgres://%zz"}, "riverslot demo: --database-url is not a valid PostgreSQL URL"},
 		{"UnknownFlag", []string{"--frob"}, "flag provided but not defined: -frob"},
+		{"BadLogLevel", []string{"--log-level", "chatty"}, `invalid value "chatty" for flag -log-level`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -85,7 +121,7 @@ func TestDemoBadFlags(t *testing.T) {
 			require.Empty(t, stdout)
 			require.Contains(t, stderr, tt.want)
 			require.NotContains(t, stderr, "goroutine", "no stack trace")
-			if tt.args[0] != "--frob" { // the flag package prints usage after its own line
+			if tt.args[0] != "--frob" && tt.args[0] != "--log-level" { // the flag package prints usage after its own line
 				require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %q", stderr)
 			}
 			state, err := querySchemaState(ctx, pool, schema)
@@ -315,8 +351,18 @@ func TestBenchAndWorkerBadFlags(t *testing.T) {
 		{[]string{"bench", "--selection-sizes", "0"}, `riverslot bench: --selection-sizes: want positive integers separated by commas, got "0"`},
 		{[]string{"bench", "--only", "everything"}, `riverslot bench: --only: unknown benchmark "everything"`},
 		{[]string{"bench", "--batch-size", "0"}, "riverslot bench: --batch-size must be at least 1, got 0"},
+		{[]string{"bench", "--depth-cycle", "25h"}, "riverslot bench: --depth-cycle must be at most 24h0m0s, got 25h0m0s"},
+		{[]string{"bench", "--depth-cycle", "3s"}, "riverslot bench: --depth-cycle: invalid cycle"},
+		{[]string{"bench", "--depth-work", "-1s"}, "riverslot bench: --depth-work must not be negative, got -1s"},
 		{[]string{"bench", "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, "riverslot bench: cannot reach the database"},
-		{[]string{"worker", "--workers", "0"}, "riverslot worker: --workers must be at least 1, got 0"},
+		{[]string{"worker", "--workers", "0"}, "riverslot worker: --workers must be between 1 and 10000 (River's limit per queue), got 0"},
+		{[]string{"worker", "--cycle", "25h"}, "riverslot worker: --cycle must be at most 24h0m0s, got 25h0m0s: River deletes completed jobs after 24h"},
+		{[]string{"worker", "--cycle", "3s"}, "riverslot worker: --cycle: invalid cycle"},
+		{[]string{"worker", "--rescue-after", "-1s"}, "riverslot worker: --rescue-after must not be negative, got -1s"},
+		{[]string{"worker", "--per-slot-timeout", "-1s"}, "riverslot worker: --per-slot-timeout must not be negative, got -1s"},
+		{[]string{"worker", "--accounts-schema", "pg_catalog"}, "riverslot worker: --accounts-schema must not start with pg_"},
+		{[]string{"worker", "--schema", strings.Repeat("s", 64)}, "riverslot worker: --schema must be 1-63 bytes"},
+		{[]string{"worker", "--log-level", "chatty"}, `invalid value "chatty" for flag -log-level`},
 		{[]string{"worker", "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, "riverslot worker: cannot reach the database"},
 	} {
 		code, _, stderr := runCmd(t, tt.args...)
@@ -331,13 +377,106 @@ func TestWorkerRejectsBadTask(t *testing.T) {
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := riverslottest.Schema(ctx, t, pool)
-	code, _, stderr := runCmd(t, "worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--cycle", "3s")
-	require.Equal(t, 2, code)
-	require.Contains(t, stderr, "yields a single slot")
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 10)
+	base := []string{"worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema}
 
-	code, _, stderr = runCmd(t, "worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--table", "missing")
+	code, _, stderr := runCmd(t, append(base, "--table", "missing")...)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, `Table "`+schema+`"."missing" does not exist`)
+
+	// --filter reaches the task: Check reports the column it names.
+	code, _, stderr = runCmd(t, append(base, "--filter", "no_such_column")...)
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "no_such_column")
+
+	// --accounts-schema reaches the task: the accounts are looked up there.
+	other := riverslottest.EmptySchema(ctx, t, pool)
+	code, _, stderr = runCmd(t, append(base, "--accounts-schema", other)...)
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, `Table "`+other+`"."accounts" does not exist`)
+}
+
+// signalWriter closes started when a line "worker ... started" is written.
+type signalWriter struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	started chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), " started\n") && w.started != nil {
+		close(w.started)
+		w.started = nil
+	}
+	return n, err
+}
+
+func (w *signalWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// runWorkerUntilStarted runs `riverslot worker` with args until it has
+// started, then interrupts it, and returns its exit code, stdout and stderr.
+func runWorkerUntilStarted(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout := &signalWriter{started: make(chan struct{})}
+	started := stdout.started
+	stderr := &signalWriter{}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, append([]string{"worker"}, args...), stdout, stderr) }()
+	select {
+	case <-started:
+	case code := <-done:
+		t.Fatalf("worker exited with %d before starting:\n%s", code, stderr.String())
+	}
+	cancel()
+	code := <-done
+	return code, stdout.String(), stderr.String()
+}
+
+// TestWorkerSeparateSchemas runs workers whose accounts live in another
+// schema than River's tables, with a filter of their own, until interrupted:
+// each starts, says whether it records syncs, and stops cleanly. River's info
+// lines show only with --log-level info.
+func TestWorkerSeparateSchemas(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	riverSchema := riverslottest.Schema(ctx, t, pool)
+	accountsSchema := riverslottest.EmptySchema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, accountsSchema, "customers", 10)
+	args := []string{"--database-url", riverslottest.DatabaseURL(), "--schema", riverSchema,
+		"--accounts-schema", accountsSchema, "--table", "customers", "--filter", "active AND id IS NOT NULL", "--max-conns", "3"}
+
+	for _, tt := range []struct {
+		name      string
+		args      []string
+		riverInfo bool
+	}{
+		{"DefaultLogLevel", nil, false},
+		{"LogLevelInfo", []string{"--log-level", "info"}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runWorkerUntilStarted(t, append(args, tt.args...)...)
+			require.Equal(t, 0, code, stderr)
+			require.Contains(t, stdout, "stopped")
+			require.Contains(t, stderr, `msg="not recording syncs: no such table" table=`+riverSchema+".synced")
+			if tt.riverInfo {
+				require.Contains(t, stderr, `msg="River client started"`)
+			} else {
+				require.NotContains(t, stderr, `msg="River client started"`)
+			}
+		})
+	}
 }
 
 // TestDemoKeepResumes interrupts a demo in the middle of its cycle and

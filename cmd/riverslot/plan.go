@@ -13,8 +13,12 @@ import (
 	"github.com/riverslot/riverslot/slotplan"
 )
 
+const planAbout = `Prints a cycle's slots and, with --account, the account's bucket, slot,
+offset and next three sync times. It needs no database.
+`
+
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("plan", stderr)
+	fs := newFlagSet("plan", planAbout, stderr)
 	cycle := fs.Duration("cycle", 24*time.Hour, "cycle length: a whole number of seconds, a multiple of 2s (24h, 8h, 120s)")
 	anchor := fs.String("anchor", "00:00", "time of day HH:MM[:SS] at which cycles start (in --tz)")
 	tz := fs.String("tz", "", "IANA time zone of --anchor, e.g. Europe/London; empty: an absolute UTC grid")
