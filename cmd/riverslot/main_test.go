@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,10 +17,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/riverslot/riverslot/internal/riverslottest"
 	"github.com/riverslot/riverslot/slotplan"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"))
+}
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
@@ -295,9 +302,12 @@ func TestDemoJSON(t *testing.T) {
 	pool := riverslottest.Pool(t)
 	schema := newDemoSchemaName(t, pool)
 
-	const accounts = 500
+	const (
+		accounts = 500
+		slots    = 16 // gcd(16, 256): slots of 1s
+	)
 	code, stdout, stderr := runCmd(t, "demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
-		"--accounts", fmt.Sprint(accounts), "--cycle", "8s", "--cycles", "2", "--json")
+		"--accounts", fmt.Sprint(accounts), "--cycle", "16s", "--cycles", "2", "--json")
 	require.Equal(t, 0, code, "stderr:\n%s", stderr)
 	require.Contains(t, stderr, "cycle 2/2")
 
@@ -313,26 +323,57 @@ func TestDemoJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
 	require.Equal(t, schema, s.Schema)
 	require.EqualValues(t, accounts, s.Accounts)
-	require.EqualValues(t, 8, s.Slots) // gcd(8, 256)
+	require.EqualValues(t, slots, s.Slots)
 	require.InDelta(t, 1.0, s.SlotDurationSeconds, 1e-9)
-	require.InDelta(t, 8.0, s.CycleSeconds, 1e-9)
+	require.InDelta(t, 16.0, s.CycleSeconds, 1e-9)
 	require.Len(t, s.CycleStarts, 2)
 	first, err := time.Parse(time.RFC3339, s.CycleStarts[0])
 	require.NoError(t, err)
 	second, err := time.Parse(time.RFC3339, s.CycleStarts[1])
 	require.NoError(t, err)
-	require.Equal(t, 8*time.Second, second.Sub(first))
+	require.Equal(t, 16*time.Second, second.Sub(first))
 	require.EqualValues(t, 2*accounts, s.Synced, "synced counts account-cycles")
 	require.Zero(t, s.Missed)
 	require.Zero(t, s.Duplicates)
-	require.Positive(t, s.PeakQueueDepth)
-	require.LessOrEqual(t, s.PeakQueueDepth, int64(2*accounts))
 
-	// Buckets counted independently from the seeded ids.
+	// Accounts per slot, from the seeded ids (slot = last byte / 16).
 	rows, err := pool.Query(ctx, "SELECT id FROM "+pgx.Identifier{schema, "accounts"}.Sanitize())
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	require.NoError(t, err)
+	perSlot := make([]int64, slots)
+	for _, id := range ids {
+		perSlot[int(id[15])/(256/slots)]++
+	}
+	t.Logf("peak pending %d; accounts per slot %v", s.PeakQueueDepth, perSlot) // a record, not an assertion
+
+	// Peak pending (sync jobs inserted, not yet started), by construction:
+	//   - At least the largest slot: a slot's jobs are inserted in one batch
+	//     (500/16 ~ 31 accounts, far below the batch size) before any of
+	//     them can start, so they are all pending at that instant.
+	//   - At most the accounts of the busiest 12 consecutive slots (cycles
+	//     run back to back, so windows wrap). A slot's jobs are inserted by
+	//     its per-slot job, which River's scheduler starts up to 5s after
+	//     the slot begins, and they start at their targets inside the 1s
+	//     slot or at once if those have passed: a slot's jobs are pending
+	//     for about 6s at worst, and 12 slots leave 6s more for a slow
+	//     machine. Enqueueing a whole cycle at once (the naive strategy the
+	//     demo compares against) holds all 500 accounts pending, more than
+	//     any 12 of the 16 slots hold: this bound is what catches it.
+	const window = 12
+	var busiest int64
+	for first := range slots {
+		var sum int64
+		for i := range window {
+			sum += perSlot[(first+i)%slots]
+		}
+		busiest = max(busiest, sum)
+	}
+	require.Less(t, busiest, int64(accounts))
+	require.GreaterOrEqual(t, s.PeakQueueDepth, slices.Max(perSlot))
+	require.LessOrEqual(t, s.PeakQueueDepth, busiest)
+
+	// Buckets counted independently from the seeded ids.
 	seen := map[byte]bool{}
 	for _, id := range ids {
 		seen[id[15]] = true
