@@ -65,8 +65,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--batch-size must be at least 1, got %d", *batch)
 	case *reps < 1:
 		return usageErr("--reps must be at least 1, got %d", *reps)
-	case *textSlots < 1:
-		return usageErr("--text-slots must be at least 1, got %d", *textSlots)
+	case *textSlots < 1 || *textSlots > 128:
+		return usageErr("--text-slots must be between 1 and 128 (the slots of the 24h cycle it samples), got %d", *textSlots)
 	case *deepQueue < 1 || *depthAccounts < 1:
 		return usageErr("--deep-queue and --depth-accounts must be at least 1")
 	case *depthWork < 0:

@@ -392,6 +392,7 @@ func TestBenchAndWorkerBadFlags(t *testing.T) {
 		{[]string{"bench", "--selection-sizes", "0"}, `riverslot bench: --selection-sizes: want positive integers separated by commas, got "0"`},
 		{[]string{"bench", "--only", "everything"}, `riverslot bench: --only: unknown benchmark "everything"`},
 		{[]string{"bench", "--batch-size", "0"}, "riverslot bench: --batch-size must be at least 1, got 0"},
+		{[]string{"bench", "--text-slots", "129"}, "riverslot bench: --text-slots must be between 1 and 128 (the slots of the 24h cycle it samples), got 129"},
 		{[]string{"bench", "--depth-cycle", "25h"}, "riverslot bench: --depth-cycle must be at most 24h0m0s, got 25h0m0s"},
 		{[]string{"bench", "--depth-cycle", "3s"}, "riverslot bench: --depth-cycle: invalid cycle"},
 		{[]string{"bench", "--depth-work", "-1s"}, "riverslot bench: --depth-work must not be negative, got -1s"},
