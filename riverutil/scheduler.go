@@ -296,6 +296,11 @@ type TaskInfo struct {
 	Seed uint64
 	// Lead is how long before its slot each per-slot job runs.
 	Lead time.Duration
+	// TriggerLead is how long before each cycle start the periodic trigger
+	// fires and bootstraps the cycle: Lead + 10 s, at most half a cycle.
+	// RunOnStart bootstraps the cycle that starts within TriggerLead (plus
+	// a second) of the client becoming leader, else the current one.
+	TriggerLead time.Duration
 	// PlanID identifies the plan (cycle, slots, seed) that bootstrap and
 	// per-slot jobs carry in their args' "plan" field.
 	PlanID string
@@ -307,5 +312,5 @@ func (s *Scheduler) Task(taskName string) (TaskInfo, error) {
 	if err != nil {
 		return TaskInfo{}, err
 	}
-	return TaskInfo{Name: spec.Name, Plan: spec.Plan, Schedule: spec.Schedule, Seed: spec.Seed, Lead: spec.Lead, PlanID: spec.PlanID}, nil
+	return TaskInfo{Name: spec.Name, Plan: spec.Plan, Schedule: spec.Schedule, Seed: spec.Seed, Lead: spec.Lead, TriggerLead: spec.TriggerLead, PlanID: spec.PlanID}, nil
 }

@@ -13,11 +13,15 @@ import (
 	"github.com/riverslot/riverslot/internal/bench"
 )
 
-const defaultBenchURL = "postgres://postgres@127.0.0.1:5432/riverslot_bench?sslmode=disable"
+const benchAbout = `Runs the benchmarks against Postgres: fan-out, selection, deep queue and queue
+depth. It creates and drops schemas named riverslot_bench_<benchmark>_<n>,
+dropping any existing schema of such a name first: point it at a database of
+its own (make bench uses riverslot_bench).
+`
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench", stderr)
-	databaseURL := fs.String("database-url", cmpOr(os.Getenv("DATABASE_URL"), defaultBenchURL), "PostgreSQL URL")
+	fs := newFlagSet("bench", benchAbout, stderr)
+	databaseURL := databaseURLFlag(fs, defaultBenchURL, "bench")
 	fanOut := fs.String("fanout-sizes", "100000,1000000", "accounts in the one-slot fan-out benchmark, comma-separated")
 	selection := fs.String("selection-sizes", "1000000,10000000", "accounts in the selection benchmark, comma-separated")
 	textSlots := fs.Int("text-slots", 4, "slots timed with the (slow) text predicate; the cycle figure extrapolates to 128")
@@ -61,13 +65,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--batch-size must be at least 1, got %d", *batch)
 	case *reps < 1:
 		return usageErr("--reps must be at least 1, got %d", *reps)
-	case *textSlots < 1:
-		return usageErr("--text-slots must be at least 1, got %d", *textSlots)
+	case *textSlots < 1 || *textSlots > 128:
+		return usageErr("--text-slots must be between 1 and 128 (the slots of the 24h cycle it samples), got %d", *textSlots)
 	case *deepQueue < 1 || *depthAccounts < 1:
 		return usageErr("--deep-queue and --depth-accounts must be at least 1")
+	case *depthWork < 0:
+		return usageErr("--depth-work must not be negative, got %s", *depthWork)
+	}
+	if err := checkCycle("--depth-cycle", *depthCycle); err != nil {
+		return err
 	}
 
-	pool, err := connect(ctx, *databaseURL, 30)
+	pool, err := connect(ctx, databaseURL(), 30)
 	if err != nil {
 		return err
 	}
@@ -107,11 +116,4 @@ func parseSizes(flagName, s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

@@ -1,13 +1,17 @@
 // Command riverslot shows slot scheduling at work and answers operators'
 // questions about it.
 //
-//	riverslot demo   run compressed live cycles against Postgres and report them
-//	riverslot plan   print a cycle's slots and an account's sync times (no database)
-//	riverslot bench  run the benchmarks against Postgres
-//	riverslot worker run one River node for a task over an existing schema
+//	riverslot demo    run compressed live cycles against Postgres and report them
+//	riverslot plan    print a cycle's slots and an account's sync times (no database)
+//	riverslot worker  run one River node for a task over an existing schema
+//	riverslot bench   run the benchmarks against Postgres
+//
+// Every command that needs a database takes --database-url, else
+// $DATABASE_URL, else the local database its make target prepares.
 //
 // Exit codes: 0 success, 1 the run failed, 2 bad flags or an unreachable
-// database.
+// database (refused before anything ran), 130 interrupted by SIGINT or
+// SIGTERM.
 package main
 
 import (
@@ -27,7 +31,16 @@ const usage = `usage: riverslot <command> [flags]
 commands:
   demo    run compressed live cycles against Postgres and report them
   plan    print a cycle's slots and an account's next sync times (no database)
+  worker  run one River node for a task over an existing schema
+          (starts cycles only with --periodic)
   bench   run the benchmarks against Postgres
+
+Database: --database-url, else $DATABASE_URL, else the local database the
+command's make target prepares (riverslot_demo for demo and worker,
+riverslot_bench for bench).
+
+Exit codes: 0 success, 1 the run failed, 2 bad input or an unreachable
+database (refused before anything ran), 130 interrupted.
 
 Run 'riverslot <command> -h' for a command's flags.
 `
@@ -46,6 +59,12 @@ func usageErr(format string, args ...any) error {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first SIGINT/SIGTERM, a second one gets Go's default
+		// behaviour (exit at once) while the command shuts down in order.
+		<-ctx.Done()
+		stop()
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -61,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		err = runDemo(ctx, args[1:], stdout, stderr)
 	case "plan":
-		err = runPlan(args[1:], stdout, stderr)
+		err = runPlan(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(ctx, args[1:], stdout, stderr)
 	case "worker":
@@ -82,6 +101,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "riverslot "+args[0]+": "+oneLine(ee.msg))
 		}
 		return ee.code
+	}
+	if ctx.Err() != nil {
+		// A SIGINT/SIGTERM cut an operation short.
+		fmt.Fprintln(stderr, "riverslot "+args[0]+": interrupted: "+oneLine(err.Error()))
+		return 130
 	}
 	fmt.Fprintln(stderr, "riverslot "+args[0]+": "+oneLine(err.Error()))
 	return 1

@@ -3,18 +3,30 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/slotplan"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"))
+}
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
@@ -33,10 +45,51 @@ func TestUsage(t *testing.T) {
 	code, _, stderr = runCmd(t, "frobnicate")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, `unknown command "frobnicate"`)
+
+	code, stdout, _ := runCmd(t, "help")
+	require.Equal(t, 0, code)
+	for _, cmd := range []string{"demo", "plan", "worker", "bench"} {
+		require.Contains(t, stdout, "\n  "+cmd+" ", "usage lists %s", cmd)
+		code, _, stderr := runCmd(t, cmd, "-h")
+		require.Equal(t, 0, code, "%s -h", cmd)
+		require.Contains(t, stderr, "usage: riverslot "+cmd+" [flags]")
+	}
+	require.Contains(t, stdout, "$DATABASE_URL")
 }
 
+// TestDatabaseURLConvention: every command that needs a database documents
+// --database-url the same way in -h (a plain string flag, never a URL or a
+// password from the environment as its default) and falls back to
+// $DATABASE_URL.
+func TestDatabaseURLConvention(t *testing.T) {
+	// Not parallel: t.Setenv.
+	t.Setenv("DATABASE_URL", "postgres://nobody:s3cret@127.0.0.1:1/fromenv?connect_timeout=2")
+
+	for _, cmd := range []string{"demo", "worker", "bench"} {
+		t.Run(cmd, func(t *testing.T) {
+			code, _, stderr := runCmd(t, cmd, "-h")
+			require.Equal(t, 0, code)
+			require.Contains(t, stderr, "  -database-url string\n    \tPostgreSQL URL; default $DATABASE_URL, else postgres://postgres@127.0.0.1:5432/riverslot_")
+			require.NotContains(t, stderr, "s3cret")
+			require.NotContains(t, stderr, "fromenv")
+
+			code, _, stderr = runCmd(t, cmd)
+			require.Equal(t, 2, code, stderr)
+			require.Contains(t, stderr, "riverslot "+cmd+": cannot reach the database at nobody@127.0.0.1:1/fromenv")
+			require.NotContains(t, stderr, "s3cret")
+		})
+	}
+}
+
+// TestDemoBadFlags: bad input exits 2 with one line naming the flag, before
+// anything runs: the schema the demo would create does not exist afterwards.
 func TestDemoBadFlags(t *testing.T) {
 	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	past := "2020-01-01T00:00:00Z"
+	farAhead := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
 
 	for _, tt := range []struct {
 		name string
@@ -47,25 +100,40 @@ func TestDemoBadFlags(t *testing.T) {
 		{"NegativeAccounts", []string{"--accounts", "-5"}, "riverslot demo: --accounts must be at least 1, got -5"},
 		{"OneSlotCycle", []string{"--cycle", "3s"}, "riverslot demo: --cycle: invalid cycle: Cycle 3s is an odd number of seconds and yields a single slot"},
 		{"SubSecondCycle", []string{"--cycle", "500ms"}, "riverslot demo: --cycle: invalid cycle: Cycle must be at least 2s, got 500ms"},
+		{"CycleShorterThanRiversTick", []string{"--cycle", "8s"}, "riverslot demo: --cycle must be at least 16s, got 8s: River's scheduler promotes jobs every 5 s"},
+		{"CycleLongerThanADay", []string{"--cycle", "25h"}, "riverslot demo: --cycle must be at most 24h0m0s, got 25h0m0s: this command runs compressed cycles and waits for them to finish"},
 		{"ZeroCycles", []string{"--cycles", "0"}, "riverslot demo: --cycles must be at least 1, got 0"},
-		{"ZeroWorkers", []string{"--workers", "0"}, "riverslot demo: --workers must be at least 1, got 0"},
+		{"ZeroWorkers", []string{"--workers", "0"}, "riverslot demo: --workers must be between 1 and 10000 (River's limit per queue), got 0"},
+		{"TooManyWorkers", []string{"--workers", "10001"}, "riverslot demo: --workers must be between 1 and 10000 (River's limit per queue), got 10001"},
 		{"BadCycleStart", []string{"--cycle-start", "tomorrow"}, `riverslot demo: --cycle-start must be RFC 3339, e.g. 2026-11-22T10:00:00Z, got "tomorrow"`},
+		{"CycleStartInThePast", []string{"--cycle-start", past}, "riverslot demo: --cycle-start " + past + " is in the past (now "},
+		{"CycleStartFarAhead", []string{"--cycle-start", farAhead}, "riverslot demo: --cycle-start " + farAhead + " is more than 24h0m0s ahead"},
+		{"EmptyTask", []string{"--task", ""}, `riverslot demo: --task must be 1-64 letters, digits, '_', '-' or '.', got ""`},
+		{"TaskWithSpace", []string{"--task", "my task"}, `riverslot demo: --task must be 1-64 letters, digits, '_', '-' or '.', got "my task"`},
 		{"InjectedSchema", []string{"--schema", `x"; DROP SCHEMA public; --`}, "riverslot demo: --schema must be a plain identifier"},
+		{"LongSchema", []string{"--schema", strings.Repeat("s", 64)}, "riverslot demo: --schema must be 1-63 bytes (Postgres' identifier limit)"},
+		{"SystemSchema", []string{"--schema", "pg_demo"}, `riverslot demo: --schema must not start with pg_ (reserved for Postgres' system schemas), got "pg_demo"`},
 		{"UnreachableDatabase", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, "riverslot demo: cannot reach the database at nobody@127.0.0.1:1/none"},
 		{"MalformedURL", []string{"--database-url", "postgres://%zz"}, "riverslot demo: --database-url is not a valid PostgreSQL URL"},
 		{"UnknownFlag", []string{"--frob"}, "flag provided but not defined: -frob"},
+		{"BadLogLevel", []string{"--log-level", "chatty"}, `invalid value "chatty" for flag -log-level`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			code, stdout, stderr := runCmd(t, append([]string{"demo"}, tt.args...)...)
+			schema := newDemoSchemaName(t, pool)
+			args := append([]string{"demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema}, tt.args...)
+			code, stdout, stderr := runCmd(t, args...)
 			require.Equal(t, 2, code, "stderr: %s", stderr)
 			require.Empty(t, stdout)
 			require.Contains(t, stderr, tt.want)
 			require.NotContains(t, stderr, "goroutine", "no stack trace")
-			if tt.name != "UnknownFlag" { // the flag package prints usage after its own line
+			if tt.args[0] != "--frob" && tt.args[0] != "--log-level" { // the flag package prints usage after its own line
 				require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %q", stderr)
 			}
+			state, err := querySchemaState(ctx, pool, schema)
+			require.NoError(t, err)
+			require.Equal(t, schemaAbsent, state, "refused before creating the schema")
 		})
 	}
 }
@@ -89,12 +157,7 @@ func TestPlan(t *testing.T) {
 		require.Contains(t, out, "current cycle  2026-11-22T00:30:00Z")
 
 		// Next syncs are one cycle apart and inside slot 100's window.
-		var syncs []time.Time
-		for _, line := range strings.Split(out, "\n") {
-			if ts, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(line)); err == nil {
-				syncs = append(syncs, ts)
-			}
-		}
+		syncs := parseSyncs(out)
 		require.Len(t, syncs, 3)
 		for i, s := range syncs {
 			cycleStart := time.Date(2026, 11, 22+i, 0, 30, 0, 0, time.UTC) // GMT in November
@@ -115,14 +178,119 @@ func TestPlan(t *testing.T) {
 			{[]string{"--cycle", "3s"}, "riverslot plan: --cycle: invalid cycle"},
 			{[]string{"--anchor", "25:00"}, `riverslot plan: --anchor: want HH:MM or HH:MM:SS, got "25:00"`},
 			{[]string{"--tz", "Mars/Olympus"}, `riverslot plan: --tz: unknown time zone "Mars/Olympus"`},
-			{[]string{"--account", "not-a-uuid"}, `riverslot plan: --account must be a UUID, got "not-a-uuid"`},
+			{[]string{"--account", "not-a-uuid"}, `riverslot plan: --account must be a UUID such as 0b6e4f2a-8c1d-4f5e-9a7b-3c2d1e0f9a8b, got "not-a-uuid"`},
 			{[]string{"--cycle", "256s", "--tz", "UTC"}, "Cycle must divide 24h when Location is set"},
+			{[]string{"--task", "", "--account", "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}, `riverslot plan: --task must be 1-64 letters, digits, '_', '-' or '.', got ""`},
+			{[]string{"--now", "yesterday"}, "riverslot plan: --now must be RFC 3339"},
 		} {
-			code, _, stderr := runCmd(t, append([]string{"plan"}, tt.args...)...)
+			code, stdout, stderr := runCmd(t, append([]string{"plan"}, tt.args...)...)
 			require.Equal(t, 2, code, stderr)
 			require.Contains(t, stderr, tt.want)
+			require.Empty(t, stdout, "refused before printing anything")
 		}
 	})
+
+	// Zones whose DST change happens at midnight: plan finishes. Until
+	// slotplan answers there, it fails (exit 1) without printing half a
+	// report; once it does, it prints three increasing sync times.
+	t.Run("DSTAtMidnightFinishes", func(t *testing.T) {
+		t.Parallel()
+
+		for _, tt := range []struct{ tz, now string }{
+			{"America/Havana", "2025-03-08T06:00:00Z"},
+			{"America/Santiago", "2025-09-06T06:00:00Z"},
+			{"Atlantic/Azores", "2025-03-29T06:00:00Z"},
+		} {
+			code, stdout, stderr := runCmd(t, "plan", "--cycle", "24h", "--anchor", "00:00", "--tz", tt.tz, "--now", tt.now,
+				"--account", "6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+			if code == 1 {
+				require.Contains(t, stderr, "this is a bug in riverslot's slotplan", tt.tz)
+				require.Empty(t, stdout, tt.tz)
+				continue
+			}
+			require.Equal(t, 0, code, "%s: %s", tt.tz, stderr)
+			now, err := time.Parse(time.RFC3339, tt.now)
+			require.NoError(t, err)
+			syncs := parseSyncs(stdout)
+			require.Len(t, syncs, 3, tt.tz)
+			prev := now
+			for _, s := range syncs {
+				require.True(t, s.After(prev), "%s: %s not after %s", tt.tz, s, prev)
+				prev = s
+			}
+		}
+	})
+
+	t.Run("InterruptedStops", func(t *testing.T) {
+		t.Parallel()
+
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var stdout, stderr bytes.Buffer
+		code := run(ctx, []string{"plan", "--account", "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}, &stdout, &stderr)
+		require.Equal(t, 130, code, stderr.String())
+		require.Contains(t, stderr.String(), "riverslot plan: interrupted")
+	})
+}
+
+// stuckSchedule is a cycle schedule whose Next returns next whatever it is
+// asked: the zero time, or a time that does not advance.
+type stuckSchedule struct{ start, next time.Time }
+
+func (s stuckSchedule) Start(time.Time) time.Time { return s.start }
+func (s stuckSchedule) Next(time.Time) time.Time  { return s.next }
+
+func TestNextSyncsAlwaysFinishes(t *testing.T) {
+	t.Parallel()
+
+	plan, err := slotplan.New(24 * time.Hour)
+	require.NoError(t, err)
+	id := uuid.MustParse("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+	at := time.Date(2025, 3, 8, 6, 0, 0, 0, time.UTC)
+	start := time.Date(2025, 3, 8, 5, 0, 0, 0, time.UTC)
+
+	for _, tt := range []struct {
+		name     string
+		schedule stuckSchedule
+		want     string
+	}{
+		{"ZeroStart", stuckSchedule{}, "returned 0001-01-01T00:00:00Z as the start of the cycle holding 2025-03-08T06:00:00Z"},
+		{"StartAfterAt", stuckSchedule{start: at.Add(time.Hour), next: at.Add(2 * time.Hour)}, "as the start of the cycle holding"},
+		{"ZeroNext", stuckSchedule{start: start}, "returned 0001-01-01T00:00:00Z as the first cycle start after"},
+		{"NextDoesNotAdvance", stuckSchedule{start: start, next: at.Add(time.Minute)}, "returned 2025-03-08T06:01:00Z as the first cycle start after 2025-03-08T06:01:00Z"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			syncs, err := nextSyncs(context.Background(), tt.schedule, plan, 1, id, at, 3)
+			require.ErrorContains(t, err, tt.want)
+			require.ErrorContains(t, err, "this is a bug in riverslot's slotplan")
+			require.Nil(t, syncs)
+		})
+	}
+
+	t.Run("Interrupted", func(t *testing.T) {
+		t.Parallel()
+
+		schedule, err := slotplan.NewSchedule(24*time.Hour, 0, nil)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err = nextSyncs(ctx, schedule, plan, 1, id, at, 3)
+		var ee *exitError
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, 130, ee.code)
+	})
+}
+
+func parseSyncs(out string) []time.Time {
+	var syncs []time.Time
+	for _, line := range strings.Split(out, "\n") {
+		if ts, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(line)); err == nil {
+			syncs = append(syncs, ts)
+		}
+	}
+	return syncs
 }
 
 // TestDemoJSON runs a short real demo against Postgres and checks the JSON
@@ -132,11 +300,14 @@ func TestDemoJSON(t *testing.T) {
 
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
-	schema := riverslottest.EmptySchema(ctx, t, pool) // the demo drops and recreates it
+	schema := newDemoSchemaName(t, pool)
 
-	const accounts = 500
+	const (
+		accounts = 500
+		slots    = 16 // gcd(16, 256): slots of 1s
+	)
 	code, stdout, stderr := runCmd(t, "demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
-		"--accounts", fmt.Sprint(accounts), "--cycle", "8s", "--cycles", "2", "--json")
+		"--accounts", fmt.Sprint(accounts), "--cycle", "16s", "--cycles", "2", "--json")
 	require.Equal(t, 0, code, "stderr:\n%s", stderr)
 	require.Contains(t, stderr, "cycle 2/2")
 
@@ -152,26 +323,57 @@ func TestDemoJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
 	require.Equal(t, schema, s.Schema)
 	require.EqualValues(t, accounts, s.Accounts)
-	require.EqualValues(t, 8, s.Slots) // gcd(8, 256)
+	require.EqualValues(t, slots, s.Slots)
 	require.InDelta(t, 1.0, s.SlotDurationSeconds, 1e-9)
-	require.InDelta(t, 8.0, s.CycleSeconds, 1e-9)
+	require.InDelta(t, 16.0, s.CycleSeconds, 1e-9)
 	require.Len(t, s.CycleStarts, 2)
 	first, err := time.Parse(time.RFC3339, s.CycleStarts[0])
 	require.NoError(t, err)
 	second, err := time.Parse(time.RFC3339, s.CycleStarts[1])
 	require.NoError(t, err)
-	require.Equal(t, 8*time.Second, second.Sub(first))
+	require.Equal(t, 16*time.Second, second.Sub(first))
 	require.EqualValues(t, 2*accounts, s.Synced, "synced counts account-cycles")
 	require.Zero(t, s.Missed)
 	require.Zero(t, s.Duplicates)
-	require.Positive(t, s.PeakQueueDepth)
-	require.LessOrEqual(t, s.PeakQueueDepth, int64(2*accounts))
 
-	// Buckets counted independently from the seeded ids.
+	// Accounts per slot, from the seeded ids (slot = last byte / 16).
 	rows, err := pool.Query(ctx, "SELECT id FROM "+pgx.Identifier{schema, "accounts"}.Sanitize())
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	require.NoError(t, err)
+	perSlot := make([]int64, slots)
+	for _, id := range ids {
+		perSlot[int(id[15])/(256/slots)]++
+	}
+	t.Logf("peak pending %d; accounts per slot %v", s.PeakQueueDepth, perSlot) // a record, not an assertion
+
+	// Peak pending (sync jobs inserted, not yet started), by construction:
+	//   - At least the largest slot: a slot's jobs are inserted in one batch
+	//     (500/16 ~ 31 accounts, far below the batch size) before any of
+	//     them can start, so they are all pending at that instant.
+	//   - At most the accounts of the busiest 12 consecutive slots (cycles
+	//     run back to back, so windows wrap). A slot's jobs are inserted by
+	//     its per-slot job, which River's scheduler starts up to 5s after
+	//     the slot begins, and they start at their targets inside the 1s
+	//     slot or at once if those have passed: a slot's jobs are pending
+	//     for about 6s at worst, and 12 slots leave 6s more for a slow
+	//     machine. Enqueueing a whole cycle at once (the naive strategy the
+	//     demo compares against) holds all 500 accounts pending, more than
+	//     any 12 of the 16 slots hold: this bound is what catches it.
+	const window = 12
+	var busiest int64
+	for first := range slots {
+		var sum int64
+		for i := range window {
+			sum += perSlot[(first+i)%slots]
+		}
+		busiest = max(busiest, sum)
+	}
+	require.Less(t, busiest, int64(accounts))
+	require.GreaterOrEqual(t, s.PeakQueueDepth, slices.Max(perSlot))
+	require.LessOrEqual(t, s.PeakQueueDepth, busiest)
+
+	// Buckets counted independently from the seeded ids.
 	seen := map[byte]bool{}
 	for _, id := range ids {
 		seen[id[15]] = true
@@ -190,8 +392,19 @@ func TestBenchAndWorkerBadFlags(t *testing.T) {
 		{[]string{"bench", "--selection-sizes", "0"}, `riverslot bench: --selection-sizes: want positive integers separated by commas, got "0"`},
 		{[]string{"bench", "--only", "everything"}, `riverslot bench: --only: unknown benchmark "everything"`},
 		{[]string{"bench", "--batch-size", "0"}, "riverslot bench: --batch-size must be at least 1, got 0"},
+		{[]string{"bench", "--text-slots", "129"}, "riverslot bench: --text-slots must be between 1 and 128 (the slots of the 24h cycle it samples), got 129"},
+		{[]string{"bench", "--depth-cycle", "25h"}, "riverslot bench: --depth-cycle must be at most 24h0m0s, got 25h0m0s"},
+		{[]string{"bench", "--depth-cycle", "3s"}, "riverslot bench: --depth-cycle: invalid cycle"},
+		{[]string{"bench", "--depth-work", "-1s"}, "riverslot bench: --depth-work must not be negative, got -1s"},
 		{[]string{"bench", "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, "riverslot bench: cannot reach the database"},
-		{[]string{"worker", "--workers", "0"}, "riverslot worker: --workers must be at least 1, got 0"},
+		{[]string{"worker", "--workers", "0"}, "riverslot worker: --workers must be between 1 and 10000 (River's limit per queue), got 0"},
+		{[]string{"worker", "--cycle", "25h"}, "riverslot worker: --cycle must be at most 24h0m0s, got 25h0m0s: this command runs compressed cycles"},
+		{[]string{"worker", "--cycle", "3s"}, "riverslot worker: --cycle: invalid cycle"},
+		{[]string{"worker", "--rescue-after", "-1s"}, "riverslot worker: --rescue-after must not be negative, got -1s"},
+		{[]string{"worker", "--per-slot-timeout", "-1s"}, "riverslot worker: --per-slot-timeout must not be negative, got -1s"},
+		{[]string{"worker", "--accounts-schema", "pg_catalog"}, "riverslot worker: --accounts-schema must not start with pg_"},
+		{[]string{"worker", "--schema", strings.Repeat("s", 64)}, "riverslot worker: --schema must be 1-63 bytes"},
+		{[]string{"worker", "--log-level", "chatty"}, `invalid value "chatty" for flag -log-level`},
 		{[]string{"worker", "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, "riverslot worker: cannot reach the database"},
 	} {
 		code, _, stderr := runCmd(t, tt.args...)
@@ -206,13 +419,106 @@ func TestWorkerRejectsBadTask(t *testing.T) {
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := riverslottest.Schema(ctx, t, pool)
-	code, _, stderr := runCmd(t, "worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--cycle", "3s")
-	require.Equal(t, 2, code)
-	require.Contains(t, stderr, "yields a single slot")
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 10)
+	base := []string{"worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema}
 
-	code, _, stderr = runCmd(t, "worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--table", "missing")
+	code, _, stderr := runCmd(t, append(base, "--table", "missing")...)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, `Table "`+schema+`"."missing" does not exist`)
+
+	// --filter reaches the task: Check reports the column it names.
+	code, _, stderr = runCmd(t, append(base, "--filter", "no_such_column")...)
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "no_such_column")
+
+	// --accounts-schema reaches the task: the accounts are looked up there.
+	other := riverslottest.EmptySchema(ctx, t, pool)
+	code, _, stderr = runCmd(t, append(base, "--accounts-schema", other)...)
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, `Table "`+other+`"."accounts" does not exist`)
+}
+
+// signalWriter closes started when a line "worker ... started" is written.
+type signalWriter struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	started chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), " started\n") && w.started != nil {
+		close(w.started)
+		w.started = nil
+	}
+	return n, err
+}
+
+func (w *signalWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// runWorkerUntilStarted runs `riverslot worker` with args until it has
+// started, then interrupts it, and returns its exit code, stdout and stderr.
+func runWorkerUntilStarted(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout := &signalWriter{started: make(chan struct{})}
+	started := stdout.started
+	stderr := &signalWriter{}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, append([]string{"worker"}, args...), stdout, stderr) }()
+	select {
+	case <-started:
+	case code := <-done:
+		t.Fatalf("worker exited with %d before starting:\n%s", code, stderr.String())
+	}
+	cancel()
+	code := <-done
+	return code, stdout.String(), stderr.String()
+}
+
+// TestWorkerSeparateSchemas runs workers whose accounts live in another
+// schema than River's tables, with a filter of their own, until interrupted:
+// each starts, says whether it records syncs, and stops cleanly. River's info
+// lines show only with --log-level info.
+func TestWorkerSeparateSchemas(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	riverSchema := riverslottest.Schema(ctx, t, pool)
+	accountsSchema := riverslottest.EmptySchema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, accountsSchema, "customers", 10)
+	args := []string{"--database-url", riverslottest.DatabaseURL(), "--schema", riverSchema,
+		"--accounts-schema", accountsSchema, "--table", "customers", "--filter", "active AND id IS NOT NULL", "--max-conns", "3"}
+
+	for _, tt := range []struct {
+		name      string
+		args      []string
+		riverInfo bool
+	}{
+		{"DefaultLogLevel", nil, false},
+		{"LogLevelInfo", []string{"--log-level", "info"}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runWorkerUntilStarted(t, append(args, tt.args...)...)
+			require.Equal(t, 0, code, stderr)
+			require.Contains(t, stdout, "stopped")
+			require.Contains(t, stderr, `msg="not recording syncs: no such table" table=`+riverSchema+".synced")
+			if tt.riverInfo {
+				require.Contains(t, stderr, `msg="River client started"`)
+			} else {
+				require.NotContains(t, stderr, `msg="River client started"`)
+			}
+		})
+	}
 }
 
 // TestDemoKeepResumes interrupts a demo in the middle of its cycle and
@@ -223,7 +529,7 @@ func TestDemoKeepResumes(t *testing.T) {
 
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
-	schema := riverslottest.EmptySchema(ctx, t, pool)
+	schema := newDemoSchemaName(t, pool)
 	args := []string{"demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--accounts", "400", "--cycle", "16s"}
 
 	// First run: cancelled (as by Ctrl-C) 10 s in, mid-cycle.
@@ -250,4 +556,145 @@ func TestDemoKeepResumes(t *testing.T) {
 	require.EqualValues(t, 400, s.Synced)
 	require.Zero(t, s.Missed)
 	require.Zero(t, s.Duplicates)
+}
+
+// newDemoSchemaName returns a schema name that does not exist yet, for the
+// demo to create (it refuses a schema it did not create), and drops the
+// schema when the test ends.
+func newDemoSchemaName(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "riverslot_demo_test_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Logf("error dropping schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// TestDemoRefusesSchemaItDidNotCreate points the demo at an existing schema
+// holding someone else's table, with every flag combination that drops,
+// reseeds or reuses a schema: each run exits 2 naming --schema before it
+// touches anything, and the schema keeps exactly its own table and row.
+func TestDemoRefusesSchemaItDidNotCreate(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+
+	setup := func(t *testing.T, comment string) string {
+		t.Helper()
+		schema := riverslottest.EmptySchema(ctx, t, pool)
+		_, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "invoices"}.Sanitize()+" (id int PRIMARY KEY, total numeric)")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "invoices"}.Sanitize()+" VALUES (1, 99.5)")
+		require.NoError(t, err)
+		if comment != "" {
+			_, err = pool.Exec(ctx, "COMMENT ON SCHEMA "+pgx.Identifier{schema}.Sanitize()+" IS '"+comment+"'")
+			require.NoError(t, err)
+		}
+		return schema
+	}
+
+	requireUntouched := func(t *testing.T, schema, comment string) {
+		t.Helper()
+		rows, err := pool.Query(ctx, "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1", schema)
+		require.NoError(t, err)
+		tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{"invoices"}, tables, "no River tables, no accounts")
+		var total float64
+		require.NoError(t, pool.QueryRow(ctx, "SELECT total FROM "+pgx.Identifier{schema, "invoices"}.Sanitize()+" WHERE id = 1").Scan(&total))
+		require.InDelta(t, 99.5, total, 1e-9)
+		var got *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = $1", schema).Scan(&got))
+		if comment == "" {
+			require.Nil(t, got)
+		} else {
+			require.Equal(t, comment, *got)
+		}
+	}
+
+	future := time.Now().Add(time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
+	for _, comment := range []string{"", "billing team schema"} {
+		for _, flags := range [][]string{
+			nil,
+			{"--keep"},
+			{"--accounts", "7"},
+			{"--keep", "--accounts", "7"},
+			{"--cycles", "2", "--json"},
+			{"--keep", "--cycle", "16s", "--cycle-start", future},
+			{"--cycle-start", future, "--accounts", "3", "--task", "other"},
+		} {
+			name := "NoComment"
+			if comment != "" {
+				name = "OtherComment"
+			}
+			if len(flags) > 0 {
+				name += strings.ReplaceAll(strings.Join(flags, ""), ":", "")
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+
+				schema := setup(t, comment)
+				args := append([]string{"demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema}, flags...)
+				code, stdout, stderr := runCmd(t, args...)
+				require.Equal(t, 2, code, "stderr: %s", stderr)
+				require.Empty(t, stdout)
+				require.Contains(t, stderr, "riverslot demo: --schema "+schema+`: schema "`+schema+`" already exists and was not created by riverslot demo`)
+				require.Contains(t, stderr, "nothing was changed. Pass --schema with a name that does not exist yet")
+				requireUntouched(t, schema, comment)
+			})
+		}
+	}
+}
+
+// TestDemoSchemaOwnership runs the demo's setup step on a schema it creates:
+// the schema is marked as the demo's, a rerun without --keep drops and
+// recreates it (a stray table goes), a rerun with --keep keeps it.
+func TestDemoSchemaOwnership(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := newDemoSchemaName(t, pool)
+	stray := pgx.Identifier{schema, "stray"}.Sanitize()
+
+	prepare := func(t *testing.T, keep bool) string {
+		t.Helper()
+		var stderr bytes.Buffer
+		d := &demo{opts: &demoOptions{schema: schema, accounts: 20, keep: keep}, pool: pool, stderr: &stderr}
+		n, err := d.prepare(ctx)
+		require.NoError(t, err, stderr.String())
+		require.EqualValues(t, 20, n)
+		state, err := querySchemaState(ctx, pool, schema)
+		require.NoError(t, err)
+		require.Equal(t, schemaOwned, state)
+		return stderr.String()
+	}
+	strayExists := func(t *testing.T) bool {
+		t.Helper()
+		var ok bool
+		require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", stray).Scan(&ok))
+		return ok
+	}
+
+	state, err := querySchemaState(ctx, pool, schema)
+	require.NoError(t, err)
+	require.Equal(t, schemaAbsent, state)
+
+	require.Contains(t, prepare(t, false), "creating schema "+schema)
+	_, err = pool.Exec(ctx, "CREATE TABLE "+stray+" (x int)")
+	require.NoError(t, err)
+
+	require.Contains(t, prepare(t, true), "keeping 20 existing accounts")
+	require.True(t, strayExists(t), "--keep reuses the schema")
+
+	require.Contains(t, prepare(t, false), "dropping and recreating schema "+schema+", created by an earlier demo")
+	require.False(t, strayExists(t), "without --keep the demo's own schema is recreated")
 }

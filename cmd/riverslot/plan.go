@@ -1,7 +1,7 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -13,28 +13,12 @@ import (
 	"github.com/riverslot/riverslot/slotplan"
 )
 
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("riverslot "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
+const planAbout = `Prints a cycle's slots and, with --account, the account's bucket, slot,
+offset and next three sync times. It needs no database.
+`
 
-// parseFlags turns flag errors into exit-2 errors; -h exits 0.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return &exitError{code: 0}
-		}
-		return &exitError{code: 2} // flag package already printed the problem
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q", fs.Arg(0))
-	}
-	return nil
-}
-
-func runPlan(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("plan", stderr)
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("plan", planAbout, stderr)
 	cycle := fs.Duration("cycle", 24*time.Hour, "cycle length: a whole number of seconds, a multiple of 2s (24h, 8h, 120s)")
 	anchor := fs.String("anchor", "00:00", "time of day HH:MM[:SS] at which cycles start (in --tz)")
 	tz := fs.String("tz", "", "IANA time zone of --anchor, e.g. Europe/London; empty: an absolute UTC grid")
@@ -46,6 +30,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	// Every flag is checked before anything is printed.
 	plan, err := slotplan.New(*cycle)
 	if err != nil {
 		return usageErr("--cycle: %v", err)
@@ -70,9 +55,31 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 			return usageErr("--now must be RFC 3339, e.g. 2026-11-22T09:00:00Z: %v", err)
 		}
 	}
+	var id uuid.UUID
+	if *account != "" {
+		if id, err = uuid.Parse(*account); err != nil {
+			return usageErr("--account must be a UUID such as 0b6e4f2a-8c1d-4f5e-9a7b-3c2d1e0f9a8b, got %q", *account)
+		}
+	}
 	s := *seed
 	if s == 0 {
+		if err := checkTaskName(*task); err != nil {
+			return err
+		}
 		s = slotplan.SeedFromName(*task)
+	}
+
+	// Everything is computed before anything is printed, so a schedule that
+	// cannot answer fails without half a report.
+	current, next, err := cycleAround(schedule, at)
+	if err != nil {
+		return err
+	}
+	var syncs []time.Time
+	if *account != "" {
+		if syncs, err = nextSyncs(ctx, schedule, plan, s, id, at, 3); err != nil {
+			return err
+		}
 	}
 
 	where := "UTC grid from the Unix epoch"
@@ -84,8 +91,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "slot duration  %s\n", plan.SlotDuration)
 	fmt.Fprintf(stdout, "buckets/slot   %d (bucket = last byte of the UUID)\n", plan.BucketsPerSlot)
 	fmt.Fprintf(stdout, "cycle starts   %s + k*%s, %s\n", *anchor, *cycle, where)
-	fmt.Fprintf(stdout, "current cycle  %s\n", schedule.Start(at).Format(time.RFC3339))
-	fmt.Fprintf(stdout, "next cycle     %s\n\n", schedule.Next(at).Format(time.RFC3339))
+	fmt.Fprintf(stdout, "current cycle  %s\n", current.Format(time.RFC3339))
+	fmt.Fprintf(stdout, "next cycle     %s\n\n", next.Format(time.RFC3339))
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "slot\tstarts after cycle start\tends\tbuckets")
@@ -101,10 +108,6 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if *account == "" {
 		return nil
 	}
-	id, err := uuid.Parse(*account)
-	if err != nil {
-		return usageErr("--account must be a UUID, got %q", *account)
-	}
 	slot := plan.SlotOf(id)
 	off := plan.Offset(s, id)
 	fmt.Fprintf(stdout, "\naccount        %s\n", id)
@@ -113,16 +116,67 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "offset         %s into the slot (seed %d)\n", off, s)
 	fmt.Fprintf(stdout, "due            +%s after each cycle start\n", clock(time.Duration(slot)*plan.SlotDuration+off))
 	fmt.Fprintln(stdout, "next syncs (due time; River starts it within a few seconds):")
-	start := schedule.Start(at)
-	for n := 0; n < 3; {
-		due := plan.Target(start, s, id)
-		if due.After(at) {
-			fmt.Fprintf(stdout, "  %s\n", due.Format(time.RFC3339Nano))
-			n++
-		}
-		start = schedule.Next(start)
+	for _, due := range syncs {
+		fmt.Fprintf(stdout, "  %s\n", due.Format(time.RFC3339Nano))
 	}
 	return nil
+}
+
+// cycleSchedule is what plan needs of a slotplan.Schedule.
+type cycleSchedule interface {
+	Start(t time.Time) time.Time
+	Next(t time.Time) time.Time
+}
+
+// errScheduleStuck reports a schedule that returned no usable cycle start.
+// It is a bug in slotplan, not bad input: exit 1.
+func errScheduleStuck(what string, t, got time.Time) error {
+	return fmt.Errorf("the cycle schedule returned %s as the %s %s; this is a bug in riverslot's slotplan, please report it with this command line",
+		got.UTC().Format(time.RFC3339), what, t.UTC().Format(time.RFC3339))
+}
+
+// cycleAround returns the start of the cycle holding at and the next start,
+// checking that the schedule answered: start <= at < next.
+func cycleAround(schedule cycleSchedule, at time.Time) (time.Time, time.Time, error) {
+	start := schedule.Start(at)
+	if start.IsZero() || start.After(at) {
+		return time.Time{}, time.Time{}, errScheduleStuck("start of the cycle holding", at, start)
+	}
+	next := schedule.Next(at)
+	if !next.After(at) {
+		return time.Time{}, time.Time{}, errScheduleStuck("first cycle start after", at, next)
+	}
+	return start, next, nil
+}
+
+// nextSyncs returns the account's first n due times after at, one per cycle.
+// It always finishes: it stops on ctx, fails if the schedule does not
+// advance, and looks at no more than n+1 cycles (only the current cycle's due
+// time can be at or before at).
+func nextSyncs(ctx context.Context, schedule cycleSchedule, plan slotplan.Plan, seed uint64, id uuid.UUID, at time.Time, n int) ([]time.Time, error) {
+	start, _, err := cycleAround(schedule, at)
+	if err != nil {
+		return nil, err
+	}
+	syncs := make([]time.Time, 0, n)
+	for cycles := 0; len(syncs) < n; cycles++ {
+		if ctx.Err() != nil {
+			return nil, &exitError{code: 130, msg: "interrupted"}
+		}
+		if cycles > n {
+			return nil, fmt.Errorf("found %d of %d sync times in %d cycles after %s; this is a bug in riverslot's slotplan, please report it with this command line",
+				len(syncs), n, cycles, at.UTC().Format(time.RFC3339))
+		}
+		if due := plan.Target(start, seed, id); due.After(at) {
+			syncs = append(syncs, due)
+		}
+		next := schedule.Next(start)
+		if !next.After(start) {
+			return nil, errScheduleStuck("first cycle start after", start, next)
+		}
+		start = next
+	}
+	return syncs, nil
 }
 
 // parseClock parses HH:MM or HH:MM:SS into a duration after midnight.

@@ -15,47 +15,89 @@ import (
 	"github.com/riverslot/riverslot/riverutil"
 )
 
+const workerAbout = `Runs one River client with one riverslot task over an existing schema until
+SIGINT or SIGTERM: River's tables in --schema (riverslot demo prepares them)
+and an accounts table (--accounts-schema, --table) with a uuid column id.
+Several workers on one schema form a cluster.
+
+Cycles start only with --periodic: the node then runs the periodic trigger
+that enqueues each cycle (River's leader fires it once per cluster; give
+every node --periodic). Without it (the default) the node starts no cycle:
+it works the cycles' jobs that another node or EnqueueCycle inserted.
+
+With --record (the default), every sync inserts a row into the table
+<--schema>.synced if that table exists, to audit which node synced which
+account in which cycle:
+
+    CREATE TABLE <schema>.synced (task text NOT NULL, account_id uuid NOT NULL,
+        cycle_start timestamptz NOT NULL, client_id text,
+        synced_at timestamptz NOT NULL DEFAULT clock_timestamp())
+
+Without that table a sync does nothing.
+`
+
 // runWorker runs one River client with one riverslot task over an existing
 // schema (River's tables and an accounts table, as the demo prepares them)
 // until interrupted. Several workers on one schema form a cluster; the fault
 // tests start, stop and kill them.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("worker", stderr)
-	databaseURL := fs.String("database-url", defaultDatabaseURL, "PostgreSQL URL")
-	schema := fs.String("schema", "riverslot_demo", "schema with River's tables and the accounts table")
-	table := fs.String("table", "accounts", "accounts table (uuid column id, boolean column active)")
+	fs := newFlagSet("worker", workerAbout, stderr)
+	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
+	schema := fs.String("schema", "riverslot_demo", "schema of River's tables (and of the accounts table unless --accounts-schema is set)")
+	accountsSchema := fs.String("accounts-schema", "", "schema of the accounts table (default: --schema)")
+	table := fs.String("table", "accounts", "accounts table, with a uuid column id")
+	filter := fs.String("filter", "active", "SQL boolean expression over the accounts table: the accounts to sync (empty: every row)")
 	task := fs.String("task", "demo", "task name")
-	cycle := fs.Duration("cycle", 120*time.Second, "cycle length")
-	offset := fs.Duration("trigger-offset", 0, "cycle grid offset from the Unix epoch")
+	cycle := fs.Duration("cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at most 24h")
+	offset := fs.Duration("trigger-offset", 0, "cycle grid offset from the Unix epoch, in [0, --cycle)")
 	id := fs.String("id", "", "River client ID (default: River's)")
 	workers := fs.Int("workers", 20, "MaxWorkers per queue")
 	batch := fs.Int("batch-size", riverutil.BatchSizeDefault, "fan-out batch size")
 	syncQueue := fs.String("sync-queue", river.QueueDefault, "queue of sync jobs")
 	workSync := fs.Bool("work-sync", true, "work the sync queue (false: sync jobs stay queued)")
-	periodic := fs.Bool("periodic", false, "run the periodic trigger (RunOnStart)")
+	periodic := fs.Bool("periodic", false, "run the periodic trigger that starts each cycle (RunOnStart); off: this node starts no cycle")
 	latePolicy := fs.String("late-policy", string(riverutil.LatePolicySpread), "spread or skip")
 	rescueAfter := fs.Duration("rescue-after", 0, "river.Config.RescueStuckJobsAfter (default: the longest job timeout + 1m, set by Scheduler.Configure)")
 	perSlotTimeout := fs.Duration("per-slot-timeout", 0, "per-slot attempt timeout (default: the library's)")
 	syncTimeout := fs.Duration("sync-timeout", 0, "sync attempt timeout (default: the library's)")
 	maxConns := fs.Int("max-conns", 10, "database connections this process may open")
-	record := fs.Bool("record", true, "record each sync in <schema>.synced(task, account_id, cycle_start, client_id) if that table exists")
+	record := fs.Bool("record", true, "record each sync in <--schema>.synced if that table exists (see above)")
+	riverLogLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *workers < 1 {
-		return usageErr("--workers must be at least 1, got %d", *workers)
-	}
-	if *maxConns < 2 {
+	switch {
+	case *workers < 1 || *workers > river.QueueNumWorkersMax:
+		return usageErr("--workers must be between 1 and %d (River's limit per queue), got %d", river.QueueNumWorkersMax, *workers)
+	case *maxConns < 2:
 		return usageErr("--max-conns must be at least 2, got %d", *maxConns)
+	case *rescueAfter < 0:
+		return usageErr("--rescue-after must not be negative, got %s; omit it for the longest job timeout + 1m (Scheduler.Configure)", *rescueAfter)
+	case *perSlotTimeout < 0:
+		return usageErr("--per-slot-timeout must not be negative, got %s; omit it for the library's default", *perSlotTimeout)
+	}
+	if err := checkCycle("--cycle", *cycle); err != nil {
+		return err
+	}
+	if err := checkSchemaName("--schema", *schema); err != nil {
+		return err
+	}
+	if *accountsSchema == "" {
+		*accountsSchema = *schema
+	} else if err := checkSchemaName("--accounts-schema", *accountsSchema); err != nil {
+		return err
 	}
 
-	pool, err := connect(ctx, *databaseURL, int32(*maxConns))
+	pool, err := connect(ctx, databaseURL(), int32(*maxConns))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 
+	// riverslot's own lines (a cycle bootstrapped, a failed slot) at info;
+	// River's at --log-level.
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	riverLogger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: *riverLogLevel}))
 	clientID := *id
 	synced := pgx.Identifier{*schema, "synced"}.Sanitize()
 	var recordOK bool
@@ -63,9 +105,14 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", synced).Scan(&recordOK); err != nil {
 			return err
 		}
+		if recordOK {
+			logger.Info("recording each sync", slog.String("table", *schema+".synced"))
+		} else {
+			logger.Info("not recording syncs: no such table", slog.String("table", *schema+".synced"))
+		}
 	}
 	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{{
-		Name: *task, Cycle: *cycle, TriggerOffset: *offset, Schema: *schema, Table: *table, Filter: "active",
+		Name: *task, Cycle: *cycle, TriggerOffset: *offset, Schema: *accountsSchema, Table: *table, Filter: *filter,
 		BatchSize: *batch, Queue: *syncQueue, ControlQueue: river.QueueDefault,
 		LatePolicy: riverutil.LatePolicy(*latePolicy), PerSlotTimeout: *perSlotTimeout, SyncTimeout: *syncTimeout,
 		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
@@ -89,7 +136,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	config := &river.Config{
 		ID:                   *id,
-		Logger:               logger,
+		Logger:               riverLogger,
 		Queues:               queues,
 		Schema:               *schema,
 		FetchPollInterval:    250 * time.Millisecond,

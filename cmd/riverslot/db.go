@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Databases the make targets prepare: the fallbacks of --database-url when
+// $DATABASE_URL is not set.
+const (
+	defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/riverslot_demo?sslmode=disable"  // make demo; demo and worker
+	defaultBenchURL    = "postgres://postgres@127.0.0.1:5432/riverslot_bench?sslmode=disable" // make bench
+)
+
+// connect opens a pool and pings it; failures exit 2 with a hint.
+func connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	config, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, usageErr("--database-url is not a valid PostgreSQL URL: %v", err)
+	}
+	config.MaxConns = maxConns
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(pingCtx, config)
+	if err == nil {
+		err = pool.Ping(pingCtx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		return nil, usageErr("cannot reach the database at %s: %v (pass --database-url or set $DATABASE_URL; `make demo` and `make bench` start a local PostgreSQL and create their database)", redact(config), err)
+	}
+	return pool, nil
+}
+
+func redact(c *pgxpool.Config) string {
+	return fmt.Sprintf("%s@%s:%d/%s", c.ConnConfig.User, c.ConnConfig.Host, c.ConnConfig.Port, c.ConnConfig.Database)
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// lockedWriter serializes writes from several goroutines to one writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+type progress struct {
+	inserted, pending, running, completed, unfinished, perSlotDone int64
+}
+
+func (d *demo) progress(ctx context.Context, cycleStart time.Time, starts []time.Time) (progress, error) {
+	var p progress
+	err := d.monitor.QueryRow(ctx, `
+		SELECT
+			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2),
+			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state IN ('scheduled', 'available', 'retryable', 'pending')),
+			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state = 'running'),
+			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state = 'completed'),
+			count(*) FILTER (WHERE (args->>'cycle_start')::timestamptz = ANY($4) AND state NOT IN ('completed', 'cancelled', 'discarded')),
+			count(*) FILTER (WHERE kind = $5 AND (args->>'cycle_start')::timestamptz = $6 AND state = 'completed')
+		FROM `+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+` WHERE args->>'task' = $1`,
+		d.opts.task, cycleStart, syncjob.Kind, starts, perslot.Kind, starts[len(starts)-1]).Scan(
+		&p.inserted, &p.pending, &p.running, &p.completed, &p.unfinished, &p.perSlotDone)
+	return p, err
+}
+
+// watch shows progress until every job of every cycle has finished.
+func (d *demo) watch(ctx context.Context, starts []time.Time) error {
+	var (
+		tty      = d.tty
+		last     = starts[len(starts)-1]
+		deadline = last.Add(d.opts.cycle).Add(max(2*time.Minute, d.opts.cycle))
+		ticker   = time.NewTicker(500 * time.Millisecond)
+		lastKey  = ""
+	)
+	defer ticker.Stop()
+	interrupted := func() error {
+		if tty {
+			fmt.Fprintln(d.stderr)
+		}
+		return &exitError{code: 130, msg: "interrupted; rerun with --keep to resume the same cycle"}
+	}
+
+	for {
+		if ctx.Err() != nil {
+			return interrupted()
+		}
+		now := time.Now()
+		idx := 0
+		for i, s := range starts {
+			if !now.Before(s) {
+				idx = i
+			}
+		}
+		cycleStart := starts[idx]
+		p, err := d.progress(ctx, cycleStart, starts)
+		if err != nil {
+			if ctx.Err() != nil {
+				return interrupted()
+			}
+			return fmt.Errorf("error reading progress: %w", err)
+		}
+
+		elapsed := now.Sub(cycleStart)
+		slot := int(elapsed / d.plan.SlotDuration)
+		var status string
+		switch {
+		case elapsed < 0:
+			status = fmt.Sprintf("cycle %d/%d starts in %s", idx+1, len(starts), (-elapsed).Round(time.Second))
+			slot = -1
+		case slot >= d.plan.Slots:
+			status = fmt.Sprintf("cycle %d/%d: all %d slots past, draining", idx+1, len(starts), d.plan.Slots)
+			slot = d.plan.Slots
+		default:
+			status = fmt.Sprintf("cycle %d/%d slot %d/%d", idx+1, len(starts), slot+1, d.plan.Slots)
+		}
+		line := fmt.Sprintf("%-28s %s  sync jobs inserted %d  pending %d  running %d  completed %d",
+			status, bar(elapsed, d.opts.cycle, 20), p.inserted, p.pending, p.running, p.completed)
+
+		done := !now.Before(last.Add(d.opts.cycle)) && p.unfinished == 0 && p.perSlotDone == int64(d.plan.Slots)
+		if tty {
+			fmt.Fprintf(d.stderr, "\r\033[K%s", line)
+			if done {
+				fmt.Fprintln(d.stderr)
+			}
+		} else if key := fmt.Sprintf("%d/%d", idx, slot); key != lastKey || done {
+			fmt.Fprintln(d.stderr, line)
+			lastKey = key
+		}
+		if done {
+			return nil
+		}
+		if now.After(deadline) {
+			if tty {
+				fmt.Fprintln(d.stderr)
+			}
+			return fmt.Errorf("timed out: %d jobs still unfinished %s after the last cycle ended; is a worker stuck?", p.unfinished, max(2*time.Minute, d.opts.cycle))
+		}
+
+		select {
+		case <-ctx.Done():
+			return interrupted()
+		case <-ticker.C:
+		}
+	}
+}
+
+func bar(elapsed, total time.Duration, width int) string {
+	frac := float64(elapsed) / float64(total)
+	frac = min(max(frac, 0), 1)
+	n := int(frac * float64(width))
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + fmt.Sprintf("] %3.0f%%", frac*100)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/internal/measure"
+	"github.com/riverslot/riverslot/perslot"
+)
+
+// demoSummary is the --json output. Every figure is read from the database.
+type demoSummary struct {
+	Schema              string          `json:"schema"`
+	AccountsTable       string          `json:"accounts_table"`
+	IDColumn            string          `json:"id_column"`
+	SyncKind            string          `json:"sync_kind"`
+	Buckets             int64           `json:"buckets"`
+	Slots               int64           `json:"slots"`
+	SlotDurationSeconds float64         `json:"slot_duration_seconds"`
+	CycleSeconds        float64         `json:"cycle_seconds"`
+	CycleStarts         []string        `json:"cycle_starts"`
+	Cycles              int             `json:"cycles"`
+	Accounts            int64           `json:"accounts"`
+	AccountsPerSlot     int64           `json:"accounts_per_slot"`
+	Synced              int64           `json:"synced"`
+	Missed              int64           `json:"missed"`
+	Duplicates          int64           `json:"duplicates"`
+	PeakQueueDepth      int64           `json:"peak_queue_depth"`
+	LatenessP50Seconds  float64         `json:"lateness_p50_seconds"`
+	LatenessP99Seconds  float64         `json:"lateness_p99_seconds"`
+	PerCycle            []*demoCycleRow `json:"per_cycle"`
+}
+
+type demoCycleRow struct {
+	CycleStart  string `json:"cycle_start"`
+	Accounts    int64  `json:"accounts"`
+	Synced      int64  `json:"synced"`
+	Missed      int64  `json:"missed"`
+	Duplicates  int64  `json:"duplicates"`
+	PeakPending int64  `json:"peak_queue_depth"`
+}
+
+func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary, error) {
+	jobs := pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()
+
+	// The run's cycle starts and sync kind, as recorded in the job table.
+	rows, err := d.pool.Query(ctx, "SELECT DISTINCT (args->>'cycle_start')::timestamptz AS s FROM "+jobs+
+		" WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = ANY($3) ORDER BY s", bootstrap.Kind, d.opts.task, starts)
+	if err != nil {
+		return nil, err
+	}
+	recorded, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return nil, err
+	}
+	if len(recorded) != len(starts) {
+		return nil, fmt.Errorf("found %d bootstrap jobs for %d cycles", len(recorded), len(starts))
+	}
+	var syncKind string
+	if err := d.pool.QueryRow(ctx, "SELECT coalesce(min(kind), '') FROM "+jobs+" WHERE args->>'task' = $1 AND kind NOT IN ($2, $3)",
+		d.opts.task, bootstrap.Kind, perslot.Kind).Scan(&syncKind); err != nil {
+		return nil, err
+	}
+
+	run, err := measure.MeasureRun(ctx, d.pool, measure.Target{
+		RiverSchema: d.opts.schema, AccountsTable: d.table(), IDColumn: "id", Filter: "active",
+		SyncKind: syncKind, Task: d.opts.task,
+	}, perslot.Kind, recorded)
+	if err != nil {
+		return nil, err
+	}
+
+	s := &demoSummary{
+		Schema:              d.opts.schema,
+		AccountsTable:       d.opts.schema + ".accounts",
+		IDColumn:            "id",
+		SyncKind:            syncKind,
+		Buckets:             run.Buckets,
+		Slots:               run.Slots,
+		SlotDurationSeconds: run.SlotDuration.Seconds(),
+		CycleSeconds:        (time.Duration(run.Slots) * run.SlotDuration).Seconds(),
+		Cycles:              len(recorded),
+		PeakQueueDepth:      run.PeakPending,
+		LatenessP50Seconds:  run.LatenessP50.Seconds(),
+		LatenessP99Seconds:  run.LatenessP99.Seconds(),
+	}
+	for _, c := range run.Cycles {
+		s.CycleStarts = append(s.CycleStarts, c.CycleStart.Format(time.RFC3339))
+		s.Accounts = c.Accounts
+		s.Synced += c.SyncedOnce
+		s.Missed += c.Missed
+		s.Duplicates += c.Duplicated
+		s.PerCycle = append(s.PerCycle, &demoCycleRow{
+			CycleStart: c.CycleStart.Format(time.RFC3339), Accounts: c.Accounts,
+			Synced: c.SyncedOnce, Missed: c.Missed, Duplicates: c.Duplicated, PeakPending: c.PeakPending,
+		})
+	}
+	if s.Slots > 0 {
+		s.AccountsPerSlot = s.Accounts / s.Slots
+	}
+	return s, nil
+}
+
+func (d *demo) report(ctx context.Context, starts []time.Time) error {
+	s, err := d.summarize(ctx, starts)
+	if err != nil {
+		return fmt.Errorf("error measuring the run: %w", err)
+	}
+	if d.opts.json {
+		enc := json.NewEncoder(d.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(s); err != nil {
+			return err
+		}
+	} else {
+		d.printSummary(s)
+	}
+	if s.Missed > 0 || s.Duplicates > 0 {
+		return errors.New(fmt.Sprintf("%d account-cycles missed and %d duplicated", s.Missed, s.Duplicates))
+	}
+	return nil
+}
+
+func (d *demo) printSummary(s *demoSummary) {
+	w := d.stdout
+	fmt.Fprintf(w, "\nriverslot demo: %d cycle(s) of %gs over %d accounts (schema %s)\n\n", s.Cycles, s.CycleSeconds, s.Accounts, s.Schema)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "accounts\t%d\n", s.Accounts)
+	fmt.Fprintf(tw, "slots\t%d (buckets %d, %d buckets per slot)\n", s.Slots, s.Buckets, 256/max(s.Slots, 1))
+	fmt.Fprintf(tw, "slot duration\t%gs\n", s.SlotDurationSeconds)
+	fmt.Fprintf(tw, "sync start lateness\tp50 %.2fs   p99 %.2fs   (River promotes scheduled jobs every 5s)\n", s.LatenessP50Seconds, s.LatenessP99Seconds)
+	fmt.Fprintf(tw, "peak pending sync jobs\t%d\n", s.PeakQueueDepth)
+	fmt.Fprintf(tw, "  accounts/slots\t%d\n", s.AccountsPerSlot)
+	fmt.Fprintf(tw, "  accounts (enqueue all at once)\t%d\n", s.Accounts)
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "cycle\tstart\taccounts\tsynced once\tmissed\tduplicated\tpeak pending\t")
+	for i, c := range s.PerCycle {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t\n", i+1, c.CycleStart, c.Accounts, c.Synced, c.Missed, c.Duplicates, c.PeakPending)
+	}
+	_ = tw.Flush()
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/sqlbucket"
+)
+
+// demoSchemaComment marks a schema as the demo's own. The demo writes it
+// (COMMENT ON SCHEMA) in the transaction that creates the schema, and drops
+// or reuses only a schema that carries it: pointed at an application's
+// database, `riverslot demo --schema public` is refused instead of running
+// DROP SCHEMA public CASCADE.
+const demoSchemaComment = "riverslot demo: created by riverslot demo, which drops and recreates it; keep no other data here"
+
+// schemaState is what the database holds under the demo's schema name.
+type schemaState int
+
+const (
+	schemaAbsent  schemaState = iota // no such schema: the demo creates it
+	schemaOwned                      // created by the demo (carries demoSchemaComment)
+	schemaForeign                    // anything else: the demo refuses it
+)
+
+// querySchemaState reads whether schema exists and carries the demo's marker.
+// It is read-only: the demo calls it before its first side effect.
+func querySchemaState(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, schema string) (schemaState, error) {
+	var comment *string
+	err := q.QueryRow(ctx, "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = $1", schema).Scan(&comment)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return schemaAbsent, nil
+	case err != nil:
+		return 0, fmt.Errorf("error looking up schema %s: %w", schema, err)
+	case comment != nil && *comment == demoSchemaComment:
+		return schemaOwned, nil
+	default:
+		return schemaForeign, nil
+	}
+}
+
+// checkSchema refuses (exit 2) a schema the demo did not create. It runs
+// before the demo touches anything.
+func (d *demo) checkSchema(ctx context.Context) error {
+	state, err := querySchemaState(ctx, d.pool, d.opts.schema)
+	if err != nil {
+		return err
+	}
+	if state == schemaForeign {
+		return foreignSchemaError(d.opts.schema)
+	}
+	return nil
+}
+
+func foreignSchemaError(schema string) error {
+	return usageErr("--schema %s: schema %q already exists and was not created by riverslot demo, "+
+		"which drops and recreates its schema; nothing was changed. Pass --schema with a name that does not exist yet "+
+		"(the demo creates it and marks it as its own), or, if it is a demo schema from an older riverslot that you no longer need, "+
+		"drop it yourself first", schema, schema)
+}
+
+// prepare creates the schema, River's tables, the accounts and the bucket
+// index, and returns the number of accounts. Without --keep it drops and
+// recreates the schema, only if the demo created it (demoSchemaComment).
+func (d *demo) prepare(ctx context.Context) (int64, error) {
+	if err := d.resetSchema(ctx); err != nil {
+		return 0, err
+	}
+	d.logf("migrating River's tables in schema %s", d.opts.schema)
+	if err := riverutil.Migrate(ctx, d.pool, d.opts.schema); err != nil {
+		return 0, err
+	}
+	if _, err := d.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+d.table()+" (id uuid PRIMARY KEY, active boolean NOT NULL DEFAULT true)"); err != nil {
+		return 0, fmt.Errorf("error creating accounts table: %w", err)
+	}
+	var existing int64
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+d.table()).Scan(&existing); err != nil {
+		return 0, err
+	}
+	if existing > 0 {
+		d.logf("keeping %d existing accounts (--accounts ignored)", existing)
+	} else if err := d.seed(ctx); err != nil {
+		return 0, err
+	}
+	d.logf("creating the bucket index")
+	if err := sqlbucket.CreateIndex(ctx, d.pool, d.opts.schema, "accounts", "id"); err != nil {
+		return 0, err
+	}
+	if _, err := d.pool.Exec(ctx, "ANALYZE "+d.table()); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+d.table()+" WHERE active").Scan(&n)
+	return n, err
+}
+
+func (d *demo) seed(ctx context.Context) error {
+	const chunk = 50_000
+	rows := make([][]any, 0, chunk)
+	for done := 0; done < d.opts.accounts; {
+		rows = rows[:0]
+		for i := 0; i < chunk && done+i < d.opts.accounts; i++ {
+			rows = append(rows, []any{uuid.New(), true})
+		}
+		if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.opts.schema, "accounts"}, []string{"id", "active"}, pgx.CopyFromRows(rows)); err != nil {
+			return fmt.Errorf("error seeding accounts: %w", err)
+		}
+		done += len(rows)
+		d.logf("seeded %d/%d accounts", done, d.opts.accounts)
+	}
+	return nil
+}
+
+// firstCycleStart is --cycle-start, else (with --keep) an unfinished cycle
+// found in the schema, else the next whole slot from now.
+func (d *demo) firstCycleStart(ctx context.Context, triggerLead time.Duration) (time.Time, error) {
+	if !d.opts.cycleStart.IsZero() {
+		return d.opts.cycleStart.UTC(), nil
+	}
+	if d.opts.keep {
+		var last *time.Time
+		err := d.pool.QueryRow(ctx, "SELECT max((args->>'cycle_start')::timestamptz) FROM "+
+			pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+" WHERE kind = $1 AND args->>'task' = $2",
+			bootstrap.Kind, d.opts.task).Scan(&last)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("error looking for an unfinished cycle: %w", err)
+		}
+		if last != nil && time.Now().Before(last.Add(d.opts.cycle)) {
+			d.logf("found unfinished cycle %s; resuming it", last.UTC().Format(time.RFC3339))
+			return last.UTC(), nil
+		}
+	}
+	// The first whole second at least the trigger's lead minus a second
+	// away: the client, started at once, bootstraps it through RunOnStart,
+	// and slot 0's per-slot job is queued before River's scheduler must
+	// promote it.
+	start := time.Now().Add(triggerLead - time.Second).Truncate(time.Second)
+	return start.UTC(), nil
+}
+
+// resetSchema creates the demo's schema and marks it as the demo's own, or,
+// when it exists, drops and recreates it (without --keep) or keeps it (with
+// --keep). The marker is checked again in the same transaction as the DROP, so
+// a schema that is not the demo's is never dropped.
+func (d *demo) resetSchema(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		schema := pgx.Identifier{d.opts.schema}.Sanitize()
+		state, err := querySchemaState(ctx, tx, d.opts.schema)
+		if err != nil {
+			return err
+		}
+		switch {
+		case state == schemaForeign:
+			return foreignSchemaError(d.opts.schema) // checked before, in run
+		case state == schemaOwned && d.opts.keep:
+			return nil
+		case state == schemaOwned:
+			d.logf("dropping and recreating schema %s, created by an earlier demo (use --keep to reuse it)", d.opts.schema)
+			if _, err := tx.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+				return fmt.Errorf("error dropping demo schema: %w", err)
+			}
+		default:
+			d.logf("creating schema %s", d.opts.schema)
+		}
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			return fmt.Errorf("error creating demo schema: %w", err)
+		}
+		// COMMENT takes no bind parameters; the comment is a constant.
+		if _, err := tx.Exec(ctx, "COMMENT ON SCHEMA "+schema+" IS '"+demoSchemaComment+"'"); err != nil {
+			return fmt.Errorf("error marking demo schema: %w", err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"cmp"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/slotplan"
+)
+
+// newFlagSet returns a command's flag set; its -h prints about (what the
+// command does) and then the flags.
+func newFlagSet(name, about string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("riverslot "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: riverslot %s [flags]\n\n%s\nflags:\n", name, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags turns flag errors into exit-2 errors; -h exits 0.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return &exitError{code: 0}
+		}
+		return &exitError{code: 2} // flag package already printed the problem
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// cycleMax is the longest cycle the demo, the worker and the bench accept:
+// they run compressed cycles and wait for them to finish. The library
+// accepts longer cycles (Scheduler.Configure keeps River's completed jobs
+// long enough for them).
+const cycleMax = 24 * time.Hour
+
+// checkCycle validates a --cycle flag (or another flag naming a cycle).
+func checkCycle(flagName string, cycle time.Duration) error {
+	if _, err := slotplan.New(cycle); err != nil {
+		return usageErr("%s: %v", flagName, err)
+	}
+	if cycle < riverutil.CycleMin {
+		return usageErr("%s must be at least %s, got %s: River's scheduler promotes jobs every 5 s, so the slots of a shorter cycle cannot start on time",
+			flagName, riverutil.CycleMin, cycle)
+	}
+	if cycle > cycleMax {
+		return usageErr("%s must be at most %s, got %s: this command runs compressed cycles and waits for them to finish; "+
+			"use a cycle of 24h or less (the library itself accepts longer cycles)", flagName, cycleMax, cycle)
+	}
+	return nil
+}
+
+// taskNameRE mirrors riverutil.Task.Name's rule, so a bad --task is refused
+// before the demo prepares its schema (riverutil checks it again).
+var taskNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+func checkTaskName(name string) error {
+	if !taskNameRE.MatchString(name) {
+		return usageErr("--task must be 1-64 letters, digits, '_', '-' or '.', got %q", name)
+	}
+	return nil
+}
+
+// checkSchemaName validates a --schema-like flag: Postgres truncates longer
+// identifiers silently, and pg_ names are reserved for system schemas.
+func checkSchemaName(flagName, schema string) error {
+	switch {
+	case schema == "" || len(schema) > 63:
+		return usageErr("%s must be 1-63 bytes (Postgres' identifier limit), got %q", flagName, schema)
+	case strings.ContainsAny(schema, "\";\x00") || strings.Contains(schema, "--"):
+		return usageErr("%s must be a plain identifier without quotes, ';' or '--' (it is quoted for you), got %q", flagName, schema)
+	case strings.HasPrefix(schema, "pg_"):
+		return usageErr("%s must not start with pg_ (reserved for Postgres' system schemas), got %q", flagName, schema)
+	}
+	return nil
+}
+
+// databaseURLFlag adds --database-url, read the same way by every command:
+// the flag, else $DATABASE_URL, else fallback (the local database that the
+// command's make target prepares). The default is resolved after parsing, so
+// -h never prints a URL (nor a password taken from $DATABASE_URL).
+func databaseURLFlag(fs *flag.FlagSet, fallback, makeTarget string) func() string {
+	v := fs.String("database-url", "", "PostgreSQL URL; default $DATABASE_URL, else "+fallback+" (the database that make "+makeTarget+" prepares)")
+	return func() string { return cmp.Or(*v, os.Getenv("DATABASE_URL"), fallback) }
+}
+
+// logLevelFlag adds --log-level: the level of River's own log lines. River
+// logs at info every few seconds per node; warn keeps the output readable.
+func logLevelFlag(fs *flag.FlagSet) *slog.Level {
+	level := new(slog.Level)
+	fs.TextVar(level, "log-level", slog.LevelWarn, "`level` of River's log lines: debug, info, warn or error (River logs at info every few seconds per node)")
+	return level
+}
