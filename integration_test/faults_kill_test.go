@@ -44,7 +44,7 @@ func TestKillMidFanOut(t *testing.T) {
 			// Cycle 16s: 16 slots, slot 0 = buckets 0..15.
 			insertAccountsInSlot(ctx, t, b, accounts, 0, 15)
 			args := []string{"--cycle", "16s", "--batch-size", fmt.Sprint(batchSize), "--sync-queue", "parked", "--work-sync=false",
-				"--rescue-after", "5s", "--per-slot-timeout", "4s", "--sync-timeout", "4s", "--task", "transactions"}
+				"--rescue-after", "5s", "--per-slot-timeout", "4s", "--sync-timeout", "4s", "--task", "transactions", "--periodic=false"}
 			planID := taskInfo(t, newScheduler(t, b, riverutil.Task{
 				Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Sync: b.recordSync(),
 			}), "transactions").PlanID

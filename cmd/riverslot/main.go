@@ -32,7 +32,7 @@ commands:
   demo    run compressed live cycles against Postgres and report them
   plan    print a cycle's slots and an account's next sync times (no database)
   worker  run one River node for a task over an existing schema
-          (starts cycles only with --periodic)
+          (with the periodic trigger; --periodic=false to only work jobs)
   bench   run the benchmarks against Postgres
 
 Database: --database-url, else $DATABASE_URL, else the local database the

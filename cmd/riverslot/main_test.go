@@ -547,7 +547,7 @@ func TestDemoKeepResumes(t *testing.T) {
 	code, out, errOut := runCmd(t, append(args, "--keep", "--json")...)
 	require.Equal(t, 0, code, "stderr:\n%s", errOut)
 	require.Contains(t, errOut, "keeping 400 existing accounts")
-	require.Contains(t, errOut, "resuming cycle "+firstStart.UTC().Format(time.RFC3339))
+	require.Contains(t, errOut, "found unfinished cycle "+firstStart.UTC().Format(time.RFC3339)+"; resuming it")
 
 	var s demoSummary
 	require.NoError(t, json.Unmarshal([]byte(out), &s))

@@ -20,10 +20,10 @@ SIGINT or SIGTERM: River's tables in --schema (riverslot demo prepares them)
 and an accounts table (--accounts-schema, --table) with a uuid column id.
 Several workers on one schema form a cluster.
 
-Cycles start only with --periodic: the node then runs the periodic trigger
-that enqueues each cycle (River's leader fires it once per cluster; give
-every node --periodic). Without it (the default) the node starts no cycle:
-it works the cycles' jobs that another node or EnqueueCycle inserted.
+The node runs the periodic trigger that bootstraps each cycle (River's
+leader fires it once per cluster, so every node can run it), as an app
+wired with Scheduler.Configure does. With --periodic=false the node starts
+no cycle: it only works the jobs that another node or EnqueueCycle inserted.
 
 With --record (the default), every sync inserts a row into the table
 <--schema>.synced if that table exists, to audit which node synced which
@@ -55,7 +55,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	batch := fs.Int("batch-size", riverutil.BatchSizeDefault, "fan-out batch size")
 	syncQueue := fs.String("sync-queue", river.QueueDefault, "queue of sync jobs")
 	workSync := fs.Bool("work-sync", true, "work the sync queue (false: sync jobs stay queued)")
-	periodic := fs.Bool("periodic", false, "run the periodic trigger that starts each cycle (RunOnStart); off: this node starts no cycle")
+	periodic := fs.Bool("periodic", true, "run the periodic trigger that starts each cycle (RunOnStart); false: this node starts no cycle")
 	latePolicy := fs.String("late-policy", string(riverutil.LatePolicySpread), "spread or skip")
 	rescueAfter := fs.Duration("rescue-after", 0, "river.Config.RescueStuckJobsAfter (default: the longest job timeout + 1m, set by Scheduler.Configure)")
 	perSlotTimeout := fs.Duration("per-slot-timeout", 0, "per-slot attempt timeout (default: the library's)")
