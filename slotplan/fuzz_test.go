@@ -15,6 +15,8 @@ func FuzzPlan(f *testing.F) {
 	f.Add(int64(3), []byte{}, uint64(1))
 	f.Add(int64(-7), []byte{1, 2, 3}, uint64(1<<63))
 	f.Add(int64(1<<40), []byte{15: 128}, ^uint64(0))
+	f.Add(int64(86400), []byte{3, 0}, uint64(1741413600)) // Havana, 2025-03-08 06:00 UTC
+	f.Add(int64(3600), []byte{6, 128}, uint64(972788460))  // Goose Bay, 2000-10-29 03:01 UTC
 
 	f.Fuzz(func(t *testing.T, cycleSeconds int64, raw []byte, seed uint64) {
 		if cycleSeconds > 1<<33 || cycleSeconds < -1<<33 {
@@ -53,5 +55,28 @@ func FuzzPlan(f *testing.F) {
 		if start.After(at) || !next.After(at) || next.Sub(start) != cycle {
 			t.Fatalf("schedule at %s: start %s next %s", at, start, next)
 		}
+
+		// Wall-clock schedules: any zone of the list, any offset, any time
+		// 1970-2096, for cycles that divide a day.
+		if day%cycle != 0 {
+			return
+		}
+		loc, err := time.LoadLocation(fuzzZones[int(id[0])%len(fuzzZones)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, err := NewSchedule(cycle, time.Duration(id[1])*cycle/256/time.Second*time.Second, loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkScheduleAt(t, ws, at)
 	})
+}
+
+// fuzzZones are zones with unusual clock changes: at midnight, by 30 minutes,
+// twice a year in both hemispheres, a skipped day, none.
+var fuzzZones = []string{
+	"UTC", "Europe/London", "America/New_York", "America/Havana", "America/Santiago",
+	"Atlantic/Azores", "America/Goose_Bay", "Australia/Lord_Howe", "Pacific/Apia",
+	"Asia/Tehran", "Africa/Casablanca", "Antarctica/Troll", "Asia/Kolkata", "America/Asuncion",
 }

@@ -2,6 +2,7 @@ package slotplan
 
 import (
 	"fmt"
+	"sort"
 	"time"
 )
 
@@ -22,8 +23,16 @@ const day = 24 * time.Hour
 // starts an hour before the previous cycle's last slots have run (those
 // accounts are synced 23h apart), and on the long day there is an hour with
 // no slots (those accounts are synced 25h apart). No account is skipped or
-// synced twice within a cycle. A wall-clock start that does not exist on
-// that day (inside the spring-forward gap) is normalized by time.Date.
+// synced twice within a cycle.
+//
+// One rule covers wall-clock starts that a DST change skips or repeats, in
+// every zone (including those that change at midnight, such as
+// America/Havana, America/Santiago and Atlantic/Azores): a start that does
+// not exist that day (inside the gap) is moved to the first instant after
+// the gap, the moment the clocks change; a start that happens twice (inside
+// the overlap) is its first occurrence. Starts moved onto the same instant
+// count once. So Start(t) <= t < Next(t) always, and starts strictly
+// increase.
 type Schedule struct {
 	Cycle    time.Duration
 	Offset   time.Duration
@@ -57,16 +66,12 @@ func (s Schedule) Start(t time.Time) time.Time {
 		return start
 	}
 
-	var best time.Time
-	local := t.In(s.Location)
-	for d := -1; d <= 0; d++ {
-		for _, c := range s.dayStarts(local.AddDate(0, 0, d)) {
-			if !c.After(t) && c.After(best) {
-				best = c
-			}
+	for from := -1; ; from-- { // look back further only after a day without a start
+		g := s.grid(t, from, 1)
+		if j := g.firstAfter(t) - 1; j >= 0 {
+			return g.at(j)
 		}
 	}
-	return best
 }
 
 // Next returns the first cycle start strictly after t. It satisfies River's
@@ -76,27 +81,74 @@ func (s Schedule) Next(t time.Time) time.Time {
 		return s.Start(t).Add(s.Cycle)
 	}
 
-	var best time.Time
-	local := t.In(s.Location)
-	for d := 0; d <= 1; d++ {
-		for _, c := range s.dayStarts(local.AddDate(0, 0, d)) {
-			if c.After(t) && (best.IsZero() || c.Before(best)) {
-				best = c
-			}
+	for to := 2; ; to++ { // look ahead further only after a day without a start
+		g := s.grid(t, -1, to)
+		if j := g.firstAfter(t); j < g.n {
+			return g.at(j)
 		}
 	}
-	return best
 }
 
-// dayStarts returns the cycle starts of the local day containing t.
-func (s Schedule) dayStarts(t time.Time) []time.Time {
-	y, m, d := t.Date()
-	n := int(day / s.Cycle)
-	starts := make([]time.Time, 0, n)
-	for k := range n {
-		sec := int((s.Offset + time.Duration(k)*s.Cycle) / time.Second)
-		nsec := int((s.Offset + time.Duration(k)*s.Cycle) % time.Second)
-		starts = append(starts, time.Date(y, m, d, 0, 0, sec, nsec, s.Location))
+// localGrid is the wall-clock starts of the local days from t's day + from
+// to t's day + to, in order: start j is day from + j/perDay, start j%perDay
+// of that day. Their instants never decrease with j (a start moved out of a
+// DST gap may coincide with the next one), so they can be searched.
+type localGrid struct {
+	s          Schedule
+	y          int
+	m          time.Month
+	d, from, n int
+	perDay     int
+}
+
+func (s Schedule) grid(t time.Time, from, to int) localGrid {
+	y, m, d := t.In(s.Location).Date()
+	perDay := int(day / s.Cycle)
+	return localGrid{s: s, y: y, m: m, d: d, from: from, perDay: perDay, n: (to - from + 1) * perDay}
+}
+
+// at returns the instant of start j.
+func (g localGrid) at(j int) time.Time {
+	// Civil dates are stepped in UTC, where every day has 24 hours; the
+	// local clock is only used to place the start.
+	cy, cm, cd := time.Date(g.y, g.m, g.d+g.from+j/g.perDay, 12, 0, 0, 0, time.UTC).Date()
+	return wallClock(cy, cm, cd, g.s.Offset+time.Duration(j%g.perDay)*g.s.Cycle, g.s.Location)
+}
+
+// firstAfter returns the first j whose start is after t, or n.
+func (g localGrid) firstAfter(t time.Time) int {
+	return sort.Search(g.n, func(j int) bool { return g.at(j).After(t) })
+}
+
+// wallClock returns the instant the clocks in loc show the civil date y-m-d
+// plus since midnight, by Schedule's rule: inside a DST gap, the first
+// instant after it; inside an overlap, the first occurrence.
+func wallClock(y int, m time.Month, d int, since time.Duration, loc *time.Location) time.Time {
+	want := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Add(since) // the wall clock, as if it were UTC
+	t := time.Date(y, m, d, 0, 0, int(since/time.Second), int(since%time.Second), loc)
+	if !wallOf(t, loc).Equal(want) {
+		// In a gap: the transition, the first instant whose clock reads
+		// past want.
+		if wallOf(t, loc).Before(want) {
+			_, end := t.ZoneBounds()
+			return end.In(loc)
+		}
+		start, _ := t.ZoneBounds()
+		return start.In(loc)
 	}
-	return starts
+	// In an overlap, time.Date may pick the second occurrence; clock
+	// changes move by at most a few hours.
+	_, offset := t.Zone()
+	if _, before := t.Add(-3 * time.Hour).Zone(); before != offset {
+		if u := want.Add(-time.Duration(before) * time.Second); u.Before(t) && wallOf(u, loc).Equal(want) {
+			return u.In(loc)
+		}
+	}
+	return t
+}
+
+// wallOf is t's wall clock in loc, as a UTC time for comparisons.
+func wallOf(t time.Time, loc *time.Location) time.Time {
+	l := t.In(loc)
+	return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), l.Nanosecond(), time.UTC)
 }

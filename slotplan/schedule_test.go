@@ -1,7 +1,10 @@
 package slotplan
 
 import (
+	"archive/zip"
 	"math/rand/v2"
+	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -100,4 +103,118 @@ func TestSchedule(t *testing.T) {
 		_, err = NewSchedule(3*time.Second, 0, nil)
 		require.ErrorIs(t, err, ErrInvalidCycle)
 	})
+}
+
+// zoneNames lists every zone of Go's tz database (GOROOT/lib/time/zoneinfo.zip).
+func zoneNames(t testing.TB) []string {
+	t.Helper()
+	path := filepath.Join(runtime.GOROOT(), "lib", "time", "zoneinfo.zip")
+	r, err := zip.OpenReader(path)
+	require.NoError(t, err, "the zone sweep needs Go's tz database at %s (part of every Go installation)", path)
+	defer r.Close()
+	var names []string
+	for _, f := range r.File {
+		if !f.FileInfo().IsDir() {
+			names = append(names, f.Name)
+		}
+	}
+	require.Greater(t, len(names), 300)
+	return names
+}
+
+// checkScheduleAt asserts Schedule's invariants at t.
+func checkScheduleAt(t *testing.T, s Schedule, at time.Time) {
+	start, next := s.Start(at), s.Next(at)
+	if start.IsZero() || next.IsZero() || start.After(at) || !next.After(at) ||
+		!s.Start(next).Equal(next) || !s.Start(start).Equal(start) || !s.Next(start).After(at) || !s.Next(start).Equal(next) ||
+		next.Sub(start) > 2*day {
+		t.Fatalf("%s cycle %s offset %s at %s: start %s, next %s, Start(next) %s, Next(start) %s",
+			s.Location, s.Cycle, s.Offset, at.UTC().Format(time.RFC3339), start.UTC().Format(time.RFC3339),
+			next.UTC().Format(time.RFC3339), s.Start(next).UTC().Format(time.RFC3339), s.Next(start).UTC().Format(time.RFC3339))
+	}
+}
+
+// TestScheduleEveryZone sweeps every zone of Go's tz database over
+// 2000-2040: around every zone transition, for 24h (two offsets) and 1h
+// cycles, Start(t) <= t < Next(t), both are cycle starts, and neither is ever
+// the zero time. Zones that change their clocks at midnight (Havana,
+// Santiago, Azores, ...) returned the zero time before.
+func TestScheduleEveryZone(t *testing.T) {
+	t.Parallel()
+
+	var transitions int
+	for _, name := range zoneNames(t) {
+		loc, err := time.LoadLocation(name)
+		require.NoError(t, err)
+		var schedules []Schedule
+		for _, c := range []struct{ cycle, offset time.Duration }{{day, 0}, {day, 30 * time.Minute}, {time.Hour, 0}} {
+			s, err := NewSchedule(c.cycle, c.offset, loc)
+			require.NoError(t, err)
+			schedules = append(schedules, s)
+		}
+		at := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+		end := time.Date(2041, 1, 1, 0, 0, 0, 0, time.UTC)
+		for _, s := range schedules {
+			checkScheduleAt(t, s, at) // zones without transitions still get checked
+		}
+		for at.Before(end) {
+			_, next := at.In(loc).ZoneBounds()
+			if next.IsZero() || !next.After(at) {
+				break
+			}
+			transitions++
+			for _, d := range []time.Duration{-time.Hour, -time.Second, 0, time.Second, time.Hour, 25 * time.Hour} {
+				for _, s := range schedules {
+					checkScheduleAt(t, s, next.Add(d))
+				}
+			}
+			at = next
+		}
+	}
+	t.Logf("checked %d zone transitions", transitions)
+	require.Greater(t, transitions, 1000)
+}
+
+// TestScheduleMidnightDST pins the rule for starts in a gap on the zones of
+// the bug report: a 24h cycle at 00:00 local whose midnight does not exist
+// starts when the clocks jump, at 01:00 local.
+func TestScheduleMidnightDST(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		zone string
+		at   time.Time // a moment on the day before the gap
+		// the skipped midnight, written as the instant the clocks jump
+		// (standard-time midnight: UTC minus the standard offset)
+		jump time.Time
+	}{
+		// Havana: CST (UTC-5) to CDT at 00:00 on 2025-03-09.
+		{"America/Havana", time.Date(2025, 3, 8, 5, 0, 0, 0, time.UTC), time.Date(2025, 3, 9, 5, 0, 0, 0, time.UTC)},
+		// Santiago: -04 to -03 at 00:00 on 2025-09-07.
+		{"America/Santiago", time.Date(2025, 9, 6, 6, 0, 0, 0, time.UTC), time.Date(2025, 9, 7, 4, 0, 0, 0, time.UTC)},
+		// Azores: -01 to +00 at 00:00 on 2025-03-30.
+		{"Atlantic/Azores", time.Date(2025, 3, 29, 6, 0, 0, 0, time.UTC), time.Date(2025, 3, 30, 1, 0, 0, 0, time.UTC)},
+	} {
+		t.Run(tt.zone, func(t *testing.T) {
+			t.Parallel()
+			loc, err := time.LoadLocation(tt.zone)
+			require.NoError(t, err)
+			s, err := NewSchedule(day, 0, loc)
+			require.NoError(t, err)
+
+			next := s.Next(tt.at)
+			require.True(t, next.Equal(tt.jump), "next start %s, want the jump %s", next.UTC(), tt.jump)
+			require.Equal(t, 1, next.In(loc).Hour(), "the clocks read 01:00 right after the jump")
+			require.True(t, s.Start(tt.jump.Add(time.Minute)).Equal(tt.jump))
+			following := s.Next(next)
+			require.Equal(t, 0, following.In(loc).Hour(), "the next day starts at midnight again")
+			require.Equal(t, 23*time.Hour, following.Sub(next))
+
+			short, err := NewSchedule(2*time.Minute, 0, loc)
+			require.NoError(t, err)
+			for at := tt.jump.Add(-10 * time.Minute); at.Before(tt.jump.Add(10 * time.Minute)); at = at.Add(17 * time.Second) {
+				checkScheduleAt(t, short, at)
+			}
+		})
+	}
 }
