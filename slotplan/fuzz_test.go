@@ -16,7 +16,7 @@ func FuzzPlan(f *testing.F) {
 	f.Add(int64(-7), []byte{1, 2, 3}, uint64(1<<63))
 	f.Add(int64(1<<40), []byte{15: 128}, ^uint64(0))
 	f.Add(int64(86400), []byte{3, 0}, uint64(1741413600)) // Havana, 2025-03-08 06:00 UTC
-	f.Add(int64(3600), []byte{6, 128}, uint64(972788460))  // Goose Bay, 2000-10-29 03:01 UTC
+	f.Add(int64(3600), []byte{6, 128}, uint64(972788460)) // Goose Bay, 2000-10-29 03:01 UTC
 
 	f.Fuzz(func(t *testing.T, cycleSeconds int64, raw []byte, seed uint64) {
 		if cycleSeconds > 1<<33 || cycleSeconds < -1<<33 {
