@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/riverslottest"
 )
 
 // cluster is a throwaway PostgreSQL cluster owned by one test, on a free
@@ -99,7 +101,7 @@ func (c *cluster) pool(ctx context.Context, t *testing.T) *pgxpool.Pool {
 	cfg, err := pgxpool.ParseConfig(c.url())
 	require.NoError(t, err)
 	cfg.MaxConns = 20
-	pool, err := newPool(ctx, cfg)
+	pool, err := riverslottest.NewPool(ctx, cfg)
 	require.NoError(t, err)
 	return pool
 }

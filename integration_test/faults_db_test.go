@@ -35,9 +35,7 @@ func TestDatabaseRestart(t *testing.T) {
 	schema := riverslottest.Schema(ctx, t, pool)
 	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", accounts)
 	require.NoError(t, sqlbucket.CreateIndex(ctx, pool, schema, "accounts", "id"))
-	_, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "synced"}.Sanitize()+
-		" (task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, client_id text, synced_at timestamptz NOT NULL DEFAULT clock_timestamp())")
-	require.NoError(t, err)
+	riverslottest.CreateSyncedTable(ctx, t, pool, schema)
 	b := &testBundle{ids: ids, pool: pool, schema: schema}
 
 	scheduler := newScheduler(t, b, riverutil.Task{

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/internal/riverslottest"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
@@ -187,7 +188,7 @@ func TestLeastPrivilege(t *testing.T) {
 	cfg := b.pool.Config().Copy()
 	cfg.ConnConfig.User = role
 	cfg.ConnConfig.Password = ""
-	appPool, err := newPool(ctx, cfg)
+	appPool, err := riverslottest.NewPool(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(appPool.Close) // after the client stops (cleanups run last-in first-out)
 

@@ -56,9 +56,7 @@ func setup(t *testing.T, accounts int) (context.Context, *testBundle) {
 	schema := riverslottest.Schema(ctx, t, pool)
 	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", accounts)
 	require.NoError(t, sqlbucket.CreateIndex(ctx, pool, schema, "accounts", "id"))
-	_, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "synced"}.Sanitize()+
-		" (task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, client_id text, synced_at timestamptz NOT NULL DEFAULT clock_timestamp())")
-	require.NoError(t, err)
+	riverslottest.CreateSyncedTable(ctx, t, pool, schema)
 	dumpStates.Store(t, func() string {
 		rows, err := pool.Query(context.Background(), "SELECT kind, state, count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+" GROUP BY 1, 2 ORDER BY 1, 2")
 		if err != nil {
@@ -79,13 +77,8 @@ func setup(t *testing.T, accounts int) (context.Context, *testBundle) {
 }
 
 // recordSync returns a SyncFunc that records each call in the synced table.
-func (b *testBundle) recordSync() syncjob.SyncFunc {
-	table := pgx.Identifier{b.schema, "synced"}.Sanitize()
-	return func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
-		_, err := b.pool.Exec(ctx, "INSERT INTO "+table+" (task, account_id, cycle_start) VALUES ($1, $2, $3)",
-			job.Args.Task, accountID, job.Args.CycleStart)
-		return err
-	}
+func (b *testBundle) recordSync() riverutil.SyncFunc {
+	return riverslottest.RecordSync(b.pool, b.schema)
 }
 
 // startClient builds a River client through scheduler.Configure, working
@@ -192,16 +185,4 @@ func (b *testBundle) measure(ctx context.Context, t *testing.T, task string, cyc
 	}, cycleStart)
 	require.NoError(t, err)
 	return c
-}
-
-func newPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return pool, nil
 }

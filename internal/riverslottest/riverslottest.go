@@ -27,6 +27,7 @@ import (
 
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/syncjob"
 )
 
 // DefaultDatabaseURL is the test database `make test` prepares.
@@ -301,3 +302,38 @@ func (h *recordingHandler) Handle(_ context.Context, rec slog.Record) error {
 }
 func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }
+
+// SyncedTableDDL is the table RecordSync writes to, which the riverslot
+// worker command's --record also fills.
+const SyncedTableDDL = "(task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, client_id text, synced_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+
+// CreateSyncedTable creates schema.synced.
+func CreateSyncedTable(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema string) {
+	tb.Helper()
+	_, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "synced"}.Sanitize()+" "+SyncedTableDDL)
+	require.NoError(tb, err)
+}
+
+// RecordSync returns a sync function that records each call in
+// schema.synced through pool.
+func RecordSync(pool *pgxpool.Pool, schema string) func(ctx context.Context, accountID uuid.UUID, job *river.Job[syncjob.Args]) error {
+	table := pgx.Identifier{schema, "synced"}.Sanitize()
+	return func(ctx context.Context, accountID uuid.UUID, job *river.Job[syncjob.Args]) error {
+		_, err := pool.Exec(ctx, "INSERT INTO "+table+" (task, account_id, cycle_start) VALUES ($1, $2, $3)",
+			job.Args.Task, accountID, job.Args.CycleStart)
+		return err
+	}
+}
+
+// NewPool opens a pool with cfg and checks it can reach the server.
+func NewPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
