@@ -28,10 +28,14 @@ bench: ## Run the benchmarks against a real Postgres (BENCH_FLAGS for sizes)
 	@url=$$($(PG) riverslot_bench) && echo "bench database: $$url" && \
 		$(GO) run ./cmd/riverslot bench --database-url "$$url" $(BENCH_FLAGS)
 
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, go mod tidy -diff and staticcheck (staticcheck.conf)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	$(GO) run $(STATICCHECK) ./...
 
 .PHONY: fuzz
 fuzz: ## Run the fuzz targets for 30s each

@@ -3,8 +3,9 @@ package slotplan
 import (
 	"archive/zip"
 	"math/rand/v2"
+	"os/exec"
 	"path/filepath"
-	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,7 +109,9 @@ func TestSchedule(t *testing.T) {
 // zoneNames lists every zone of Go's tz database (GOROOT/lib/time/zoneinfo.zip).
 func zoneNames(t testing.TB) []string {
 	t.Helper()
-	path := filepath.Join(runtime.GOROOT(), "lib", "time", "zoneinfo.zip")
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	require.NoError(t, err, "the zone sweep asks the go command where Go's tz database is")
+	path := filepath.Join(strings.TrimSpace(string(goroot)), "lib", "time", "zoneinfo.zip")
 	r, err := zip.OpenReader(path)
 	require.NoError(t, err, "the zone sweep needs Go's tz database at %s (part of every Go installation)", path)
 	defer r.Close()

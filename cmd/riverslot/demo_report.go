@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -123,7 +122,7 @@ func (d *demo) report(ctx context.Context, starts []time.Time) error {
 		d.printSummary(s)
 	}
 	if s.Missed > 0 || s.Duplicates > 0 {
-		return errors.New(fmt.Sprintf("%d account-cycles missed and %d duplicated", s.Missed, s.Duplicates))
+		return fmt.Errorf("%d account-cycles missed and %d duplicated", s.Missed, s.Duplicates)
 	}
 	return nil
 }
