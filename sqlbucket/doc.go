@@ -11,9 +11,13 @@
 //	    ON "public"."accounts" ((get_byte(uuid_send("id"), 15)), "id");
 //
 // A slot is a contiguous range of buckets, so selecting a slot is a range scan
-// of that index (get_byte(uuid_send(id), 15) BETWEEN lo AND hi), and a keyset
-// over (bucket, id) pages through it in index order. The equivalent text form
-// get_byte(decode(replace(id::text, '-', ”), 'hex'), 15) / k = slot gives the
-// same answer but cannot use any index; TextSlotPredicate exists to compare
-// against it in tests and benchmarks.
+// of that index, and a keyset over (bucket, id) pages through it in index
+// order:
+//
+//	get_byte(uuid_send("id"), 15) BETWEEN $1 AND $2
+//
+// The equivalent text form gives the same answer but cannot use this index
+// (an index on the text expression itself would be possible, and larger):
+//
+//	get_byte(decode(replace("id"::text, '-', ''), 'hex'), 15) / $1 = $2
 package sqlbucket

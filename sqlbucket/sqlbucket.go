@@ -32,15 +32,6 @@ func SlotPredicate(column string, loParam, hiParam int) string {
 	return Expr(column) + " BETWEEN $" + strconv.Itoa(loParam) + " AND $" + strconv.Itoa(hiParam)
 }
 
-// TextSlotPredicate returns the equivalent predicate in the text form, with
-// buckets-per-slot as $kParam and the slot as $slotParam. It selects exactly
-// the same rows as SlotPredicate but cannot use an index; it is here for
-// comparison in tests and benchmarks only.
-func TextSlotPredicate(column string, kParam, slotParam int) string {
-	return "get_byte(decode(replace(" + pgx.Identifier{column}.Sanitize() + "::text, '-', ''), 'hex'), 15) / $" +
-		strconv.Itoa(kParam) + " = $" + strconv.Itoa(slotParam)
-}
-
 // IndexName returns the name IndexDDL gives the bucket index of table.column:
 // "<table>_<column>_riverslot_bucket_idx", shortened to Postgres' 63-byte
 // limit with a stable hash suffix when it would be longer.

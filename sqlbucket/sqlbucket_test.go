@@ -12,6 +12,7 @@ import (
 
 	"github.com/riverslot/riverslot/internal/riverslottest"
 	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/internal/sqltext"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
@@ -57,7 +58,7 @@ func TestPredicatesAgree(t *testing.T) {
 
 	table := pgx.Identifier{schema, "accounts"}.Sanitize()
 	rangeSQL := "SELECT id FROM " + table + " WHERE " + sqlbucket.SlotPredicate("id", 1, 2)
-	textSQL := "SELECT id FROM " + table + " WHERE " + sqlbucket.TextSlotPredicate("id", 1, 2)
+	textSQL := "SELECT id FROM " + table + " WHERE " + sqltext.SlotPredicate("id", 1, 2)
 
 	selectIDs := func(sql string, args ...any) []uuid.UUID {
 		rows, err := pool.Query(ctx, sql, args...)
@@ -129,7 +130,7 @@ func TestRangePredicateUsesIndex(t *testing.T) {
 	plan := explain("SELECT id FROM "+table+" WHERE "+sqlbucket.SlotPredicate("id", 1, 2), 0, 1)
 	require.Contains(t, plan, sqlbucket.IndexName("accounts", "id"), "range predicate must use the bucket index:\n%s", plan)
 
-	textPlan := explain("SELECT id FROM "+table+" WHERE "+sqlbucket.TextSlotPredicate("id", 1, 2), 2, 0)
+	textPlan := explain("SELECT id FROM "+table+" WHERE "+sqltext.SlotPredicate("id", 1, 2), 2, 0)
 	require.NotContains(t, textPlan, sqlbucket.IndexName("accounts", "id"), "text predicate unexpectedly used the index:\n%s", textPlan)
 	require.Contains(t, textPlan, "Seq Scan")
 }

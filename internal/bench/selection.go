@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/internal/sqltext"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
@@ -31,7 +32,7 @@ func (r *Runner) selection(ctx context.Context) error {
 		}
 		table := pgx.Identifier{schema, "accounts"}.Sanitize()
 		rangeSQL := "SELECT id FROM " + table + " WHERE " + sqlbucket.SlotPredicate("id", 1, 2)
-		textSQL := "SELECT id FROM " + table + " WHERE " + sqlbucket.TextSlotPredicate("id", 1, 2)
+		textSQL := "SELECT id FROM " + table + " WHERE " + sqltext.SlotPredicate("id", 1, 2)
 
 		count := func(sql string, args ...any) (int, time.Duration, error) {
 			begun := time.Now()
