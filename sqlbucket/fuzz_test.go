@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzBucketMirror checks the Go mirror against the text form Postgres'
-// uuid::text gives (the text predicate's decode(replace(id::text, '-', ''),
+// uuid::text gives (the text predicate's decode(replace(id::text, '-', ”),
 // 'hex') byte 15): a UUID written out by hand from the fuzzed bytes, parsed,
 // must have as bucket the value of its last two hex digits.
 // (TestPredicatesAgree checks the mirror against

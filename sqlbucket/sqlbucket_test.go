@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/internal/riverslottest"
-	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/internal/sqltext"
+	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 

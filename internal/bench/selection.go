@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/internal/sqltext"
+	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
