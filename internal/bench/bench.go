@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 // Config says which sizes to run.
@@ -144,7 +145,7 @@ func (r *Runner) seedAccounts(ctx context.Context, schema string, n, maxBucket i
 	}
 	for _, stmt := range []string{
 		"ALTER TABLE " + table + " ADD PRIMARY KEY (id)",
-		"CREATE INDEX ON " + table + " ((get_byte(uuid_send(id), 15)), id)",
+		"CREATE INDEX ON " + table + " ((" + sqlbucket.Expr("id") + "), id)",
 		"VACUUM ANALYZE " + table,
 	} {
 		if _, err := r.cfg.Pool.Exec(ctx, stmt); err != nil {

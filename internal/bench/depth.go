@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/sqlbucket"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/syncjob"
 )
@@ -281,7 +282,7 @@ func (r *Runner) queueDepth(ctx context.Context) error {
 }
 
 func sqlIndex(schema string) string {
-	return "CREATE INDEX ON " + pgx.Identifier{schema, "accounts"}.Sanitize() + " ((get_byte(uuid_send(id), 15)), id)"
+	return "CREATE INDEX ON " + pgx.Identifier{schema, "accounts"}.Sanitize() + " ((" + sqlbucket.Expr("id") + "), id)"
 }
 
 func gridOffset(start time.Time, cycle time.Duration) time.Duration {

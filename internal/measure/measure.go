@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 // latenessAndPeakSQL selects, over the sync jobs in CTE s: start lateness
@@ -141,7 +143,6 @@ func MeasureRun(ctx context.Context, pool *pgxpool.Pool, target Target, perSlotK
 	}
 
 	jobs := pgx.Identifier{target.RiverSchema, "river_job"}.Sanitize()
-	id := pgx.Identifier{target.IDColumn}.Sanitize()
 	err := pool.QueryRow(ctx, `WITH s AS (
 		SELECT created_at, attempted_at, scheduled_at FROM `+jobs+`
 		WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = ANY($3)
@@ -154,7 +155,7 @@ func MeasureRun(ctx context.Context, pool *pgxpool.Pool, target Target, perSlotK
 		(SELECT count(*) FROM p),
 		coalesce((SELECT extract(epoch FROM min(gap))::float8 FROM (
 			SELECT scheduled_at - lag(scheduled_at) OVER (ORDER BY scheduled_at) AS gap FROM p) g WHERE gap > interval '0'), 0),
-		(SELECT count(DISTINCT get_byte(uuid_send(`+id+`), 15)) FROM `+target.AccountsTable+`)`,
+		(SELECT count(DISTINCT `+sqlbucket.Expr(target.IDColumn)+`) FROM `+target.AccountsTable+`)`,
 		target.SyncKind, target.Task, cycleStarts, perSlotKind, cycleStarts[0]).Scan(
 		(*seconds)(&run.LatenessP50), (*seconds)(&run.LatenessP99), &run.PeakPending,
 		&run.Slots, (*seconds)(&run.SlotDuration), &run.Buckets)
