@@ -19,8 +19,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/sqlbucket"
 	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/sqlbucket"
 	"github.com/riverslot/riverslot/syncjob"
 )
 
