@@ -20,6 +20,7 @@ import (
 type overlap struct {
 	plan       slotplan.Plan
 	seed       uint64
+	shift      int
 	cycleStart time.Time
 	slots      map[int]bool // the other cycle's slots whose per-slot job is not cancelled or discarded
 }
@@ -62,7 +63,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			if err != nil {
 				continue // a plan this version cannot read: its own jobs are cancelled
 			}
-			o = &overlap{plan: other.Plan, seed: other.Seed, cycleStart: r.CycleStart, slots: map[int]bool{}}
+			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: r.CycleStart, slots: map[int]bool{}}
 			byCycle[key] = o
 		}
 		o.slots[r.Slot] = true
@@ -79,10 +80,10 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 // synced twice within half a cycle across a plan change.
 func syncedByOlderPlan(overlaps []overlap, id uuid.UUID, target time.Time, window time.Duration) bool {
 	for _, o := range overlaps {
-		if !o.slots[o.plan.SlotOf(id)] {
+		if !o.slots[o.plan.Shift(o.plan.SlotOf(id), o.shift)] {
 			continue
 		}
-		d := target.Sub(o.plan.Target(o.cycleStart, o.seed, id))
+		d := target.Sub(o.plan.ShiftedTarget(o.cycleStart, o.seed, id, o.shift))
 		if d < window && d > -window {
 			return true
 		}

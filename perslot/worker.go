@@ -148,7 +148,8 @@ type batch struct {
 
 func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args], cursor fanOutCursor) error {
 	slot := job.Args.Slot
-	lo, hi := spec.Plan.BucketRange(slot)
+	// The task's phase: slot k serves the buckets of slot k - Shift.
+	lo, hi := spec.Plan.BucketRange(spec.Plan.Shift(slot, -spec.Shift))
 	b := &batch{
 		spec: spec, client: client, job: job,
 		lo: lo, hi: hi,

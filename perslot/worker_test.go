@@ -134,6 +134,25 @@ func TestFanOut(t *testing.T) {
 		require.Equal(t, want, b.syncJobs(ctx, t), "exactly the slot's active accounts, once each")
 	})
 
+	t.Run("PhaseShiftsTheBuckets", func(t *testing.T) {
+		t.Parallel()
+		// Slots shifted by 3: slot 5 serves the accounts of bucket slot 2,
+		// at slot 5's times.
+		ctx, b := setup(t, 2000, 50, func(s *taskspec.Spec) { s.Shift = 3 })
+		ev := b.run(ctx, t, 5, 1)
+		require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
+		want := map[uuid.UUID]int{}
+		for id := range b.slotAccounts(2) {
+			want[id] = 1
+		}
+		require.NotEmpty(t, want)
+		require.Equal(t, want, b.syncJobs(ctx, t))
+		slot5 := time.Date(2030, 1, 1, 0, 0, 5*15, 0, time.UTC)
+		require.Zero(t, riverslottest.Count(ctx, t, b.pool, "SELECT count(*) FROM "+b.table("river_job")+
+			" WHERE kind = 'riverslot_sync' AND NOT (scheduled_at >= $1 AND scheduled_at < $2)", slot5, slot5.Add(15*time.Second)),
+			"every sync inside slot 5's window")
+	})
+
 	t.Run("StalledKeysetInsertsNothingMore", func(t *testing.T) {
 		t.Parallel()
 		// A next-page query that ignores the cursor (what a filter such as

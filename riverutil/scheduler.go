@@ -83,10 +83,48 @@ func New(pool *pgxpool.Pool, config *Config) (*Scheduler, error) {
 		s.syncs = append(s.syncs, t.Sync)
 		s.byName[spec.Name] = spec
 	}
+	errs = append(errs, s.resolveOpposites(config.Tasks)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// resolveOpposites gives every task with OppositeOf the shift of its
+// opposite plus half the slots, checking that the relation can hold.
+func (s *Scheduler) resolveOpposites(tasks []Task) []error {
+	var errs []error
+	for i, t := range tasks {
+		if t.OppositeOf == "" {
+			continue
+		}
+		prefix := fmt.Sprintf("Tasks[%d] %q: ", i, t.Name)
+		spec, ok := s.byName[t.Name]
+		if !ok {
+			continue // invalid, reported already
+		}
+		other, ok := s.byName[t.OppositeOf]
+		switch {
+		case t.OppositeOf == t.Name:
+			errs = append(errs, fmt.Errorf("%sOppositeOf names the task itself; name another task of this scheduler", prefix))
+			continue
+		case !ok:
+			errs = append(errs, fmt.Errorf("%sOppositeOf %q is not a valid task of this scheduler; name one of %s", prefix, t.OppositeOf, s.taskNames()))
+			continue
+		case other.Plan.Cycle != spec.Plan.Cycle:
+			errs = append(errs, fmt.Errorf("%sCycle must equal the Cycle of task %q (%s) to stay opposite it, got %s; give both tasks the same Cycle",
+				prefix, other.Name, other.Plan.Cycle, spec.Plan.Cycle))
+			continue
+		}
+		for j, u := range tasks {
+			if u.Name == t.OppositeOf && u.OppositeOf != "" {
+				errs = append(errs, fmt.Errorf("%sOppositeOf %q, which is itself OppositeOf %q (Tasks[%d]); give one of the two a Phase instead", prefix, u.Name, u.OppositeOf, j))
+			}
+		}
+		spec.Shift = spec.Plan.Shift(other.Shift, spec.Plan.Slots/2)
+		spec.PlanID = taskspec.PlanID(spec.Plan, spec.Seed, spec.Shift)
+	}
+	return errs
 }
 
 // prefixErrors prefixes every error joined in err.
@@ -301,8 +339,11 @@ type TaskInfo struct {
 	// RunOnStart bootstraps the cycle that starts within TriggerLead (plus
 	// a second) of the client becoming leader, else the current one.
 	TriggerLead time.Duration
-	// PlanID identifies the plan (cycle, slots, seed) that bootstrap and
-	// per-slot jobs carry in their args' "plan" field.
+	// Shift is the task's phase in slots: the accounts of bucket slot k are
+	// synced in slot Plan.Shift(k, Shift).
+	Shift int
+	// PlanID identifies the plan (cycle, slots, seed, shift) that bootstrap
+	// and per-slot jobs carry in their args' "plan" field.
 	PlanID string
 }
 
@@ -312,5 +353,5 @@ func (s *Scheduler) Task(taskName string) (TaskInfo, error) {
 	if err != nil {
 		return TaskInfo{}, err
 	}
-	return TaskInfo{Name: spec.Name, Plan: spec.Plan, Schedule: spec.Schedule, Seed: spec.Seed, Lead: spec.Lead, TriggerLead: spec.TriggerLead, PlanID: spec.PlanID}, nil
+	return TaskInfo{Name: spec.Name, Plan: spec.Plan, Schedule: spec.Schedule, Seed: spec.Seed, Lead: spec.Lead, TriggerLead: spec.TriggerLead, Shift: spec.Shift, PlanID: spec.PlanID}, nil
 }

@@ -76,6 +76,9 @@ func TestNewValidation(t *testing.T) {
 		{"UnknownLatePolicy", func(x *riverutil.Task) { x.LatePolicy = "burst" }, `LatePolicy must be "spread" or "skip", got "burst"`},
 		{"MissingSync", func(x *riverutil.Task) { x.Sync = nil }, "Sync must be set to the function that syncs one account"},
 		{"OffsetOutOfRange", func(x *riverutil.Task) { x.TriggerOffset = 25 * time.Hour }, "TriggerOffset must be in [0, Cycle)"},
+		{"PhaseOutOfRange", func(x *riverutil.Task) { x.Phase = 1 }, "Phase must be in [0, 1) (a fraction of the cycle), got 1"},
+		{"PhaseNotWholeSlots", func(x *riverutil.Task) { x.Phase = 0.001 }, "Phase × slots must be a whole number of slots, got 0.001 × 128 = 0.128; use a multiple of 1/128"},
+		{"PhaseAndOpposite", func(x *riverutil.Task) { x.Phase = 0.5; x.OppositeOf = "other" }, `Phase and OppositeOf cannot both be set`},
 		{"LocationWithOddCycle", func(x *riverutil.Task) { x.Cycle = 256 * time.Second; x.Location = time.UTC }, "Cycle must divide 24h when Location is set"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,6 +125,44 @@ func TestNewValidation(t *testing.T) {
 		info, err = s.Task("transactions")
 		require.NoError(t, err)
 		require.Equal(t, 500*time.Millisecond, info.Lead)
+	})
+
+	t.Run("Opposites", func(t *testing.T) {
+		t.Parallel()
+		payments := validTask()
+		payments.Name, payments.Phase = "payments", 0.25 // 32 of 128 slots
+		reports := validTask()
+		reports.Name, reports.OppositeOf = "reports", "payments"
+		s, err := riverutil.New(lazyPool(t), &riverutil.Config{Tasks: []riverutil.Task{payments, reports}})
+		require.NoError(t, err)
+		p, err := s.Task("payments")
+		require.NoError(t, err)
+		r, err := s.Task("reports")
+		require.NoError(t, err)
+		require.Equal(t, 32, p.Shift)
+		require.Equal(t, 96, r.Shift, "half the 128 slots further round")
+		require.Contains(t, r.PlanID, "/+96", "the shift is part of the plan")
+
+		for _, tt := range []struct {
+			name   string
+			tasks  func() []riverutil.Task
+			wanted string
+		}{
+			{"Unknown", func() []riverutil.Task { r := reports; r.OppositeOf = "billing"; return []riverutil.Task{payments, r} },
+				`Tasks[1] "reports": OppositeOf "billing" is not a valid task of this scheduler; name one of "payments", "reports"`},
+			{"Itself", func() []riverutil.Task { r := reports; r.OppositeOf = "reports"; return []riverutil.Task{payments, r} },
+				`Tasks[1] "reports": OppositeOf names the task itself`},
+			{"OtherCycle", func() []riverutil.Task { r := reports; r.Cycle = 12 * time.Hour; return []riverutil.Task{payments, r} },
+				`Tasks[1] "reports": Cycle must equal the Cycle of task "payments" (24h0m0s) to stay opposite it, got 12h0m0s`},
+			{"Chain", func() []riverutil.Task {
+				p := payments
+				p.Phase, p.OppositeOf = 0, "reports"
+				return []riverutil.Task{p, reports}
+			}, `OppositeOf "payments", which is itself OppositeOf "reports"`},
+		} {
+			_, err := riverutil.New(lazyPool(t), &riverutil.Config{Tasks: tt.tasks()})
+			require.ErrorContains(t, err, tt.wanted, tt.name)
+		}
 	})
 
 	t.Run("DuplicateNames", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -100,6 +101,20 @@ type Task struct {
 	// user input. Check validates the exact queries it ends up in. Defaults
 	// to "" (every row).
 	Filter string
+
+	// Phase shifts this task's slots around the cycle by a fraction of it,
+	// in [0, 1): the accounts of bucket slot k are synced in slot
+	// (k + Phase×slots) mod slots, at the same offset inside the slot.
+	// Phase×slots must be a whole number. Two tasks half a cycle apart never
+	// serve an account at the same time. Defaults to 0.
+	Phase float64
+
+	// OppositeOf names another task of the same scheduler that this task
+	// must never meet on an account: this task's Phase becomes that task's
+	// plus 1/2 (mod 1), so each account is synced by the two tasks about
+	// half a cycle apart, at least half a cycle minus one slot. Cycle must
+	// equal that task's. Set Phase or OppositeOf, not both.
+	OppositeOf string
 
 	// Seed is mixed into every account's offset. Defaults to 0, which means
 	// a seed derived from Name (FNV-1a 64), so two tasks place the same
@@ -209,6 +224,21 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 		add("Sync must be set to the function that syncs one account")
 	}
 
+	if t.OppositeOf != "" && t.Phase != 0 {
+		add("Phase and OppositeOf cannot both be set; OppositeOf %q sets Phase to that task's plus 1/2", t.OppositeOf)
+	}
+	if t.Phase < 0 || t.Phase >= 1 {
+		add("Phase must be in [0, 1) (a fraction of the cycle), got %g", t.Phase)
+	}
+	var shift int
+	if planErr == nil && t.Phase > 0 && t.Phase < 1 {
+		f := t.Phase * float64(plan.Slots)
+		shift = int(math.Round(f))
+		if math.Abs(f-float64(shift)) > 1e-9 {
+			add("Phase × slots must be a whole number of slots, got %g × %d = %g; use a multiple of 1/%d", t.Phase, plan.Slots, f, plan.Slots)
+		}
+	}
+
 	if planErr == nil {
 		t.LateGrace = cmp.Or(t.LateGrace, plan.SlotDuration)
 		switch {
@@ -234,7 +264,8 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 		Plan:            plan,
 		Schedule:        schedule,
 		Seed:            t.Seed,
-		PlanID:          taskspec.PlanID(plan, t.Seed),
+		Shift:           shift,
+		PlanID:          taskspec.PlanID(plan, t.Seed, shift),
 		Schema:          t.Schema,
 		Table:           t.Table,
 		IDColumn:        t.IDColumn,

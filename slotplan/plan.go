@@ -107,6 +107,20 @@ func (p Plan) Target(cycleStart time.Time, seed uint64, id [16]byte) time.Time {
 	return p.SlotStart(cycleStart, p.SlotOf(id)).Add(p.Offset(seed, id))
 }
 
+// Shift moves slot by shift slots around the cycle: (slot + shift) mod
+// Slots. A task with a phase serves the accounts of bucket slot k in slot
+// Shift(k, shift), and selects for its slot k the buckets of Shift(k,
+// -shift); two tasks shifted by Slots/2 never serve an account at the same
+// time.
+func (p Plan) Shift(slot, shift int) int {
+	return ((slot+shift)%p.Slots + p.Slots) % p.Slots
+}
+
+// ShiftedTarget is Target for a task whose slots are shifted by shift.
+func (p Plan) ShiftedTarget(cycleStart time.Time, seed uint64, id [16]byte, shift int) time.Time {
+	return p.SlotStart(cycleStart, p.Shift(p.SlotOf(id), shift)).Add(p.Offset(seed, id))
+}
+
 // OffsetIn maps a 64-bit hash uniformly onto [0, window), truncated to whole
 // microseconds, using the high word of hash*window_in_microseconds (Lemire's
 // multiply-shift reduction, no modulo bias beyond 2^-64 relative).

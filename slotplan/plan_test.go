@@ -262,3 +262,22 @@ func TestSeedFromName(t *testing.T) {
 	require.Equal(t, uint64(0xcbf29ce484222325), SeedFromName(""))
 	require.Equal(t, uint64(0xaf63dc4c8601ec8c), SeedFromName("a"))
 }
+
+func TestShift(t *testing.T) {
+	t.Parallel()
+
+	p, err := New(120 * time.Second) // 8 slots of 15 s
+	require.NoError(t, err)
+	for slot := range 8 {
+		require.Equal(t, (slot+4)%8, p.Shift(slot, 4))
+		require.Equal(t, slot, p.Shift(p.Shift(slot, 3), -3), "shifting back undoes a shift")
+		require.Equal(t, slot, p.Shift(slot, 8), "a whole turn")
+	}
+	require.Equal(t, 7, p.Shift(0, -1))
+
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	id := [16]byte{15: 0x05} // bucket 5: slot 0
+	require.Equal(t, p.Target(start, 1, id).Add(4*15*time.Second), p.ShiftedTarget(start, 1, id, 4))
+	id[15] = 0xf0 // bucket 240: slot 7, shifted by 4 to slot 3
+	require.Equal(t, p.Target(start, 1, id).Add(-4*15*time.Second), p.ShiftedTarget(start, 1, id, 4))
+}

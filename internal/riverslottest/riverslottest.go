@@ -168,7 +168,7 @@ func Spec(tb testing.TB, name, schema, table, filter string, cycle time.Duration
 	require.NoError(tb, taskspec.CheckFilter(filter))
 	seed := slotplan.SeedFromName(name)
 	spec := &taskspec.Spec{
-		Name: name, Plan: plan, Schedule: schedule, Seed: seed, PlanID: taskspec.PlanID(plan, seed),
+		Name: name, Plan: plan, Schedule: schedule, Seed: seed, PlanID: taskspec.PlanID(plan, seed, 0),
 		Schema: schema, Table: table, IDColumn: "id", Filter: filter,
 		BatchSize: batchSize, LatePolicy: taskspec.LatePolicySpread, LateGrace: plan.SlotDuration,
 		PerSlotTimeout: time.Minute, SyncTimeout: time.Minute,

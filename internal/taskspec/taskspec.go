@@ -28,6 +28,10 @@ type Spec struct {
 	Schedule slotplan.Schedule
 	Seed     uint64
 
+	// Shift is the task's phase in slots: the accounts of bucket slot k are
+	// served in slot Plan.Shift(k, Shift).
+	Shift int
+
 	// PlanID names the slot layout and offsets jobs are made for: cycle,
 	// slots and seed. Bootstrap and per-slot jobs carry it, so a job made
 	// under another plan is recognised and never collides with this plan's
@@ -76,10 +80,15 @@ type SQL struct {
 	Exists string
 }
 
-// PlanID returns the plan identifier of plan and seed, e.g.
-// "120s/8/9c1185a5c5e9fc54".
-func PlanID(plan slotplan.Plan, seed uint64) string {
-	return strconv.FormatInt(int64(plan.Cycle/time.Second), 10) + "s/" + strconv.Itoa(plan.Slots) + "/" + fmt.Sprintf("%016x", seed)
+// PlanID returns the plan identifier of plan, seed and shift, e.g.
+// "120s/8/9c1185a5c5e9fc54", or "120s/8/9c1185a5c5e9fc54/+4" for a task
+// whose slots are shifted by 4.
+func PlanID(plan slotplan.Plan, seed uint64, shift int) string {
+	id := strconv.FormatInt(int64(plan.Cycle/time.Second), 10) + "s/" + strconv.Itoa(plan.Slots) + "/" + fmt.Sprintf("%016x", seed)
+	if shift != 0 {
+		id += "/+" + strconv.Itoa(shift)
+	}
+	return id
 }
 
 // BuildSQL fills s.QualifiedTable, s.QuotedID, s.FilterClause and s.SQL from
@@ -131,19 +140,29 @@ func UniqueEveryState() river.UniqueOpts {
 	}}
 }
 
-// ParsePlanID splits a plan id made by PlanID into its cycle, slots and seed.
-func ParsePlanID(id string) (time.Duration, int, uint64, error) {
+// ParsePlanID splits a plan id made by PlanID into its cycle, slots, seed
+// and shift.
+func ParsePlanID(id string) (cycle time.Duration, slots int, seed uint64, shift int, err error) {
+	const form = "<seconds>s/<slots>/<seed>[/+<shift>]"
 	parts := strings.Split(id, "/")
-	if len(parts) != 3 || !strings.HasSuffix(parts[0], "s") {
-		return 0, 0, 0, fmt.Errorf("plan id %q is not of the form <seconds>s/<slots>/<seed>", id)
+	if len(parts) < 3 || len(parts) > 4 || !strings.HasSuffix(parts[0], "s") {
+		return 0, 0, 0, 0, fmt.Errorf("plan id %q is not of the form %s", id, form)
 	}
 	secs, err1 := strconv.ParseInt(strings.TrimSuffix(parts[0], "s"), 10, 64)
 	slots, err2 := strconv.Atoi(parts[1])
 	seed, err3 := strconv.ParseUint(parts[2], 16, 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return 0, 0, 0, fmt.Errorf("plan id %q is not of the form <seconds>s/<slots>/<seed>: %w", id, err)
+	var err4 error
+	if len(parts) == 4 {
+		if !strings.HasPrefix(parts[3], "+") {
+			err4 = errors.New("the shift must start with '+'")
+		} else {
+			shift, err4 = strconv.Atoi(parts[3][1:])
+		}
 	}
-	return time.Duration(secs) * time.Second, slots, seed, nil
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("plan id %q is not of the form %s: %w", id, form, err)
+	}
+	return time.Duration(secs) * time.Second, slots, seed, shift, nil
 }
 
 // ForPlan returns the spec a job made for planID runs under: s itself for
@@ -156,7 +175,7 @@ func (s *Spec) ForPlan(planID string, cycleStart time.Time) (*Spec, error) {
 	if planID == "" || planID == s.PlanID {
 		return s, nil
 	}
-	cycle, slots, seed, err := ParsePlanID(planID)
+	cycle, slots, seed, shift, err := ParsePlanID(planID)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +186,9 @@ func (s *Spec) ForPlan(planID string, cycleStart time.Time) (*Spec, error) {
 	if plan.Slots != slots {
 		return nil, fmt.Errorf("plan id %q: a %s cycle has %d slots, not %d", planID, cycle, plan.Slots, slots)
 	}
+	if shift < 0 || shift >= slots {
+		return nil, fmt.Errorf("plan id %q: shift %d out of [0, %d)", planID, shift, slots)
+	}
 	offset := time.Duration(cycleStart.UnixNano()) % cycle
 	if offset < 0 {
 		offset += cycle
@@ -176,7 +198,7 @@ func (s *Spec) ForPlan(planID string, cycleStart time.Time) (*Spec, error) {
 		return nil, fmt.Errorf("plan id %q: %w", planID, err)
 	}
 	other := *s
-	other.Plan, other.Schedule, other.Seed, other.PlanID = plan, schedule, seed, planID
+	other.Plan, other.Schedule, other.Seed, other.Shift, other.PlanID = plan, schedule, seed, shift, planID
 	other.Lead = min(s.Lead, plan.SlotDuration/2)
 	other.LateGrace = min(s.LateGrace, cycle)
 	return &other, nil
