@@ -40,7 +40,17 @@ type demoOptions struct {
 	keep        bool
 	schema      string
 	task        string
+	reciprocal  bool       // a second task, opposite the first
 	logLevel    slog.Level // of River's logger
+}
+
+// tasks are the names of the demo's tasks: --task, and with --reciprocal
+// <task>_opposite, opposite it (riverutil.Task.OppositeOf).
+func (o *demoOptions) tasks() []string {
+	if o.reciprocal {
+		return []string{o.task, o.task + "_opposite"}
+	}
+	return []string{o.task}
 }
 
 func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
@@ -56,6 +66,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the demo's schema and accounts: do not drop and reseed; a rerun resumes an unfinished cycle")
 	fs.StringVar(&o.schema, "schema", "riverslot_demo", "schema the demo creates for River's tables and the accounts; it must not exist or be one the demo created")
 	fs.StringVar(&o.task, "task", "demo", "task name")
+	fs.BoolVar(&o.reciprocal, "reciprocal", false, "run a second task, <task>_opposite, over the same accounts, opposite the first (OppositeOf): no account is synced by both within half a cycle minus one slot")
 	logLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -191,9 +202,15 @@ func (d *demo) run(ctx context.Context) error {
 	// trigger lead before it starts; RunOnStart bootstraps the first one
 	// (or, with --keep, the unfinished one) when the client becomes leader.
 	task.TriggerOffset = gridOffset(first, d.opts.cycle)
+	tasks := []riverutil.Task{task}
+	if d.opts.reciprocal {
+		opposite := task
+		opposite.Name, opposite.OppositeOf = d.opts.tasks()[1], task.Name
+		tasks = append(tasks, opposite)
+	}
 	scheduler, err := riverutil.New(d.pool, &riverutil.Config{
 		Logger: slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Tasks:  []riverutil.Task{task},
+		Tasks:  tasks,
 	})
 	if err != nil {
 		return err

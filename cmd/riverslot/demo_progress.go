@@ -41,8 +41,8 @@ func (d *demo) progress(ctx context.Context, cycleStart time.Time, starts []time
 			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state = 'completed'),
 			count(*) FILTER (WHERE (args->>'cycle_start')::timestamptz = ANY($4) AND state NOT IN ('completed', 'cancelled', 'discarded')),
 			count(*) FILTER (WHERE kind = $5 AND (args->>'cycle_start')::timestamptz = $6 AND state = 'completed')
-		FROM `+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+` WHERE args->>'task' = $1`,
-		d.opts.task, cycleStart, syncjob.Kind, starts, perslot.Kind, starts[len(starts)-1]).Scan(
+		FROM `+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+` WHERE args->>'task' = ANY($1)`,
+		d.opts.tasks(), cycleStart, syncjob.Kind, starts, perslot.Kind, starts[len(starts)-1]).Scan(
 		&p.inserted, &p.pending, &p.running, &p.completed, &p.unfinished, &p.perSlotDone)
 	return p, err
 }
@@ -100,7 +100,7 @@ func (d *demo) watch(ctx context.Context, starts []time.Time) error {
 		line := fmt.Sprintf("%-28s %s  sync jobs inserted %d  pending %d  running %d  completed %d",
 			status, bar(elapsed, d.opts.cycle, 20), p.inserted, p.pending, p.running, p.completed)
 
-		done := !now.Before(last.Add(d.opts.cycle)) && p.unfinished == 0 && p.perSlotDone == int64(d.plan.Slots)
+		done := !now.Before(last.Add(d.opts.cycle)) && p.unfinished == 0 && p.perSlotDone == int64(d.plan.Slots*len(d.opts.tasks()))
 		if tty {
 			fmt.Fprintf(d.stderr, "\r\033[K%s", line)
 			if done {

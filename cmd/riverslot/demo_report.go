@@ -35,6 +35,26 @@ type demoSummary struct {
 	LatenessP50Seconds  float64         `json:"lateness_p50_seconds"`
 	LatenessP99Seconds  float64         `json:"lateness_p99_seconds"`
 	PerCycle            []*demoCycleRow `json:"per_cycle"`
+
+	// Tasks names every task of the run; the figures above are the first
+	// task's, PerTask has each one's.
+	Tasks   []string       `json:"tasks"`
+	PerTask []*demoTaskRow `json:"per_task"`
+	// With --reciprocal: the closest an account's two tasks' syncs came on
+	// the cycle circle, and the least the library promises (half a cycle
+	// minus one slot).
+	ReciprocalMinDistanceSeconds *float64 `json:"reciprocal_min_distance_seconds,omitempty"`
+	ReciprocalMinPromisedSeconds *float64 `json:"reciprocal_min_promised_seconds,omitempty"`
+}
+
+type demoTaskRow struct {
+	Task               string  `json:"task"`
+	Synced             int64   `json:"synced"`
+	Missed             int64   `json:"missed"`
+	Duplicates         int64   `json:"duplicates"`
+	PeakQueueDepth     int64   `json:"peak_queue_depth"`
+	LatenessP50Seconds float64 `json:"lateness_p50_seconds"`
+	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
 }
 
 type demoCycleRow struct {
@@ -104,6 +124,39 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 	if s.Slots > 0 {
 		s.AccountsPerSlot = s.Accounts / s.Slots
 	}
+	for _, name := range d.opts.tasks() {
+		r := run
+		if name != d.opts.task {
+			if r, err = measure.MeasureRun(ctx, d.pool, measure.Target{
+				RiverSchema: d.opts.schema, AccountsTable: d.table(), IDColumn: "id", Filter: "active",
+				SyncKind: syncKind, Task: name,
+			}, perslot.Kind, recorded); err != nil {
+				return nil, err
+			}
+		}
+		row := &demoTaskRow{Task: name, PeakQueueDepth: r.PeakPending,
+			LatenessP50Seconds: r.LatenessP50.Seconds(), LatenessP99Seconds: r.LatenessP99.Seconds()}
+		for _, c := range r.Cycles {
+			row.Synced += c.SyncedOnce
+			row.Missed += c.Missed
+			row.Duplicates += c.Duplicated
+		}
+		s.Tasks = append(s.Tasks, name)
+		s.PerTask = append(s.PerTask, row)
+	}
+	if d.opts.reciprocal {
+		var closest float64
+		if err := d.pool.QueryRow(ctx, `SELECT coalesce(min(least(m, $4 - m)), -1)::float8 FROM (
+				SELECT mod(mod(extract(epoch FROM b.scheduled_at - a.scheduled_at), $4) + $4, $4) AS m
+				FROM `+jobs+` a JOIN `+jobs+` b ON b.args->>'account_id' = a.args->>'account_id' AND b.args->>'cycle_start' = a.args->>'cycle_start'
+				WHERE a.kind = $5 AND b.kind = $5 AND a.args->>'task' = $1 AND b.args->>'task' = $2
+				  AND (a.args->>'cycle_start')::timestamptz = ANY($3)) d`,
+			d.opts.task, d.opts.tasks()[1], recorded, s.CycleSeconds, syncKind).Scan(&closest); err != nil {
+			return nil, fmt.Errorf("error measuring the distance between the two tasks: %w", err)
+		}
+		promised := s.CycleSeconds/2 - s.SlotDurationSeconds
+		s.ReciprocalMinDistanceSeconds, s.ReciprocalMinPromisedSeconds = &closest, &promised
+	}
 	return s, nil
 }
 
@@ -121,8 +174,14 @@ func (d *demo) report(ctx context.Context, starts []time.Time) error {
 	} else {
 		d.printSummary(s)
 	}
-	if s.Missed > 0 || s.Duplicates > 0 {
-		return fmt.Errorf("%d account-cycles missed and %d duplicated", s.Missed, s.Duplicates)
+	for _, t := range s.PerTask {
+		if t.Missed > 0 || t.Duplicates > 0 {
+			return fmt.Errorf("task %s: %d account-cycles missed and %d duplicated", t.Task, t.Missed, t.Duplicates)
+		}
+	}
+	if s.ReciprocalMinDistanceSeconds != nil && *s.ReciprocalMinDistanceSeconds < *s.ReciprocalMinPromisedSeconds {
+		return fmt.Errorf("an account's two tasks came %.3fs apart, less than half a cycle minus one slot (%.0fs)",
+			*s.ReciprocalMinDistanceSeconds, *s.ReciprocalMinPromisedSeconds)
 	}
 	return nil
 }
@@ -138,6 +197,16 @@ func (d *demo) printSummary(s *demoSummary) {
 	fmt.Fprintf(tw, "peak pending sync jobs\t%d\n", s.PeakQueueDepth)
 	fmt.Fprintf(tw, "  accounts/slots\t%d\n", s.AccountsPerSlot)
 	fmt.Fprintf(tw, "  accounts (enqueue all at once)\t%d\n", s.Accounts)
+	if len(s.PerTask) > 1 {
+		for _, t := range s.PerTask {
+			fmt.Fprintf(tw, "task %s\tsynced %d  missed %d  duplicated %d  peak pending %d  lateness p99 %.2fs\n",
+				t.Task, t.Synced, t.Missed, t.Duplicates, t.PeakQueueDepth, t.LatenessP99Seconds)
+		}
+	}
+	if s.ReciprocalMinDistanceSeconds != nil {
+		fmt.Fprintf(tw, "closest two tasks on an account\t%.3fs on the cycle circle (at least half a cycle minus a slot: %.0fs)\n",
+			*s.ReciprocalMinDistanceSeconds, *s.ReciprocalMinPromisedSeconds)
+	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -215,6 +215,29 @@ func TestPlan(t *testing.T) {
 		}
 	})
 
+	t.Run("OppositeTask", func(t *testing.T) {
+		t.Parallel()
+
+		// Bucket 0x8b = 139: slot 139/2 = 69 of 128; the opposite task
+		// serves it 64 slots further round, in slot 5.
+		code, stdout, stderr := runCmd(t, "plan", "--cycle", "24h", "--task", "payments", "--opposite", "reports",
+			"--account", "0b6e4f2a-8c1d-4f5e-9a7b-3c2d1e0f9a8b", "--now", "2026-11-22T02:00:00Z")
+		require.Equal(t, 0, code, stderr)
+		payments, reports, ok := strings.Cut(stdout[strings.Index(stdout, "task           payments"):], "task           reports")
+		require.True(t, ok, stdout)
+		require.Contains(t, payments, "slot           69 of 128")
+		require.Contains(t, reports, "(slots shifted by 64)\nslot           5 of 128")
+		p, r := parseSyncs(payments), parseSyncs(reports)
+		require.Len(t, p, 3)
+		require.Len(t, r, 3)
+		d := r[0].Sub(p[0]) % (24 * time.Hour)
+		require.GreaterOrEqual(t, min(d, 24*time.Hour-d), 12*time.Hour-11*time.Minute-15*time.Second, "half a cycle minus a slot apart")
+
+		code, _, stderr = runCmd(t, "plan", "--phase", "0.3")
+		require.Equal(t, 2, code)
+		require.Contains(t, stderr, "--phase × slots must be a whole number of slots, got 0.3 × 128 = 38.4")
+	})
+
 	t.Run("InterruptedStops", func(t *testing.T) {
 		t.Parallel()
 
@@ -256,7 +279,7 @@ func TestNextSyncsAlwaysFinishes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			syncs, err := nextSyncs(context.Background(), tt.schedule, plan, 1, id, at, 3)
+			syncs, err := nextSyncs(context.Background(), tt.schedule, plan, 1, 0, id, at, 3)
 			require.ErrorContains(t, err, tt.want)
 			require.ErrorContains(t, err, "this is a bug in riverslot's slotplan")
 			require.Nil(t, syncs)
@@ -270,7 +293,7 @@ func TestNextSyncsAlwaysFinishes(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, err = nextSyncs(ctx, schedule, plan, 1, id, at, 3)
+		_, err = nextSyncs(ctx, schedule, plan, 1, 0, id, at, 3)
 		var ee *exitError
 		require.ErrorAs(t, err, &ee)
 		require.Equal(t, 130, ee.code)
@@ -373,6 +396,58 @@ func TestDemoJSON(t *testing.T) {
 		seen[id[15]] = true
 	}
 	require.EqualValues(t, len(seen), s.Buckets)
+}
+
+// TestDemoReciprocal runs the demo with a second task opposite the first
+// and checks, against the database, that each task syncs every account once
+// and that no account's two syncs come closer than half a cycle minus a
+// slot on the cycle circle.
+func TestDemoReciprocal(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := newDemoSchemaName(t, pool)
+	const accounts = 400
+	code, stdout, stderr := runCmd(t, "demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
+		"--accounts", fmt.Sprint(accounts), "--cycle", "40s", "--reciprocal", "--json")
+	require.Equal(t, 0, code, "stderr:\n%s", stderr)
+
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &raw), stdout)
+	for _, key := range []string{"schema", "accounts_table", "id_column", "sync_kind", "buckets", "slots",
+		"slot_duration_seconds", "cycle_seconds", "cycle_starts", "accounts", "synced", "missed", "duplicates",
+		"peak_queue_depth", "lateness_p50_seconds", "lateness_p99_seconds", "tasks", "per_task"} {
+		require.Contains(t, raw, key, "every key of a one-task run, and the tasks")
+	}
+	var s demoSummary
+	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
+	require.Equal(t, []string{"demo", "demo_opposite"}, s.Tasks)
+
+	// Independently of the summary: one sync per account per task, and the
+	// two tasks' syncs of an account at least 20 s - 5 s apart on the 40 s
+	// circle (8 slots of 5 s: the fan-outs run on time, so no sync is a
+	// late catch-up, which the promise does not cover).
+	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	var perTaskAccounts, duplicates int64
+	var closest float64
+	require.Len(t, s.CycleStarts, 1)
+	cycle := "(args->>'cycle_start')::timestamptz = $1::timestamptz" // the next cycle may have begun before the demo stopped
+	require.NoError(t, pool.QueryRow(ctx, `SELECT
+			(SELECT count(DISTINCT (args->>'task', args->>'account_id')) FROM `+jobs+` WHERE kind = 'riverslot_sync' AND `+cycle+`),
+			(SELECT count(*) - count(DISTINCT (args->>'task', args->>'account_id')) FROM `+jobs+` WHERE kind = 'riverslot_sync' AND `+cycle+`),
+			(SELECT min(least(m, 40 - m))::float8 FROM (
+				SELECT mod(mod(extract(epoch FROM b.scheduled_at - a.scheduled_at), 40) + 40, 40) AS m
+				FROM `+jobs+` a JOIN `+jobs+` b ON b.args->>'account_id' = a.args->>'account_id' AND b.args->>'cycle_start' = a.args->>'cycle_start'
+				WHERE a.kind = 'riverslot_sync' AND b.kind = 'riverslot_sync' AND a.args->>'task' = 'demo' AND b.args->>'task' = 'demo_opposite'
+				  AND (a.`+cycle[1:]+`) d)`, s.CycleStarts[0]).
+		Scan(&perTaskAccounts, &duplicates, &closest))
+	require.EqualValues(t, 2*accounts, perTaskAccounts)
+	require.Zero(t, duplicates)
+	require.GreaterOrEqual(t, closest, 15.0)
+	require.NotNil(t, s.ReciprocalMinDistanceSeconds)
+	require.InDelta(t, closest, *s.ReciprocalMinDistanceSeconds, 1e-6)
+	require.InDelta(t, 15.0, *s.ReciprocalMinPromisedSeconds, 1e-9)
 }
 
 func TestBenchAndWorkerBadFlags(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,6 +27,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	task := fs.String("task", "transactions", "task name; the default offset seed is derived from it, as in the library")
 	seed := fs.Uint64("seed", 0, "offset seed; 0 means derived from --task, as in the library")
 	now := fs.String("now", "", "RFC 3339 time to compute the next syncs from (default: the current time)")
+	phase := fs.Float64("phase", 0, "the task's Phase, a fraction of the cycle in [0, 1): its slots shift by phase × slots")
+	opposite := fs.String("opposite", "", "name of a second task with OppositeOf --task: print its slot and sync times too")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -68,6 +71,24 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		s = slotplan.SeedFromName(*task)
 	}
+	if *phase < 0 || *phase >= 1 {
+		return usageErr("--phase must be in [0, 1) (a fraction of the cycle), got %g", *phase)
+	}
+	shiftF := *phase * float64(plan.Slots)
+	shift := int(math.Round(shiftF))
+	if math.Abs(shiftF-float64(shift)) > 1e-9 {
+		return usageErr("--phase × slots must be a whole number of slots, got %g × %d = %g; use a multiple of 1/%d", *phase, plan.Slots, shiftF, plan.Slots)
+	}
+	tasks := []planTask{{name: *task, seed: s, shift: shift}}
+	if *opposite != "" {
+		if err := checkTaskName(*opposite); err != nil {
+			return usageErr("--opposite: %v", err)
+		}
+		if *opposite == *task {
+			return usageErr("--opposite must name another task than --task %q", *task)
+		}
+		tasks = append(tasks, planTask{name: *opposite, seed: slotplan.SeedFromName(*opposite), shift: plan.Shift(shift, plan.Slots/2)})
+	}
 
 	// Everything is computed before anything is printed, so a schedule that
 	// cannot answer fails without half a report.
@@ -75,10 +96,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	var syncs []time.Time
 	if *account != "" {
-		if syncs, err = nextSyncs(ctx, schedule, plan, s, id, at, 3); err != nil {
-			return err
+		for i := range tasks {
+			if tasks[i].syncs, err = nextSyncs(ctx, schedule, plan, tasks[i].seed, tasks[i].shift, id, at, 3); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -108,18 +130,31 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *account == "" {
 		return nil
 	}
-	slot := plan.SlotOf(id)
-	off := plan.Offset(s, id)
 	fmt.Fprintf(stdout, "\naccount        %s\n", id)
 	fmt.Fprintf(stdout, "bucket         %d (0x%02x)\n", id[15], id[15])
-	fmt.Fprintf(stdout, "slot           %d of %d (slots numbered from 0)\n", slot, plan.Slots)
-	fmt.Fprintf(stdout, "offset         %s into the slot (seed %d)\n", off, s)
-	fmt.Fprintf(stdout, "due            +%s after each cycle start\n", clock(time.Duration(slot)*plan.SlotDuration+off))
-	fmt.Fprintln(stdout, "next syncs (due time; River starts it within a few seconds):")
-	for _, due := range syncs {
-		fmt.Fprintf(stdout, "  %s\n", due.Format(time.RFC3339Nano))
+	for _, pt := range tasks {
+		slot := plan.Shift(plan.SlotOf(id), pt.shift)
+		off := plan.Offset(pt.seed, id)
+		if len(tasks) > 1 || pt.shift != 0 {
+			fmt.Fprintf(stdout, "task           %s (slots shifted by %d)\n", pt.name, pt.shift)
+		}
+		fmt.Fprintf(stdout, "slot           %d of %d (slots numbered from 0)\n", slot, plan.Slots)
+		fmt.Fprintf(stdout, "offset         %s into the slot (seed %d)\n", off, pt.seed)
+		fmt.Fprintf(stdout, "due            +%s after each cycle start\n", clock(time.Duration(slot)*plan.SlotDuration+off))
+		fmt.Fprintln(stdout, "next syncs (due time; River starts it within a few seconds):")
+		for _, due := range pt.syncs {
+			fmt.Fprintf(stdout, "  %s\n", due.Format(time.RFC3339Nano))
+		}
 	}
 	return nil
+}
+
+// planTask is one task plan prints an account's times for.
+type planTask struct {
+	name  string
+	seed  uint64
+	shift int
+	syncs []time.Time
 }
 
 // cycleSchedule is what plan needs of a slotplan.Schedule.
@@ -153,7 +188,7 @@ func cycleAround(schedule cycleSchedule, at time.Time) (time.Time, time.Time, er
 // It always finishes: it stops on ctx, fails if the schedule does not
 // advance, and looks at no more than n+1 cycles (only the current cycle's due
 // time can be at or before at).
-func nextSyncs(ctx context.Context, schedule cycleSchedule, plan slotplan.Plan, seed uint64, id uuid.UUID, at time.Time, n int) ([]time.Time, error) {
+func nextSyncs(ctx context.Context, schedule cycleSchedule, plan slotplan.Plan, seed uint64, shift int, id uuid.UUID, at time.Time, n int) ([]time.Time, error) {
 	start, _, err := cycleAround(schedule, at)
 	if err != nil {
 		return nil, err
@@ -167,7 +202,7 @@ func nextSyncs(ctx context.Context, schedule cycleSchedule, plan slotplan.Plan, 
 			return nil, fmt.Errorf("found %d of %d sync times in %d cycles after %s; this is a bug in riverslot's slotplan, please report it with this command line",
 				len(syncs), n, cycles, at.UTC().Format(time.RFC3339))
 		}
-		if due := plan.Target(start, seed, id); due.After(at) {
+		if due := plan.ShiftedTarget(start, seed, id, shift); due.After(at) {
 			syncs = append(syncs, due)
 		}
 		next := schedule.Next(start)
