@@ -2,7 +2,6 @@ package riverutil_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -19,5 +18,3 @@ func dropSchema(pool *pgxpool.Pool, schema string) {
 	defer cancel()
 	_, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 }
-
-func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }

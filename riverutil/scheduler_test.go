@@ -2,7 +2,7 @@ package riverutil_test
 
 import (
 	"context"
-	"log/slog"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -415,38 +415,42 @@ func TestEnqueueCycle(t *testing.T) {
 	require.EqualError(t, err, `no task named "nope"; the scheduler has "transactions"`)
 }
 
-// firedHandler counts "cycle trigger fired" records.
-type firedHandler struct {
-	mu    sync.Mutex
-	fired []time.Time
+// insertRecorder is a River insert middleware that records the result of
+// every bootstrap insert the client makes, the periodic trigger's included.
+type insertRecorder struct {
+	river.MiddlewareDefaults
+
+	mu         sync.Mutex
+	duplicates []bool // UniqueSkippedAsDuplicate of each bootstrap insert, in order
+	cycles     []time.Time
 }
 
-func (h *firedHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *firedHandler) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "riverslot: cycle trigger fired" {
-		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "cycle_start" {
-				h.mu.Lock()
-				h.fired = append(h.fired, a.Value.Time())
-				h.mu.Unlock()
+func (r *insertRecorder) InsertMany(ctx context.Context, params []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+	results, err := doInner(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, res := range results {
+		if res.Job.Kind == bootstrap.Kind {
+			var args bootstrap.Args
+			if err := json.Unmarshal(res.Job.EncodedArgs, &args); err == nil {
+				r.duplicates = append(r.duplicates, res.UniqueSkippedAsDuplicate)
+				r.cycles = append(r.cycles, args.CycleStart)
 			}
-			return true
-		})
+		}
 	}
-	return nil
+	return results, err
 }
-func (h *firedHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *firedHandler) WithGroup(string) slog.Handler      { return h }
-func (h *firedHandler) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.fired)
+
+func (r *insertRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.duplicates)
 }
 
 // TestPeriodicTriggerOnePerCycle makes two clients fire the trigger for the
-// same cycle, one after the other as each becomes leader, and checks that the
-// second firing is a duplicate: exactly one bootstrap job exists, anchored at
-// the cycle start.
+// same cycle, one after the other as each becomes leader, and checks that
+// the second firing's insert is skipped as a duplicate: exactly one
+// bootstrap job exists, anchored at a cycle start.
 func TestPeriodicTriggerOnePerCycle(t *testing.T) {
 	t.Parallel()
 
@@ -456,36 +460,36 @@ func TestPeriodicTriggerOnePerCycle(t *testing.T) {
 	task := validTask()
 	task.Cycle = time.Hour // long enough that the test stays inside one cycle
 	task.Schema = schema
-	fired := &firedHandler{}
-	s, err := riverutil.New(pool, &riverutil.Config{Tasks: []riverutil.Task{task}, Logger: slog.New(fired)})
+	s, err := riverutil.New(pool, &riverutil.Config{Tasks: []riverutil.Task{task}, Logger: riverslottest.Logger(t)})
 	require.NoError(t, err)
 
+	recorder := &insertRecorder{}
 	for i := range 2 {
 		// Trigger-only clients (no queue works the bootstrap): it stays in
 		// the table for inspection. Each is leader in turn; the first
 		// resigns when it stops.
 		config := &river.Config{Schema: schema, Queues: map[string]river.QueueConfig{"unused": {MaxWorkers: 1}}, TestOnly: true,
-			Logger: riverslottest.Logger(t)}
+			Logger: riverslottest.Logger(t), Middleware: []rivertype.Middleware{recorder}}
 		require.NoError(t, s.Configure(config))
 		client, err := river.NewClient(riverpgxv5.New(pool), config)
 		require.NoError(t, err)
 		require.NoError(t, client.Start(ctx))
-		riverslottest.WaitFor(t, 60*time.Second, "the trigger to fire on a new leader", func() bool { return fired.count() == i+1 })
+		riverslottest.WaitFor(t, 60*time.Second, "the trigger's insert on a new leader", func() bool { return recorder.count() == i+1 })
 		require.NoError(t, client.Stop(ctx))
 	}
 
-	info, err := s.Task("transactions")
-	require.NoError(t, err)
-	fired.mu.Lock()
-	require.Equal(t, fired.fired[0], fired.fired[1], "both firings are for the same cycle")
-	fired.mu.Unlock()
+	recorder.mu.Lock()
+	defer recorder.mu.Unlock()
+	require.Equal(t, []bool{false, true}, recorder.duplicates, "the second leader's insert for the same cycle is a duplicate")
+	require.True(t, recorder.cycles[0].Equal(recorder.cycles[1]))
 	jobs := rivertest.RequireManyInserted(ctx, t, riverpgxv5.New(pool), []rivertest.ExpectedJob{
 		{Args: bootstrap.Args{}, Opts: &rivertest.RequireInsertedOpts{Schema: schema}},
 	})
-	require.Len(t, jobs, 1, "the second firing is a duplicate")
+	require.Len(t, jobs, 1)
 	var args bootstrap.Args
-	require.NoError(t, jsonUnmarshal(jobs[0].EncodedArgs, &args))
-	require.True(t, info.Schedule.Start(time.Now()).Equal(args.CycleStart) || info.Schedule.Next(time.Now()).Equal(args.CycleStart),
-		"bootstrap anchored at a cycle start: %s", args.CycleStart)
-	require.True(t, fired.fired[0].Equal(args.CycleStart))
+	require.NoError(t, json.Unmarshal(jobs[0].EncodedArgs, &args))
+	info, err := s.Task("transactions")
+	require.NoError(t, err)
+	require.True(t, info.Schedule.Start(args.CycleStart).Equal(args.CycleStart), "bootstrap anchored at a cycle start: %s", args.CycleStart)
+	require.True(t, recorder.cycles[0].Equal(args.CycleStart))
 }
