@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,6 +34,22 @@ func (r *Runner) deepQueue(ctx context.Context) error {
 		schedule, fetch time.Duration
 		due             int
 	}
+	// The same accounts in both queues (a seeded generator), so both have
+	// the same jobs due: slot 0's accounts whose targets have passed.
+	ids := make([]uuid.UUID, n)
+	rng := rand.New(rand.NewPCG(20261122, 1))
+	for i := range ids {
+		for j := range ids[i] {
+			ids[i][j] = byte(rng.UintN(256))
+		}
+		ids[i][6] = ids[i][6]&0x0f | 0x40 // version 4
+		ids[i][8] = ids[i][8]&0x3f | 0x80 // RFC 4122 variant
+	}
+	alreadyDue := make([]uuid.UUID, 1000)
+	for i := range alreadyDue {
+		alreadyDue[i] = uuid.New()
+	}
+
 	run := func(name string, onlySlot0 bool) (*measured, error) {
 		schema, drop, err := r.schema(ctx, name)
 		if err != nil {
@@ -60,8 +77,7 @@ func (r *Runner) deepQueue(ctx context.Context) error {
 			params = params[:0]
 			return nil
 		}
-		for range n {
-			id := uuid.New()
+		for _, id := range ids {
 			if onlySlot0 && plan.SlotOf(id) != 0 {
 				continue
 			}
@@ -78,10 +94,10 @@ func (r *Runner) deepQueue(ctx context.Context) error {
 			return nil, err
 		}
 		// 1,000 jobs already due, for the fetch.
-		for range 1000 {
+		for _, id := range alreadyDue {
 			o := &opts[len(params)]
 			*o = river.InsertOpts{}
-			params = append(params, river.InsertManyParams{Args: syncjob.NewArgs("bench", uuid.New(), cycleStart, 0), InsertOpts: o})
+			params = append(params, river.InsertManyParams{Args: syncjob.NewArgs("bench", id, cycleStart, 0), InsertOpts: o})
 		}
 		if err := flush(); err != nil {
 			return nil, err
@@ -145,6 +161,9 @@ func (r *Runner) deepQueue(ctx context.Context) error {
 	slot, err := run("slot", true)
 	if err != nil {
 		return err
+	}
+	if slot.due != naive.due {
+		return fmt.Errorf("deep queue: %d jobs due in the slot queue, %d in the naive one; both must have the same", slot.due, naive.due)
 	}
 	size := fmt.Sprintf("%s accounts, 24h cycle", human(n))
 	r.row(fmt.Sprintf("River JobSchedule (promote due jobs; %d due), median of 30", slot.due), size,

@@ -2,10 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -31,11 +30,17 @@ type baselineArgs struct {
 
 func (baselineArgs) Kind() string { return "bench_baseline_sync" }
 
+// lrsPollArgs is the least-recently-synced poller's periodic job.
+type lrsPollArgs struct{}
+
+func (lrsPollArgs) Kind() string { return "bench_lrs_poll" }
+
 type strategy struct {
 	name   string
 	schema string
 	kind   string
 	drop   func()
+	client *river.Client[pgx.Tx]
 	series []point
 	// figures over the cycle window
 	peak       int64
@@ -46,11 +51,21 @@ type strategy struct {
 	// strategy started jobs at (at least 90% of) the client's ceiling: how
 	// long the upstream is hammered at full rate.
 	longestAtCap int
+	// healthySynced counts the accounts of the healthy upstreams synced by
+	// the end of the cycle; healthyLatenessP99 is the p99 of their first
+	// attempt's start minus its scheduled time; failingAttempts counts the
+	// attempts spent on the failing upstream's accounts.
+	healthySynced      int64
+	healthyLatenessP99 time.Duration
+	failingAttempts    int64
 }
 
 // depthWorkers is each strategy's River MaxWorkers. With River's fetch
 // cooldown (100 ms) it also caps how many jobs a client starts per second.
 const depthWorkers = 20
+
+// depthMaxAttempts is the sync jobs' MaxAttempts in every strategy.
+const depthMaxAttempts = 3
 
 // setLongestAtCap sets each strategy's longestAtCap, where the ceiling is the
 // highest per-second start count any strategy reached: the same client
@@ -80,17 +95,157 @@ type point struct {
 	starts  int64
 }
 
-// queueDepth runs one compressed cycle for three strategies side by side,
-// each with its own River client and the same accounts:
-//
-//   - naive: every account enqueued at cycle start, delayed by a seeded
-//     random offset over the whole cycle (the talk's
-//     Random.new(user.id).rand(cycle));
-//   - slot: riverslot;
-//   - least recently synced first: at cycle start a scheduler pages through
-//     accounts by last_synced_at, 100 at a time, and enqueues each with a
-//     random wait inside a short spread window (the talk's 8 minutes of
-//     24 h, scaled to the cycle).
+// depthRun is one compressed cycle of the queue-depth comparison: the same
+// accounts, each strategy on its own schema and River client, side by side.
+type depthRun struct {
+	r       *Runner
+	ids     []uuid.UUID
+	failing map[uuid.UUID]bool // accounts of a broken upstream: every attempt fails
+	cycle   time.Duration
+	start   time.Time
+	riverLg *slog.Logger
+}
+
+// sync is every strategy's work for one account: the simulated call, which
+// fails for a broken upstream, then last_synced_at.
+func (d *depthRun) sync(ctx context.Context, schema string, id uuid.UUID) error {
+	select {
+	case <-time.After(d.r.cfg.DepthWork):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if d.failing[id] {
+		return errors.New("upstream is down")
+	}
+	_, err := d.r.cfg.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "accounts"}.Sanitize()+" SET last_synced_at = now() WHERE id = $1", id)
+	return err
+}
+
+// newClient builds and starts a client for s with workers (and the
+// scheduler's, when given).
+func (d *depthRun) newClient(ctx context.Context, s *strategy, workers *river.Workers, scheduler *riverutil.Scheduler, periodic []*river.PeriodicJob) error {
+	config := &river.Config{
+		Logger: d.riverLg, Schema: s.schema, Workers: workers, PeriodicJobs: periodic,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: depthWorkers}},
+		FetchPollInterval: 200 * time.Millisecond,
+	}
+	if scheduler != nil {
+		if err := scheduler.Configure(config); err != nil {
+			return err
+		}
+		config.PeriodicJobs = nil // the bench enqueues its cycle itself
+	}
+	client, err := river.NewClient(riverpgxv5.New(d.r.cfg.Pool), config)
+	if err != nil {
+		return err
+	}
+	s.client = client
+	return client.Start(ctx)
+}
+
+func (d *depthRun) baselineWorkers(s *strategy) *river.Workers {
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[baselineArgs]) error {
+		return d.sync(ctx, s.schema, job.Args.AccountID)
+	}))
+	s.kind = baselineArgs{}.Kind()
+	return workers
+}
+
+// runNaive enqueues every account at cycle start, delayed by a seeded random
+// offset over the whole cycle (the talk's Random.new(user.id).rand(cycle)).
+func (d *depthRun) runNaive(ctx context.Context, s *strategy) error {
+	if err := d.newClient(ctx, s, d.baselineWorkers(s), nil, nil); err != nil {
+		return err
+	}
+	time.Sleep(time.Until(d.start))
+	params := make([]river.InsertManyParams, len(d.ids))
+	for i, id := range d.ids {
+		params[i] = river.InsertManyParams{
+			Args:       baselineArgs{AccountID: id},
+			InsertOpts: &river.InsertOpts{MaxAttempts: depthMaxAttempts, ScheduledAt: d.start.Add(slotplan.OffsetIn(slotplan.Hash(1, id), d.cycle))},
+		}
+	}
+	_, err := s.client.InsertManyFast(ctx, params)
+	return err
+}
+
+// runSlot is riverslot, its cycle enqueued ahead (its per-slot jobs carry
+// their times).
+func (d *depthRun) runSlot(ctx context.Context, s *strategy) error {
+	scheduler, err := riverutil.New(d.r.cfg.Pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverutil.Task{{
+		Name: "bench", Cycle: d.cycle, TriggerOffset: gridOffset(d.start, d.cycle), Schema: s.schema, Table: "accounts",
+		MaxAttempts: depthMaxAttempts,
+		Sync: func(ctx context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
+			return d.sync(ctx, s.schema, id)
+		},
+	}}})
+	if err != nil {
+		return err
+	}
+	s.kind = syncjob.Kind
+	if err := d.newClient(ctx, s, river.NewWorkers(), scheduler, nil); err != nil {
+		return err
+	}
+	_, err = scheduler.EnqueueCycle(ctx, s.client, "bench", d.start)
+	return err
+}
+
+// runLRS is least recently synced first as teams run it: a periodic poller
+// (River periodic job, every cycle/60) enqueues the K least recently synced
+// accounts that are due (last_synced_at older than a cycle) and not already
+// enqueued within the last quarter cycle, marking them enqueued in the same
+// transaction; the sync updates last_synced_at. K covers the accounts over
+// the cycle with 10% to spare.
+func (d *depthRun) runLRS(ctx context.Context, s *strategy) error {
+	poll := d.cycle / 60
+	k := (len(d.ids)*11/10 + 59) / 60
+	table := pgx.Identifier{s.schema, "accounts"}.Sanitize()
+	workers := d.baselineWorkers(s)
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[lrsPollArgs]) error {
+		if time.Now().Before(d.start) {
+			return nil
+		}
+		client := river.ClientFromContext[pgx.Tx](ctx)
+		return pgx.BeginFunc(ctx, d.r.cfg.Pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `WITH due AS (
+					SELECT id FROM `+table+` WHERE last_synced_at < now() - $1::interval
+					  AND (enqueued_at IS NULL OR enqueued_at < now() - $2::interval)
+					ORDER BY last_synced_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+				UPDATE `+table+` a SET enqueued_at = now() FROM due WHERE a.id = due.id RETURNING a.id`,
+				d.cycle, d.cycle/4, k)
+			if err != nil {
+				return err
+			}
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			if err != nil || len(ids) == 0 {
+				return err
+			}
+			params := make([]river.InsertManyParams, len(ids))
+			for i, id := range ids {
+				params[i] = river.InsertManyParams{Args: baselineArgs{AccountID: id}, InsertOpts: &river.InsertOpts{MaxAttempts: depthMaxAttempts}}
+			}
+			_, err = client.InsertManyFastTx(ctx, tx, params)
+			return err
+		})
+	}))
+	if _, err := d.r.cfg.Pool.Exec(ctx, "ALTER TABLE "+table+" ADD COLUMN enqueued_at timestamptz"); err != nil {
+		return err
+	}
+	if _, err := d.r.cfg.Pool.Exec(ctx, "CREATE INDEX ON "+table+" (last_synced_at, id)"); err != nil {
+		return err
+	}
+	periodic := []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(poll),
+		func() (river.JobArgs, *river.InsertOpts) { return lrsPollArgs{}, &river.InsertOpts{Priority: 1} },
+		&river.PeriodicJobOpts{RunOnStart: true})}
+	time.Sleep(time.Until(d.start))
+	return d.newClient(ctx, s, workers, nil, periodic)
+}
+
+// queueDepth runs the queue-depth comparison twice: with every upstream
+// healthy, then with 5% of the accounts behind an upstream that fails every
+// attempt. Strategies: naive, riverslot, and least recently synced first as
+// a poller (see runNaive, runSlot, runLRS).
 func (r *Runner) queueDepth(ctx context.Context) error {
 	n, cycle := r.cfg.DepthAccounts, r.cfg.DepthCycle
 	plan, err := slotplan.New(cycle)
@@ -98,187 +253,162 @@ func (r *Runner) queueDepth(ctx context.Context) error {
 		return err
 	}
 	ids := make([]uuid.UUID, n)
+	failing := map[uuid.UUID]bool{}
 	for i := range ids {
 		ids[i] = uuid.New()
+		if i%20 == 0 {
+			failing[ids[i]] = true // 5%
+		}
 	}
+	size := fmt.Sprintf("%s accounts, %s cycle", human(n), cycle)
 
+	healthy, err := r.depthRound(ctx, ids, nil, plan, "healthy")
+	if err != nil {
+		return err
+	}
+	if err := r.writeDepthOutputs(healthy, n, cycle); err != nil {
+		return err
+	}
+	naive, slot, lrs := healthy[0], healthy[1], healthy[2]
+	r.row("peak pending sync jobs over the cycle", size,
+		fmt.Sprintf("%d (accounts/slots = %d)", slot.peak, n/plan.Slots),
+		fmt.Sprintf("naive %d / least-recent-first poller %d", naive.peak, lrs.peak),
+		lowerOrHigher(float64(naive.peak), float64(slot.peak))+" / "+lowerOrHigher(float64(lrs.peak), float64(slot.peak)))
+	r.row("mean pending sync jobs over the cycle", size,
+		fmt.Sprintf("%.0f", slot.meanDepth),
+		fmt.Sprintf("naive %.0f / least-recent-first poller %.0f", naive.meanDepth, lrs.meanDepth),
+		lowerOrHigher(naive.meanDepth, slot.meanDepth)+" / "+lowerOrHigher(lrs.meanDepth, slot.meanDepth))
+	r.row("sync start spread (max / mean starts per second)", size,
+		fmt.Sprintf("%.1f (max %d/s)", float64(slot.maxStarts)/slot.meanStarts, slot.maxStarts),
+		fmt.Sprintf("naive %.1f (max %d/s) / least-recent-first poller %.1f (max %d/s)",
+			float64(naive.maxStarts)/naive.meanStarts, naive.maxStarts, float64(lrs.maxStarts)/lrs.meanStarts, lrs.maxStarts),
+		"-")
+	ceiling := setLongestAtCap(healthy)
+	r.row(fmt.Sprintf("longest burst (consecutive seconds starting >= 90%% of the client's ceiling of %d/s)", ceiling), size,
+		fmt.Sprintf("%d s", slot.longestAtCap),
+		fmt.Sprintf("naive %d s / least-recent-first poller %d s", naive.longestAtCap, lrs.longestAtCap),
+		"-")
+
+	broken, err := r.depthRound(ctx, ids, failing, plan, "failing")
+	if err != nil {
+		return err
+	}
+	fNaive, fSlot, fLRS := broken[0], broken[1], broken[2]
+	healthyN := int64(n - len(failing))
+	r.row("5% of accounts behind a failing upstream: healthy accounts synced within the cycle", size,
+		fmt.Sprintf("%d of %d", fSlot.healthySynced, healthyN),
+		fmt.Sprintf("naive %d / least-recent-first poller %d", fNaive.healthySynced, fLRS.healthySynced), "-")
+	r.row("5% failing: healthy accounts' start lateness p99 (vs all healthy)", size,
+		fmt.Sprintf("%s (%s)", fSlot.healthyLatenessP99.Round(10*time.Millisecond), slot.healthyLatenessP99.Round(10*time.Millisecond)),
+		fmt.Sprintf("naive %s (%s) / least-recent-first poller %s (%s)",
+			fNaive.healthyLatenessP99.Round(10*time.Millisecond), naive.healthyLatenessP99.Round(10*time.Millisecond),
+			fLRS.healthyLatenessP99.Round(10*time.Millisecond), lrs.healthyLatenessP99.Round(10*time.Millisecond)), "-")
+	r.row("5% failing: attempts spent on the failing accounts within the cycle", size,
+		fmt.Sprintf("%d", fSlot.failingAttempts),
+		fmt.Sprintf("naive %d / least-recent-first poller %d", fNaive.failingAttempts, fLRS.failingAttempts), "-")
+	r.row("5% failing: peak pending / max starts per second", size,
+		fmt.Sprintf("%d / %d", fSlot.peak, fSlot.maxStarts),
+		fmt.Sprintf("naive %d / %d, least-recent-first poller %d / %d", fNaive.peak, fNaive.maxStarts, fLRS.peak, fLRS.maxStarts), "-")
+	return nil
+}
+
+// depthRound runs the three strategies side by side over one cycle and
+// measures them.
+func (r *Runner) depthRound(ctx context.Context, ids []uuid.UUID, failing map[uuid.UUID]bool, plan slotplan.Plan, label string) ([]*strategy, error) {
+	cycle := r.cfg.DepthCycle
+	d := &depthRun{
+		r: r, ids: ids, failing: failing, cycle: cycle,
+		start:   time.Now().Add(20 * time.Second).Truncate(time.Second),
+		riverLg: slog.New(slog.NewTextHandler(r.cfg.Log, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
 	strategies := []*strategy{{name: "naive"}, {name: "slot"}, {name: "lrs"}}
+	runs := []func(context.Context, *strategy) error{d.runNaive, d.runSlot, d.runLRS}
 	for _, s := range strategies {
 		schema, drop, err := r.schema(ctx, "depth_"+s.name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		s.schema, s.drop = schema, drop
 		defer drop()
 		table := pgx.Identifier{schema, "accounts"}.Sanitize()
 		if _, err := r.cfg.Pool.Exec(ctx, "CREATE TABLE "+table+" (id uuid PRIMARY KEY, active boolean NOT NULL DEFAULT true, last_synced_at timestamptz NOT NULL DEFAULT '-infinity')"); err != nil {
-			return err
+			return nil, err
 		}
-		rows := make([][]any, n)
+		rows := make([][]any, len(ids))
 		for i, id := range ids {
 			rows[i] = []any{id}
 		}
 		if _, err := r.cfg.Pool.CopyFrom(ctx, pgx.Identifier{schema, "accounts"}, []string{"id"}, pgx.CopyFromRows(rows)); err != nil {
-			return err
+			return nil, err
 		}
 		if _, err := r.cfg.Pool.Exec(ctx, sqlIndex(schema)); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	r.logf("queue depth (%s upstreams): %d accounts, %s cycle (%d slots of %s), 3 strategies side by side from %s",
+		label, len(ids), cycle, plan.Slots, plan.SlotDuration, d.start.Format(time.RFC3339))
 
-	work := func(ctx context.Context) error {
-		select {
-		case <-time.After(r.cfg.DepthWork):
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	riverLogger := slog.New(slog.NewTextHandler(r.cfg.Log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	start := time.Now().Add(10 * time.Second).Truncate(time.Second)
-	clients := make([]*river.Client[pgx.Tx], len(strategies))
-	enqueue := make([]func() error, len(strategies))
-
-	for i, s := range strategies {
-		workers := river.NewWorkers()
-		s.kind = baselineArgs{}.Kind()
-		table := pgx.Identifier{s.schema, "accounts"}.Sanitize()
-		river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[baselineArgs]) error {
-			if err := work(ctx); err != nil {
-				return err
-			}
-			_, err := r.cfg.Pool.Exec(ctx, "UPDATE "+table+" SET last_synced_at = now() WHERE id = $1", job.Args.AccountID)
-			return err
-		}))
-		var scheduler *riverutil.Scheduler
-		if s.name == "slot" {
-			s.kind = syncjob.Kind
-			scheduler, err = riverutil.New(r.cfg.Pool, &riverutil.Config{Logger: quiet, Tasks: []riverutil.Task{{
-				Name: "bench", Cycle: cycle, TriggerOffset: gridOffset(start, cycle), Schema: s.schema, Table: "accounts",
-				Sync: func(ctx context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
-					if err := work(ctx); err != nil {
-						return err
-					}
-					_, err := r.cfg.Pool.Exec(ctx, "UPDATE "+table+" SET last_synced_at = now() WHERE id = $1", id)
-					return err
-				},
-			}}})
-			if err != nil {
-				return err
-			}
-		}
-		config := &river.Config{
-			Logger: riverLogger, Schema: s.schema, Workers: workers,
-			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: depthWorkers}},
-			FetchPollInterval: 200 * time.Millisecond,
-		}
-		if scheduler != nil {
-			if err := scheduler.Configure(config); err != nil {
-				return err
-			}
-			config.PeriodicJobs = nil // the bench enqueues its cycle itself
-		}
-		client, err := river.NewClient(riverpgxv5.New(r.cfg.Pool), config)
-		if err != nil {
-			return err
-		}
-		clients[i] = client
-		switch s.name {
-		case "naive":
-			enqueue[i] = func() error { return r.enqueueNaive(ctx, client, ids, start, cycle) }
-		case "slot":
-			enqueue[i] = func() error {
-				_, err := scheduler.EnqueueCycle(ctx, client, "bench", start)
-				return err
-			}
-		case "lrs":
-			spread := cycle * 8 / (24 * 60) // 8 minutes of a day
-			enqueue[i] = func() error { return r.enqueueLRS(ctx, client, s.schema, start, spread) }
-		}
-	}
-	for _, c := range clients {
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
-		defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
-	}
-
-	r.logf("queue depth: %d accounts, %s cycle (%d slots of %s), 3 strategies side by side from %s",
-		n, cycle, plan.Slots, plan.SlotDuration, start.Format(time.RFC3339))
-	// The slot strategy is enqueued ahead (its per-slot jobs carry their
-	// times); the baselines enqueue at cycle start, as they would.
-	if err := enqueue[1](); err != nil {
-		return err
-	}
-	time.Sleep(time.Until(start))
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for _, i := range []int{0, 2} {
+	errs := make(chan error, len(strategies))
+	for i, s := range strategies {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- enqueue[i]()
+			errs <- runs[i](ctx, s)
 		}()
 	}
 	wg.Wait()
 	close(errs)
+	defer func() {
+		for _, s := range strategies {
+			if s.client != nil {
+				_ = s.client.Stop(context.WithoutCancel(ctx))
+			}
+		}
+	}()
 	for err := range errs {
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
 
-	deadline := start.Add(cycle).Add(5 * time.Minute)
+	// The cycle, then a quarter cycle for the last jobs and retries.
+	end := d.start.Add(cycle)
+	r.logf("waiting until %s for the cycle and its last retries", end.Add(cycle/4).Format(time.RFC3339))
+	select {
+	case <-time.After(time.Until(end.Add(cycle / 4))):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	failingIDs := make([]uuid.UUID, 0, len(failing))
+	for id := range failing {
+		failingIDs = append(failingIDs, id)
+	}
 	for _, s := range strategies {
-		for {
-			var left int64
-			if err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{s.schema, "river_job"}.Sanitize()+
-				" WHERE kind = $1 AND state <> 'completed'", s.kind).Scan(&left); err != nil {
-				return err
-			}
-			var done int64
-			if err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{s.schema, "river_job"}.Sanitize()+
-				" WHERE kind = $1 AND state = 'completed'", s.kind).Scan(&done); err != nil {
-				return err
-			}
-			if left == 0 && done == int64(n) {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: %d of %d sync jobs unfinished at the deadline", s.name, left, n)
-			}
-			time.Sleep(time.Second)
+		if err := r.series(ctx, s, d.start, cycle); err != nil {
+			return nil, err
 		}
-		if err := r.series(ctx, s, start, cycle); err != nil {
-			return err
+		jobs := pgx.Identifier{s.schema, "river_job"}.Sanitize()
+		var p99 float64
+		if err := r.cfg.Pool.QueryRow(ctx, `SELECT
+				(SELECT count(*) FROM `+pgx.Identifier{s.schema, "accounts"}.Sanitize()+` WHERE last_synced_at BETWEEN $2 AND $3 AND NOT (id = ANY($4))),
+				coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM `+jobs+`
+					WHERE kind = $1 AND attempt = 1 AND attempted_at IS NOT NULL AND NOT ((args->>'account_id')::uuid = ANY($4))), 0)::float8,
+				(SELECT coalesce(sum(attempt), 0) FROM `+jobs+` WHERE kind = $1 AND attempted_at <= $3 AND (args->>'account_id')::uuid = ANY($4))`,
+			s.kind, d.start, end, failingIDs).Scan(&s.healthySynced, &p99, &s.failingAttempts); err != nil {
+			return nil, err
 		}
+		s.healthyLatenessP99 = time.Duration(p99 * float64(time.Second))
 	}
+	return strategies, nil
+}
 
-	if err := r.writeDepthOutputs(strategies, n, cycle); err != nil {
-		return err
+// lowerOrHigher says how riverslot's figure compares with a baseline's.
+func lowerOrHigher(baseline, slot float64) string {
+	if baseline >= slot {
+		return fmt.Sprintf("%.1fx lower", baseline/slot)
 	}
-	naive, slot, lrs := strategies[0], strategies[1], strategies[2]
-	size := fmt.Sprintf("%s accounts, %s cycle", human(n), cycle)
-	r.row("peak pending sync jobs over the cycle", size,
-		fmt.Sprintf("%d (accounts/slots = %d)", slot.peak, n/plan.Slots),
-		fmt.Sprintf("naive %d / least-recent-first %d", naive.peak, lrs.peak),
-		fmt.Sprintf("%.1fx / %.1fx lower", float64(naive.peak)/float64(slot.peak), float64(lrs.peak)/float64(slot.peak)))
-	r.row("mean pending sync jobs over the cycle", size,
-		fmt.Sprintf("%.0f", slot.meanDepth),
-		fmt.Sprintf("naive %.0f / least-recent-first %.0f", naive.meanDepth, lrs.meanDepth),
-		fmt.Sprintf("%.1fx / %.1fx lower", naive.meanDepth/slot.meanDepth, lrs.meanDepth/slot.meanDepth))
-	r.row("sync start spread (max / mean starts per second)", size,
-		fmt.Sprintf("%.1f (max %d/s)", float64(slot.maxStarts)/slot.meanStarts, slot.maxStarts),
-		fmt.Sprintf("naive %.1f (max %d/s) / least-recent-first %.1f (max %d/s)",
-			float64(naive.maxStarts)/naive.meanStarts, naive.maxStarts, float64(lrs.maxStarts)/lrs.meanStarts, lrs.maxStarts),
-		"-")
-	ceiling := setLongestAtCap(strategies)
-	r.row(fmt.Sprintf("longest burst (consecutive seconds starting >= 90%% of the client's ceiling of %d/s)", ceiling), size,
-		fmt.Sprintf("%d s", slot.longestAtCap),
-		fmt.Sprintf("naive %d s / least-recent-first %d s", naive.longestAtCap, lrs.longestAtCap),
-		"-")
-	return nil
+	return fmt.Sprintf("%.1fx higher", slot/baseline)
 }
 
 func sqlIndex(schema string) string {
@@ -289,61 +419,6 @@ func gridOffset(start time.Time, cycle time.Duration) time.Duration {
 	return time.Duration(((start.UnixNano() % int64(cycle)) + int64(cycle)) % int64(cycle))
 }
 
-func (r *Runner) enqueueNaive(ctx context.Context, client *river.Client[pgx.Tx], ids []uuid.UUID, start time.Time, cycle time.Duration) error {
-	params := make([]river.InsertManyParams, len(ids))
-	for i, id := range ids {
-		params[i] = river.InsertManyParams{
-			Args:       baselineArgs{AccountID: id},
-			InsertOpts: &river.InsertOpts{ScheduledAt: start.Add(slotplan.OffsetIn(slotplan.Hash(1, id), cycle))},
-		}
-	}
-	_, err := client.InsertManyFast(ctx, params)
-	return err
-}
-
-// enqueueLRS is the talk's "least recently synced first" scheduler: it pages
-// through all accounts due for a sync by last_synced_at, 100 at a time, and
-// enqueues each with a random wait inside spread.
-func (r *Runner) enqueueLRS(ctx context.Context, client *river.Client[pgx.Tx], schema string, start time.Time, spread time.Duration) error {
-	table := pgx.Identifier{schema, "accounts"}.Sanitize()
-	rng := rand.New(rand.NewPCG(uint64(start.Unix()), 2))
-	type due struct {
-		LastSyncedAt pgtype.Timestamptz
-		ID           uuid.UUID
-	}
-	// Keyset on (last_synced_at, id), starting before every row.
-	after := due{LastSyncedAt: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}}
-	first := true
-	for {
-		rows, err := r.cfg.Pool.Query(ctx, "SELECT last_synced_at, id FROM "+table+
-			" WHERE last_synced_at < $1 AND ($4 OR (last_synced_at, id) > ($2, $3)) ORDER BY last_synced_at, id LIMIT 100",
-			start, after.LastSyncedAt, after.ID, first)
-		if err != nil {
-			return err
-		}
-		batch, err := pgx.CollectRows(rows, pgx.RowToStructByPos[due])
-		if err != nil {
-			return err
-		}
-		if len(batch) == 0 {
-			return nil
-		}
-		first = false
-		params := make([]river.InsertManyParams, len(batch))
-		for i, d := range batch {
-			id := d.ID
-			wait := time.Duration(rng.Int64N(int64(spread) + 1))
-			params[i] = river.InsertManyParams{Args: baselineArgs{AccountID: id}, InsertOpts: &river.InsertOpts{ScheduledAt: time.Now().Add(wait)}}
-		}
-		if _, err := client.InsertManyFast(ctx, params); err != nil {
-			return err
-		}
-		after = batch[len(batch)-1]
-	}
-}
-
-// series reads pending (inserted, not yet started) and starts per second
-// back from the job table.
 func (r *Runner) series(ctx context.Context, s *strategy, start time.Time, cycle time.Duration) error {
 	jobs := pgx.Identifier{s.schema, "river_job"}.Sanitize()
 	rows, err := r.cfg.Pool.Query(ctx, `
