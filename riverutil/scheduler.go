@@ -157,31 +157,49 @@ func prefixErrors(prefix string, err error) error {
 //     jobs run longer than this, give riverslot its own client (and queues)
 //     or set RescueStuckJobsAfter above their longest run and accept a slower
 //     recovery of an orphaned fan-out.
-//   - CompletedJobRetentionPeriod: a cycle's bootstrap and per-slot jobs are
-//     unique only while River keeps them, so they must outlive the longest
-//     cycle (25 h on a DST day for a 24 h wall-clock cycle). Defaults here to
-//     twice that, at least River's 24 h; a shorter value is refused (-1,
-//     keep forever, is accepted).
+//   - CompletedJobRetentionPeriod, CancelledJobRetentionPeriod and
+//     DiscardedJobRetentionPeriod: a cycle's bootstrap and per-slot jobs
+//     are unique only while River keeps them, so they must outlive the
+//     longest cycle (25 h on a DST day for a 24 h wall-clock cycle).
+//     Defaults here to twice that, at least River's own default (24 h, 24 h,
+//     7 days); a shorter value is refused (-1, keep forever, is accepted).
 func (s *Scheduler) Configure(config *river.Config) error {
 	if config == nil {
 		return errors.New("config must not be nil")
 	}
 	rescue := s.rescueStuckJobsAfter()
+	if config.JobTimeout > 0 {
+		// River requires RescueStuckJobsAfter >= JobTimeout, the timeout of
+		// the app's jobs without their own.
+		rescue = max(rescue, config.JobTimeout+rescueMargin)
+	}
 	switch {
 	case config.RescueStuckJobsAfter == 0:
 		config.RescueStuckJobsAfter = rescue
-	case config.RescueStuckJobsAfter < rescue-rescueMargin:
+	case config.RescueStuckJobsAfter < s.rescueStuckJobsAfter()-rescueMargin:
 		return fmt.Errorf("RescueStuckJobsAfter %s is shorter than the longest riverslot job timeout (%s); running jobs would be rescued and run twice: leave it 0 for %s or raise it",
-			config.RescueStuckJobsAfter, rescue-rescueMargin, rescue)
+			config.RescueStuckJobsAfter, s.rescueStuckJobsAfter()-rescueMargin, rescue)
 	}
+	// A cycle's bootstrap and per-slot jobs are unique in every state only
+	// while River keeps them.
 	retention := s.minRetention()
-	switch {
-	case config.CompletedJobRetentionPeriod == 0:
-		config.CompletedJobRetentionPeriod = max(24*time.Hour, 2*retention)
-	case config.CompletedJobRetentionPeriod == -1:
-	case config.CompletedJobRetentionPeriod < retention:
-		return fmt.Errorf("CompletedJobRetentionPeriod %s is shorter than the longest cycle (%s): a cycle's jobs are unique only while River keeps them, so a cycle could run twice; leave it 0 for %s or raise it",
-			config.CompletedJobRetentionPeriod, retention, max(24*time.Hour, 2*retention))
+	for _, r := range []struct {
+		field  string
+		period *time.Duration
+		river  time.Duration // River's default
+	}{
+		{"CompletedJobRetentionPeriod", &config.CompletedJobRetentionPeriod, 24 * time.Hour},
+		{"CancelledJobRetentionPeriod", &config.CancelledJobRetentionPeriod, 24 * time.Hour},
+		{"DiscardedJobRetentionPeriod", &config.DiscardedJobRetentionPeriod, 7 * 24 * time.Hour},
+	} {
+		switch {
+		case *r.period == 0:
+			*r.period = max(r.river, 2*retention)
+		case *r.period == -1: // kept forever
+		case *r.period < retention:
+			return fmt.Errorf("%s %s is shorter than the longest cycle (%s): a cycle's jobs are unique only while River keeps them, so a cycle could run twice; leave it 0 for %s or raise it",
+				r.field, *r.period, retention, max(r.river, 2*retention))
+		}
 	}
 	if s.logger == nil {
 		s.logger = cmp.Or(config.Logger, slog.Default())

@@ -221,6 +221,8 @@ func TestConfigure(t *testing.T) {
 		require.Len(t, config.PeriodicJobs, 1)
 		require.Equal(t, 2*time.Minute, config.RescueStuckJobsAfter, "longest timeout (1m) + 1m")
 		require.Equal(t, 48*time.Hour, config.CompletedJobRetentionPeriod, "twice the 24h cycle")
+		require.Equal(t, 48*time.Hour, config.CancelledJobRetentionPeriod)
+		require.Equal(t, 7*24*time.Hour, config.DiscardedJobRetentionPeriod, "River's default is longer")
 		// River accepts what Configure built.
 		_, err := river.NewClient(riverpgxv5.New(nil), config)
 		require.NoError(t, err)
@@ -244,6 +246,21 @@ func TestConfigure(t *testing.T) {
 		err = scheduler(t, task).Configure(&river.Config{CompletedJobRetentionPeriod: 24 * time.Hour})
 		require.ErrorContains(t, err, "CompletedJobRetentionPeriod 24h0m0s is shorter than the longest cycle (25h0m0s)")
 		require.NoError(t, scheduler(t, task).Configure(&river.Config{CompletedJobRetentionPeriod: -1}), "keep forever")
+	})
+
+	t.Run("RefusesCancelledRetentionShorterThanACycle", func(t *testing.T) {
+		t.Parallel()
+		err := scheduler(t).Configure(&river.Config{CancelledJobRetentionPeriod: time.Hour})
+		require.ErrorContains(t, err, "CancelledJobRetentionPeriod 1h0m0s is shorter than the longest cycle (24h0m0s)")
+	})
+
+	t.Run("RescueCoversTheAppsJobTimeout", func(t *testing.T) {
+		t.Parallel()
+		config := &river.Config{JobTimeout: 10 * time.Minute}
+		require.NoError(t, scheduler(t).Configure(config))
+		require.Equal(t, 11*time.Minute, config.RescueStuckJobsAfter, "River requires it above JobTimeout")
+		_, err := river.NewClient(riverpgxv5.New(nil), config)
+		require.NoError(t, err)
 	})
 
 	t.Run("RefusesRescueShorterThanATimeout", func(t *testing.T) {
