@@ -39,7 +39,7 @@ func (r *Runner) fanOut(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := r.seedAccounts(ctx, accounts, n, 127); err != nil { // 2s cycle: slot 0 = buckets 0..127
+		if err := r.seedAccounts(ctx, accounts, n, 127); err != nil { // 18s cycle (2 slots): slot 0 = buckets 0..127
 			drop()
 			return err
 		}
@@ -101,7 +101,7 @@ func (r *Runner) fanOutOnce(ctx context.Context, accounts string, n int) (time.D
 	scheduler, err := riverutil.New(r.cfg.Pool, &riverutil.Config{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Tasks: []riverutil.Task{{
-			Name: "bench", Cycle: 2 * time.Second, Schema: accounts, Table: "accounts",
+			Name: "bench", Cycle: 18 * time.Second, Schema: accounts, Table: "accounts",
 			BatchSize: r.cfg.BatchSize, Queue: "parked", ControlQueue: river.QueueDefault, PerSlotTimeout: 30 * time.Minute,
 			Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil },
 		}},
@@ -156,7 +156,7 @@ func (r *Runner) fanOutOnce(ctx context.Context, accounts string, n int) (time.D
 		}
 	}()
 
-	cycleStart := time.Now().Truncate(2 * time.Second).Add(time.Hour)
+	cycleStart := time.Now().Truncate(18 * time.Second).Add(time.Hour)
 	res, err := client.Insert(ctx, perslot.Args{Task: "bench", CycleStart: cycleStart, Slot: 0}, nil)
 	if err != nil {
 		return 0, 0, 0, err
@@ -246,8 +246,8 @@ func (r *Runner) rawInsert(ctx context.Context, n int) (time.Duration, error) {
 		return 0, err
 	}
 
-	plan, _ := slotplan.New(2 * time.Second)
-	cycleStart := time.Now().Truncate(2 * time.Second).Add(time.Hour)
+	plan, _ := slotplan.New(18 * time.Second)
+	cycleStart := time.Now().Truncate(18 * time.Second).Add(time.Hour)
 	params := make([]river.InsertManyParams, n)
 	opts := make([]river.InsertOpts, n)
 	for i := range params {
