@@ -39,7 +39,9 @@ type Config struct {
 // Scheduler holds validated tasks and the River workers that run them. Build
 // it with New, wire it into a River client with Configure.
 type Scheduler struct {
-	logger *slog.Logger // nil until Configure when Config.Logger is nil
+	configured  bool
+	riverSchema string       // river.Config.Schema, set by Configure
+	logger      *slog.Logger // nil until Configure when Config.Logger is nil
 	pool   *pgxpool.Pool
 	specs  []*taskspec.Spec
 	syncs  []SyncFunc // by spec index
@@ -204,6 +206,7 @@ func (s *Scheduler) Configure(config *river.Config) error {
 	if s.logger == nil {
 		s.logger = cmp.Or(config.Logger, slog.Default())
 	}
+	s.configured, s.riverSchema = true, config.Schema
 	bootstrapWorker := bootstrap.NewWorker(s.pool, s.logger)
 	perSlotWorker := perslot.NewWorker(s.pool, s.logger)
 	syncWorker := syncjob.NewWorker(s.pool, s.logger)

@@ -265,7 +265,19 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.watch(ctx, starts); err != nil {
 		return err
 	}
-	return d.report(ctx, starts)
+	if err := d.report(ctx, starts); err != nil {
+		return err
+	}
+	if !d.opts.json {
+		// The operator's view of the last cycle, as riverslot status shows it.
+		st, err := scheduler.StatusAt(ctx, d.opts.task, starts[len(starts)-1])
+		if err != nil {
+			return fmt.Errorf("error reading the cycle's status: %w", err)
+		}
+		fmt.Fprintln(d.stdout)
+		printStatus(d.stdout, st)
+	}
+	return nil
 }
 
 // gridOffset is start's position on the absolute cycle grid.

@@ -4,6 +4,7 @@
 //	riverslot demo    run compressed live cycles against Postgres and report them
 //	riverslot plan    print a cycle's slots and an account's sync times (no database)
 //	riverslot worker  run one River node for a task over an existing schema
+//	riverslot status  show where a task's cycle stands
 //	riverslot bench   run the benchmarks against Postgres
 //
 // Every command that needs a database takes --database-url, else
@@ -33,6 +34,7 @@ commands:
   plan    print a cycle's slots and an account's next sync times (no database)
   worker  run one River node for a task over an existing schema
           (with the periodic trigger; --periodic=false to only work jobs)
+  status  show where a task's cycle stands (exit 1 when behind or failed)
   bench   run the benchmarks against Postgres
 
 Database: --database-url, else $DATABASE_URL, else the local database the
@@ -85,6 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runBench(ctx, args[1:], stdout, stderr)
 	case "worker":
 		err = runWorker(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = runStatus(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -353,6 +353,32 @@ func TestDemoJSON(t *testing.T) {
 	require.Zero(t, s.Missed)
 	require.Zero(t, s.Duplicates)
 
+	// riverslot status on the second cycle, as an operator would: the task
+	// as configured (the demo's grid offset), --json, exit 0 when on track.
+	offset := time.Duration(second.UnixNano() % int64(16*time.Second))
+	code, out, errOut := runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
+		"--task", "demo", "--cycle", "16s", "--trigger-offset", offset.String(), "--cycle-start", s.CycleStarts[1], "--json")
+	require.Equal(t, 0, code, "stderr:\n%s", errOut)
+	var st map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	for _, key := range []string{"task", "cycle_start", "slots", "slots_done", "slots_failed", "accounts_expected",
+		"sync_enqueued", "sync_completed", "sync_failed", "lateness_p50_seconds", "lateness_p99_seconds", "per_slot"} {
+		require.Contains(t, st, key)
+	}
+	require.Equal(t, s.CycleStarts[1], st["cycle_start"])
+	require.EqualValues(t, slots, st["slots_done"])
+	require.EqualValues(t, 0, st["slots_failed"])
+	require.EqualValues(t, accounts, st["accounts_expected"])
+	require.EqualValues(t, accounts, st["sync_enqueued"])
+	require.EqualValues(t, accounts, st["sync_completed"])
+	require.Equal(t, "on track", st["verdict"])
+	require.Len(t, st["per_slot"], slots)
+
+	code, _, errOut = runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
+		"--task", "demo", "--cycle", "16s", "--cycle-start", "2026-01-01T00:00:03Z")
+	require.Equal(t, 2, code, "a cycle start off the task's grid is bad input")
+	require.Contains(t, errOut, "--cycle-start 2026-01-01T00:00:03Z is not a cycle start of the task")
+
 	// Accounts per slot, from the seeded ids (slot = last byte / 16).
 	rows, err := pool.Query(ctx, "SELECT id FROM "+pgx.Identifier{schema, "accounts"}.Sanitize())
 	require.NoError(t, err)
