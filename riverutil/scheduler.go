@@ -42,10 +42,10 @@ type Scheduler struct {
 	configured  bool
 	riverSchema string       // river.Config.Schema, set by Configure
 	logger      *slog.Logger // nil until Configure when Config.Logger is nil
-	pool   *pgxpool.Pool
-	specs  []*taskspec.Spec
-	syncs  []SyncFunc // by spec index
-	byName map[string]*taskspec.Spec
+	pool        *pgxpool.Pool
+	specs       []*taskspec.Spec
+	syncs       []SyncFunc // by spec index
+	byName      map[string]*taskspec.Spec
 }
 
 // New validates config and builds the workers, reporting every problem of
