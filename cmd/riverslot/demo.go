@@ -36,7 +36,7 @@ type demoOptions struct {
 	cycles      int
 	workers     int
 	json        bool
-	cycleStart  time.Time // zero: next whole slot from now
+	cycleStart  time.Time // zero: a trigger lead from now
 	keep        bool
 	schema      string
 	task        string
@@ -62,7 +62,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	fs.IntVar(&o.cycles, "cycles", 1, "number of consecutive cycles to run")
 	fs.IntVar(&o.workers, "workers", 50, "River MaxWorkers for the demo queue")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object on stdout instead of the table (progress stays on stderr)")
-	cycleStart := fs.String("cycle-start", "", "RFC 3339 start of the first cycle, in the next 24h (default: the next whole slot at least 5s from now)")
+	cycleStart := fs.String("cycle-start", "", "RFC 3339 start of the first cycle, in the next 24h (default: the periodic trigger's lead from now, so the trigger starts it at once)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the demo's schema and accounts: do not drop and reseed; a rerun resumes an unfinished cycle")
 	fs.StringVar(&o.schema, "schema", "riverslot_demo", "schema the demo creates for River's tables and the accounts; it must not exist or be one the demo created")
 	fs.StringVar(&o.task, "task", "demo", "task name")
@@ -100,10 +100,10 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 		switch {
 		case !t.After(now):
 			return nil, usageErr("--cycle-start %s is in the past (now %s): its slots would be due before the demo enqueues them; "+
-				"pass a future time, or omit --cycle-start to start at the next whole slot", *cycleStart, now.UTC().Format(time.RFC3339))
+				"pass a future time, or omit --cycle-start to start as soon as the trigger can", *cycleStart, now.UTC().Format(time.RFC3339))
 		case t.After(now.Add(cycleStartAheadMax)):
 			return nil, usageErr("--cycle-start %s is more than %s ahead: the demo would wait that long; "+
-				"pass a time within %s, or omit --cycle-start to start at the next whole slot", *cycleStart, cycleStartAheadMax, cycleStartAheadMax)
+				"pass a time within %s, or omit --cycle-start to start as soon as the trigger can", *cycleStart, cycleStartAheadMax, cycleStartAheadMax)
 		}
 		o.cycleStart = t
 	}

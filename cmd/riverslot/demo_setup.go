@@ -122,7 +122,7 @@ func (d *demo) seed(ctx context.Context) error {
 }
 
 // firstCycleStart is --cycle-start, else (with --keep) an unfinished cycle
-// found in the schema, else the next whole slot from now.
+// found in the schema, else a trigger lead from now.
 func (d *demo) firstCycleStart(ctx context.Context, triggerLead time.Duration) (time.Time, error) {
 	if !d.opts.cycleStart.IsZero() {
 		return d.opts.cycleStart.UTC(), nil

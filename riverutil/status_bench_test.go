@@ -1,0 +1,87 @@
+package riverutil_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/sqlbucket"
+)
+
+// BenchmarkStatus measures Scheduler.Status on a 24 h task (128 slots) over
+// 1,000,000 accounts, halfway through a cycle: 64 slots fanned out (500,000
+// completed sync jobs of the cycle, 500,000 of the cycle before), one slot's
+// worth (7,800) still scheduled. Run it with
+//
+//	go test -run '^$' -bench Status -benchtime 20x ./riverutil
+func BenchmarkStatus(b *testing.B) {
+	ctx := context.Background()
+	pool := riverslottest.Pool(b)
+	schema := riverslottest.Schema(ctx, b, pool)
+	table := pgx.Identifier{schema, "accounts"}.Sanitize()
+	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+
+	s, err := riverutil.New(pool, &riverutil.Config{Tasks: []riverutil.Task{{
+		Name: "transactions", Cycle: 24 * time.Hour, Schema: schema, Table: "accounts", Filter: "active", Sync: noopSync,
+	}}})
+	require.NoError(b, err)
+	require.NoError(b, s.Configure(&river.Config{Schema: schema}))
+	info, err := s.Task("transactions")
+	require.NoError(b, err)
+	start := info.Schedule.Start(time.Now())
+	prev := start.Add(-24 * time.Hour)
+
+	for _, stmt := range []struct {
+		sql  string
+		args []any
+	}{
+		{"CREATE TABLE " + table + " (id uuid PRIMARY KEY, active boolean NOT NULL DEFAULT true)", nil},
+		{"INSERT INTO " + table + " SELECT gen_random_uuid(), g % 50 <> 0 FROM generate_series(1, 1000000) g", nil},
+		{sqlbucket.IndexDDL(schema, "accounts", "id"), nil},
+		// Per-slot jobs: the previous cycle done, this one half done.
+		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, attempted_at, finalized_at, metadata, created_at)
+			SELECT jsonb_build_object('task', 'transactions', 'cycle_start', c, 'slot', s, 'plan', $1::text), 'riverslot_perslot', 25, 1, 'default',
+				'completed', now(), now(), now(), '{"output": {"accounts": 7812, "inserted": 7812, "skipped": 0, "batches": 4}}', now() - interval '1 day'
+			FROM unnest(ARRAY[$2::text, $3::text]) c, generate_series(0, 127) s WHERE c = $2 OR s < 64`,
+			[]any{info.PlanID, prev.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano)}},
+		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, created_at)
+			SELECT jsonb_build_object('task', 'transactions', 'cycle_start', $2::text, 'slot', s, 'plan', $1::text), 'riverslot_perslot', 25, 1, 'default',
+				'scheduled', now() + interval '1 hour', now() - interval '1 hour'
+			FROM generate_series(64, 127) s`,
+			[]any{info.PlanID, start.UTC().Format(time.RFC3339Nano)}},
+		// Sync jobs: 500,000 completed in each cycle, 7,800 scheduled.
+		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, attempted_at, finalized_at, attempt, created_at)
+			SELECT jsonb_build_object('task', 'transactions', 'account_id', gen_random_uuid(), 'cycle_start', c, 'slot', g % 64), 'riverslot_sync', 5, 2, 'default',
+				'completed', now() - interval '1 minute', now() - interval '1 minute' + interval '200 milliseconds', now() - (g % 1000) * interval '1 second', 1, now() - interval '2 hours'
+			FROM unnest(ARRAY[$1::text, $2::text]) c, generate_series(1, 500000) g`,
+			[]any{prev.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano)}},
+		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, created_at)
+			SELECT jsonb_build_object('task', 'transactions', 'account_id', gen_random_uuid(), 'cycle_start', $1::text, 'slot', 64), 'riverslot_sync', 5, 2, 'default',
+				'scheduled', now() + interval '5 minutes', now()
+			FROM generate_series(1, 7800) g`,
+			[]any{start.UTC().Format(time.RFC3339Nano)}},
+		{"ANALYZE " + table, nil},
+		{"ANALYZE " + jobs, nil},
+	} {
+		_, err := pool.Exec(ctx, stmt.sql, stmt.args...)
+		require.NoError(b, err, stmt.sql)
+	}
+
+	st, err := s.Status(ctx, "transactions")
+	require.NoError(b, err)
+	require.Equal(b, 64, st.Current.SlotsDone)
+	require.EqualValues(b, 7800, st.Current.Pending)
+
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := s.Status(ctx, "transactions"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
