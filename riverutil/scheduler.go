@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,6 +47,9 @@ type Scheduler struct {
 	specs       []*taskspec.Spec
 	syncs       []SyncFunc // by spec index
 	byName      map[string]*taskspec.Spec
+
+	expectedMu sync.Mutex
+	expected   map[string]expectedCount // Status's accounts per slot, by task
 }
 
 // New validates config and builds the workers, reporting every problem of

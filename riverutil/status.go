@@ -89,7 +89,9 @@ const latenessSample = 2000
 // jobs, which slot scheduling keeps few, and recently finished ones) and
 // counts the accounts per slot through the bucket index; it never scans
 // every sync job. Lateness percentiles come from the cycle's most recently
-// completed sync jobs, at most 2,000.
+// completed sync jobs, at most 2,000. The accounts per slot are counted at
+// most once a minute per task (a count of a million accounts takes a few
+// hundred milliseconds).
 func (s *Scheduler) Status(ctx context.Context, taskName string) (*TaskStatus, error) {
 	spec, err := s.spec(taskName)
 	if err != nil {
@@ -154,9 +156,39 @@ func (s *Scheduler) riverTable(*taskspec.Spec) string {
 	return sqlbucket.QualifiedTable(s.riverSchema, "river_job")
 }
 
+// expectedTTL is how long Status reuses its count of the accounts per slot:
+// counting a million accounts takes a few hundred milliseconds, and the
+// count moves slowly.
+const expectedTTL = time.Minute
+
+type expectedCount struct {
+	at     time.Time
+	counts []int64
+}
+
 // expectedPerSlot counts the accounts each slot selects, through the bucket
-// index.
+// index, at most once per expectedTTL per task.
 func (s *Scheduler) expectedPerSlot(ctx context.Context, spec *taskspec.Spec) ([]int64, error) {
+	s.expectedMu.Lock()
+	cached, ok := s.expected[spec.Name]
+	s.expectedMu.Unlock()
+	if ok && time.Since(cached.at) < expectedTTL {
+		return cached.counts, nil
+	}
+	counts, err := s.countPerSlot(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	s.expectedMu.Lock()
+	if s.expected == nil {
+		s.expected = make(map[string]expectedCount)
+	}
+	s.expected[spec.Name] = expectedCount{at: time.Now(), counts: counts}
+	s.expectedMu.Unlock()
+	return counts, nil
+}
+
+func (s *Scheduler) countPerSlot(ctx context.Context, spec *taskspec.Spec) ([]int64, error) {
 	rows, err := s.pool.Query(ctx, "SELECT "+sqlbucket.Expr(spec.IDColumn)+" / $1 AS bucket_slot, count(*) FROM "+spec.QualifiedTable+
 		" WHERE true"+spec.FilterClause+" GROUP BY 1", spec.Plan.BucketsPerSlot)
 	if err != nil {
