@@ -110,15 +110,19 @@ func TestSyncedByOlderPlan(t *testing.T) {
 
 	oldPlan, err := slotplan.New(60 * time.Second) // 4 slots of 15 s
 	require.NoError(t, err)
-	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	oldStart := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	id := uuid.MustParse("6ba7b810-9dad-41d1-80b4-00c04fd430c8") // bucket 0xc8: slot 3 of 4
-	oldTarget := oldPlan.Target(start, 7, id)
-	o := overlap{plan: oldPlan, seed: 7, cycleStart: start, slots: map[int]bool{3: true}}
+	oldTarget := oldPlan.Target(oldStart, 7, id)
+	o := overlap{plan: oldPlan, seed: 7, cycleStart: oldStart, slots: map[int]bool{3: true}}
+	const cycle = 120 * time.Second // the new plan's
 
-	require.True(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(59*time.Second), time.Minute))
-	require.True(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(-59*time.Second), time.Minute))
-	require.False(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(61*time.Second), time.Minute), "far enough apart: both sync")
+	// The new cycle starts with the old one: the old sync is inside it.
+	require.True(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(100*time.Second), oldStart, cycle))
+	// A new cycle starting after the old sync: skipped only within half a cycle.
+	later := oldTarget.Add(time.Second)
+	require.True(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(59*time.Second), later, cycle))
+	require.False(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(61*time.Second), later, cycle), "far enough apart and in another cycle: both sync")
 	o.slots = map[int]bool{0: true, 1: true, 2: true} // slot 3's old per-slot job was cancelled or discarded
-	require.False(t, syncedByOlderPlan([]overlap{o}, id, oldTarget, time.Minute), "the old cycle does not sync it: this one must")
-	require.False(t, syncedByOlderPlan(nil, id, oldTarget, time.Minute))
+	require.False(t, syncedByOlderPlan([]overlap{o}, id, oldTarget, oldStart, cycle), "the old cycle does not sync it: this one must")
+	require.False(t, syncedByOlderPlan(nil, id, oldTarget, oldStart, cycle))
 }

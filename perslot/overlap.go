@@ -75,16 +75,21 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 }
 
 // syncedByOlderPlan reports whether a cycle of another plan, bootstrapped
-// earlier, syncs the account less than window from target. That cycle runs
-// under its own plan; this one leaves the account to it, so no account is
-// synced twice within half a cycle across a plan change.
-func syncedByOlderPlan(overlaps []overlap, id uuid.UUID, target time.Time, window time.Duration) bool {
+// earlier, syncs the account inside this cycle ([cycleStart, cycleStart +
+// cycle)) or less than half a cycle from target. That cycle runs under its
+// own plan; this one leaves the account to it, so across a plan change no
+// account is synced twice within a cycle, nor twice less than half a cycle
+// apart: it is synced by the old cycle and skips the overlapping new one.
+func syncedByOlderPlan(overlaps []overlap, id uuid.UUID, target, cycleStart time.Time, cycle time.Duration) bool {
 	for _, o := range overlaps {
 		if !o.slots[o.plan.Shift(o.plan.SlotOf(id), o.shift)] {
 			continue
 		}
-		d := target.Sub(o.plan.ShiftedTarget(o.cycleStart, o.seed, id, o.shift))
-		if d < window && d > -window {
+		old := o.plan.ShiftedTarget(o.cycleStart, o.seed, id, o.shift)
+		if d := target.Sub(old); d < cycle/2 && d > -cycle/2 {
+			return true
+		}
+		if !old.Before(cycleStart) && old.Before(cycleStart.Add(cycle)) {
 			return true
 		}
 	}

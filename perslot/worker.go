@@ -259,7 +259,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 	)
 	for i, a := range accounts {
 		p := place(spec, now, b.cycleStart, b.slotStart, slotplan.Hash(spec.Seed, a.ID))
-		if !p.skip && syncedByOlderPlan(b.overlaps, a.ID, p.target, spec.Plan.Cycle/2) {
+		if !p.skip && syncedByOlderPlan(b.overlaps, a.ID, p.target, b.cycleStart, spec.Plan.Cycle) {
 			p.skip = true
 		}
 		if p.skip {
