@@ -21,9 +21,9 @@ import (
 // checks the slot completes with exactly one sync job per account.
 //
 // The kill lands mid fan-out by construction, not by timing: once the
-// trial's number of sync jobs is committed, the test locks the accounts
-// table, so the fan-out's next batch blocks on its select; the process is
-// killed while it waits, with a known number of batches committed.
+// trial's number of sync jobs is committed, a trigger makes every further
+// insert of sync jobs wait for an advisory lock the test holds, so the
+// fan-out stops at a known batch; the process is killed while it waits.
 //
 // The orphaned job stays "running" until a leader's rescuer finds it older
 // than RescueStuckJobsAfter; the workers run with --rescue-after 5s and 4 s
@@ -36,7 +36,7 @@ func TestKillMidFanOut(t *testing.T) {
 		accounts  = 60_000 // all in slot 0
 		batchSize = 500
 	)
-	for i, killAfter := range []int64{500, 8_000, 20_000, 35_000, 55_000} {
+	for i, killAfter := range []int64{500, 8_000, 20_000, 35_000, 59_500} {
 		// Trials run one after another (the test as a whole runs beside the
 		// others).
 		t.Run(fmt.Sprintf("Trial%dKillAfter%d", i+1, killAfter), func(t *testing.T) {
@@ -49,6 +49,37 @@ func TestKillMidFanOut(t *testing.T) {
 				Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Sync: b.recordSync(),
 			}), "transactions").PlanID
 
+			// The hold: once killAfter sync jobs are committed, every later
+			// insert of sync jobs waits for an advisory lock the test holds,
+			// so node A's fan-out stops at a known batch, whatever the
+			// machine's speed.
+			jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+			hold := pgx.Identifier{b.schema, "hold_fan_out"}.Sanitize()
+			_, err := b.pool.Exec(ctx, `
+				CREATE FUNCTION `+hold+`() RETURNS trigger LANGUAGE plpgsql AS $$
+				BEGIN
+					IF (SELECT count(*) FROM `+jobs+` WHERE kind = 'riverslot_sync') >= `+fmt.Sprint(killAfter)+` THEN
+						PERFORM pg_advisory_xact_lock(20261122);
+					END IF;
+					RETURN NULL;
+				END $$;
+				CREATE TRIGGER hold_fan_out BEFORE INSERT ON `+jobs+` FOR EACH STATEMENT EXECUTE FUNCTION `+hold+`();`)
+			require.NoError(t, err)
+			lockConn, err := b.pool.Acquire(ctx)
+			require.NoError(t, err)
+			_, err = lockConn.Exec(ctx, "SELECT pg_advisory_lock(20261122)")
+			require.NoError(t, err)
+			released := false
+			release := func() {
+				if !released {
+					_, err := lockConn.Exec(ctx, "SELECT pg_advisory_unlock(20261122)")
+					require.NoError(t, err)
+					lockConn.Release()
+					released = true
+				}
+			}
+			t.Cleanup(release)
+
 			a := startWorker(t, b.schema, "nodeA", args...)
 			insertOnly, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema})
 			require.NoError(t, err)
@@ -56,21 +87,15 @@ func TestKillMidFanOut(t *testing.T) {
 			res, err := insertOnly.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: cycleStart, Slot: 0, Plan: planID}, nil)
 			require.NoError(t, err)
 
-			jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
 			countSync := func() int64 {
 				return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", syncjob.Kind)
 			}
-			waitFor(t, 120*time.Second, fmt.Sprintf("%d sync jobs before the kill", killAfter), func() bool { return countSync() >= killAfter })
-
-			// Hold the fan-out: the batch in flight commits, the next one
-			// waits for the lock.
-			lockTx, err := b.pool.Begin(ctx)
-			require.NoError(t, err)
-			_, err = lockTx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{b.schema, "accounts"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
-			require.NoError(t, err)
-			held := countSync()
+			// The first whole batch at or past killAfter: the fan-out commits
+			// it, and its next insert waits.
+			held := (killAfter + batchSize - 1) / batchSize * batchSize
+			waitFor(t, 120*time.Second, fmt.Sprintf("%d sync jobs before the kill", held), func() bool { return countSync() >= held })
 			a.kill(t)
-			require.NoError(t, lockTx.Rollback(ctx))
+			release()
 			atKill := countSync()
 
 			job, err := insertOnly.JobGet(ctx, res.Job.ID)

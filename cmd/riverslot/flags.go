@@ -104,3 +104,45 @@ func logLevelFlag(fs *flag.FlagSet) *slog.Level {
 	fs.TextVar(level, "log-level", slog.LevelWarn, "`level` of River's log lines: debug, info, warn or error (River logs at info every few seconds per node)")
 	return level
 }
+
+// taskFlags describe one riverslot task as an app configures it, over an
+// existing schema: the flags worker and status share.
+type taskFlags struct {
+	schema, accountsSchema, table, filter, task *string
+	cycle, offset                               *time.Duration
+}
+
+func addTaskFlags(fs *flag.FlagSet) *taskFlags {
+	return &taskFlags{
+		schema:         fs.String("schema", "riverslot_demo", "schema of River's tables (and of the accounts table unless --accounts-schema is set)"),
+		accountsSchema: fs.String("accounts-schema", "", "schema of the accounts table (default: --schema)"),
+		table:          fs.String("table", "accounts", "accounts table, with a uuid column id"),
+		filter:         fs.String("filter", "active", "the task's Filter: SQL boolean expression over the accounts table (empty: every row)"),
+		task:           fs.String("task", "demo", "task name"),
+		cycle:          fs.Duration("cycle", 120*time.Second, "the task's Cycle: a whole number of seconds, a multiple of 2s, 16s to 24h"),
+		offset:         fs.Duration("trigger-offset", 0, "the task's TriggerOffset: cycle grid offset from the Unix epoch, in [0, --cycle)"),
+	}
+}
+
+// check validates the flags and defaults --accounts-schema to --schema.
+func (f *taskFlags) check() error {
+	if err := checkCycle("--cycle", *f.cycle); err != nil {
+		return err
+	}
+	if err := checkSchemaName("--schema", *f.schema); err != nil {
+		return err
+	}
+	if *f.accountsSchema == "" {
+		*f.accountsSchema = *f.schema
+		return nil
+	}
+	return checkSchemaName("--accounts-schema", *f.accountsSchema)
+}
+
+// riverTask is the task the flags describe.
+func (f *taskFlags) riverTask() riverutil.Task {
+	return riverutil.Task{
+		Name: *f.task, Cycle: *f.cycle, TriggerOffset: *f.offset,
+		Schema: *f.accountsSchema, Table: *f.table, Filter: *f.filter,
+	}
+}

@@ -65,28 +65,15 @@ type statusSlotJSON struct {
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", statusAbout, stderr)
 	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
-	schema := fs.String("schema", "riverslot_demo", "schema of River's tables (and of the accounts table unless --accounts-schema is set)")
-	accountsSchema := fs.String("accounts-schema", "", "schema of the accounts table (default: --schema)")
-	table := fs.String("table", "accounts", "accounts table, with a uuid column id")
-	filter := fs.String("filter", "active", "the task's Filter (empty: every row)")
-	task := fs.String("task", "demo", "task name")
-	cycle := fs.Duration("cycle", 120*time.Second, "the task's Cycle")
-	offset := fs.Duration("trigger-offset", 0, "the task's TriggerOffset (cycle grid offset from the Unix epoch)")
+	tf := addTaskFlags(fs)
+	schema, task, cycle, offset := tf.schema, tf.task, tf.cycle, tf.offset
 	cycleStart := fs.String("cycle-start", "", "RFC 3339 start of the cycle to show (default: the latest cycle with a bootstrap job)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the view")
 	watch := fs.Duration("watch", 0, "redraw every interval until interrupted (e.g. 2s)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := checkCycle("--cycle", *cycle); err != nil {
-		return err
-	}
-	if err := checkSchemaName("--schema", *schema); err != nil {
-		return err
-	}
-	if *accountsSchema == "" {
-		*accountsSchema = *schema
-	} else if err := checkSchemaName("--accounts-schema", *accountsSchema); err != nil {
+	if err := tf.check(); err != nil {
 		return err
 	}
 	if *watch < 0 || (*watch > 0 && *watch < 100*time.Millisecond) {
@@ -107,13 +94,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer pool.Close()
-	scheduler, err := riverutil.New(pool, &riverutil.Config{
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tasks: []riverutil.Task{{
-			Name: *task, Cycle: *cycle, TriggerOffset: *offset, Schema: *accountsSchema, Table: *table, Filter: *filter,
-			Sync: func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil },
-		}},
-	})
+	rt := tf.riverTask()
+	rt.Sync = func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
+	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverutil.Task{rt}})
 	if err != nil {
 		return usageErr("%v", err)
 	}

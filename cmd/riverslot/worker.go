@@ -43,13 +43,8 @@ Without that table a sync does nothing.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("worker", workerAbout, stderr)
 	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
-	schema := fs.String("schema", "riverslot_demo", "schema of River's tables (and of the accounts table unless --accounts-schema is set)")
-	accountsSchema := fs.String("accounts-schema", "", "schema of the accounts table (default: --schema)")
-	table := fs.String("table", "accounts", "accounts table, with a uuid column id")
-	filter := fs.String("filter", "active", "SQL boolean expression over the accounts table: the accounts to sync (empty: every row)")
-	task := fs.String("task", "demo", "task name")
-	cycle := fs.Duration("cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at most 24h")
-	offset := fs.Duration("trigger-offset", 0, "cycle grid offset from the Unix epoch, in [0, --cycle)")
+	tf := addTaskFlags(fs)
+	schema := tf.schema
 	id := fs.String("id", "", "River client ID (default: River's)")
 	workers := fs.Int("workers", 20, "MaxWorkers per queue")
 	batch := fs.Int("batch-size", riverutil.BatchSizeDefault, "fan-out batch size")
@@ -76,15 +71,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *perSlotTimeout < 0:
 		return usageErr("--per-slot-timeout must not be negative, got %s; omit it for the library's default", *perSlotTimeout)
 	}
-	if err := checkCycle("--cycle", *cycle); err != nil {
-		return err
-	}
-	if err := checkSchemaName("--schema", *schema); err != nil {
-		return err
-	}
-	if *accountsSchema == "" {
-		*accountsSchema = *schema
-	} else if err := checkSchemaName("--accounts-schema", *accountsSchema); err != nil {
+	if err := tf.check(); err != nil {
 		return err
 	}
 
@@ -111,19 +98,18 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			logger.Info("not recording syncs: no such table", slog.String("table", *schema+".synced"))
 		}
 	}
-	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{{
-		Name: *task, Cycle: *cycle, TriggerOffset: *offset, Schema: *accountsSchema, Table: *table, Filter: *filter,
-		BatchSize: *batch, Queue: *syncQueue, ControlQueue: river.QueueDefault,
-		LatePolicy: riverutil.LatePolicy(*latePolicy), PerSlotTimeout: *perSlotTimeout, SyncTimeout: *syncTimeout,
-		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
-			if !recordOK {
-				return nil
-			}
-			_, err := pool.Exec(ctx, "INSERT INTO "+synced+" (task, account_id, cycle_start, client_id) VALUES ($1, $2, $3, $4)",
-				job.Args.Task, accountID, job.Args.CycleStart, clientID)
-			return err
-		},
-	}}})
+	task := tf.riverTask()
+	task.BatchSize, task.Queue, task.ControlQueue = *batch, *syncQueue, river.QueueDefault
+	task.LatePolicy, task.PerSlotTimeout, task.SyncTimeout = riverutil.LatePolicy(*latePolicy), *perSlotTimeout, *syncTimeout
+	task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+		if !recordOK {
+			return nil
+		}
+		_, err := pool.Exec(ctx, "INSERT INTO "+synced+" (task, account_id, cycle_start, client_id) VALUES ($1, $2, $3, $4)",
+			job.Args.Task, accountID, job.Args.CycleStart, clientID)
+		return err
+	}
+	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{task}})
 	if err != nil {
 		return usageErr("%v", err)
 	}
