@@ -3,23 +3,32 @@ package sqlbucket_test
 import (
 	"encoding/hex"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/riverslot/riverslot/sqlbucket"
+	"github.com/riverslot/riverslot/slotplan"
 )
 
-// FuzzBucketMirror checks the Go mirror against the text form Postgres'
-// uuid::text gives (the text predicate's decode(replace(id::text, '-', ”),
-// 'hex') byte 15): a UUID written out by hand from the fuzzed bytes, parsed,
-// must have as bucket the value of its last two hex digits.
-// (TestPredicatesAgree checks the mirror against
+// FuzzBucketMirror checks the Go mirror of the bucket expression
+// (slotplan.Plan.SlotOf with 256 slots, one bucket each) against the UUID's
+// canonical text form, which the text predicate reads:
+//
+//	get_byte(decode(replace(id::text, '-', ''), 'hex'), 15)
+//
+// The fuzzed bytes are written out by hand as a canonical UUID string and
+// parsed; the mirror's slot must be the value of the string's last two hex
+// digits, read by hand. (TestPredicatesAgree checks the mirror against
 // Postgres itself.)
 func FuzzBucketMirror(f *testing.F) {
 	f.Add([]byte("0123456789abcdef"))
 	f.Add(make([]byte, 16))
 	f.Add([]byte{15: 0xff})
 
+	plan, err := slotplan.New(256 * time.Second)
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var b [16]byte
 		copy(b[:], raw)
@@ -29,18 +38,18 @@ func FuzzBucketMirror(f *testing.F) {
 		if err != nil {
 			t.Fatalf("parsing %s: %v", s, err)
 		}
-		var fromText byte
+		fromText := 0
 		for _, c := range s[len(s)-2:] {
 			fromText <<= 4
 			switch {
 			case c >= '0' && c <= '9':
-				fromText |= byte(c - '0')
+				fromText |= int(c - '0')
 			default:
-				fromText |= byte(c-'a') + 10
+				fromText |= int(c-'a') + 10
 			}
 		}
-		if got := sqlbucket.Bucket(id); got != fromText {
-			t.Fatalf("Bucket(%s) = %d, text form says %d", s, got, fromText)
+		if got := plan.SlotOf(id); got != fromText {
+			t.Fatalf("SlotOf(%s) = %d with 256 slots, text form says %d", s, got, fromText)
 		}
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"strconv"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -14,11 +13,9 @@ import (
 // maxIdentifierLength is Postgres' NAMEDATALEN - 1.
 const maxIdentifierLength = 63
 
-// Bucket is the Go mirror of Expr: the last byte of the UUID.
-func Bucket(id uuid.UUID) byte { return id[15] }
-
 // Expr returns the bucket expression for the UUID column, with the column
-// name quoted: get_byte(uuid_send("id"), 15).
+// name quoted: get_byte(uuid_send("id"), 15). Its Go mirror is
+// slotplan.Plan.SlotOf, which reads the same byte.
 func Expr(column string) string {
 	return "get_byte(uuid_send(" + pgx.Identifier{column}.Sanitize() + "), 15)"
 }
