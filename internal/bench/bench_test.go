@@ -21,8 +21,9 @@ import (
 func BenchmarkFanOut(b *testing.B) {
 	ctx := context.Background()
 	pool := riverslottest.Pool(b)
+	// One Runner for both sizes: schema names must not repeat (see schema).
+	r := New(Config{Pool: pool, Out: io.Discard, Log: io.Discard, BatchSize: 2000})
 	for _, n := range []int{10_000, 100_000} {
-		r := New(Config{Pool: pool, Out: io.Discard, Log: io.Discard, BatchSize: 2000})
 		accounts, drop, err := r.schema(ctx, "gobench_accounts")
 		if err != nil {
 			b.Fatal(err)
