@@ -192,8 +192,9 @@ func (r *Runner) fanOutOnce(ctx context.Context, accounts string, n int) (time.D
 func (r *Runner) keysetSelection(ctx context.Context, schema string, n int) (time.Duration, error) {
 	table := pgx.Identifier{schema, "accounts"}.Sanitize()
 	expr := sqlbucket.Expr("id")
-	head := "SELECT id, " + expr + " FROM " + table + " WHERE " + expr + " BETWEEN 0 AND 127"
+	head := "SELECT id, " + expr + " FROM " + table + " WHERE " + sqlbucket.SlotPredicate("id", 2, 3)
 	tail := " ORDER BY " + expr + ", id LIMIT $1"
+	lo, hi := 0, 127 // slot 0 of 2
 	begun := time.Now()
 	var (
 		after  uuid.UUID
@@ -204,9 +205,9 @@ func (r *Runner) keysetSelection(ctx context.Context, schema string, n int) (tim
 		var rows pgx.Rows
 		var err error
 		if first {
-			rows, err = r.cfg.Pool.Query(ctx, head+tail, r.cfg.BatchSize)
+			rows, err = r.cfg.Pool.Query(ctx, head+tail, r.cfg.BatchSize, lo, hi)
 		} else {
-			rows, err = r.cfg.Pool.Query(ctx, head+" AND ("+expr+", id) > ($2::int, $3::uuid)"+tail, r.cfg.BatchSize, bucket, after)
+			rows, err = r.cfg.Pool.Query(ctx, head+" AND ("+expr+", id) > ($4::int, $5::uuid)"+tail, r.cfg.BatchSize, lo, hi, bucket, after)
 		}
 		if err != nil {
 			return 0, err
