@@ -168,9 +168,17 @@ func (r *Runner) deepQueue(ctx context.Context) error {
 	size := fmt.Sprintf("%s accounts, 24h cycle", human(n))
 	r.row(fmt.Sprintf("River JobSchedule (promote due jobs; %d due), median of 30", slot.due), size,
 		ms(slot.schedule)+fmt.Sprintf(" (%d queued)", slot.jobs), ms(naive.schedule)+fmt.Sprintf(" naive (%d queued, %d due)", naive.jobs, naive.due),
-		fmt.Sprintf("%.1fx faster", float64(naive.schedule)/float64(slot.schedule)))
+		fasterOrSlower(naive.schedule, slot.schedule))
 	r.row("River JobGetAvailable (fetch 100), median of 30", size,
 		ms(slot.fetch), ms(naive.fetch)+" naive",
-		fmt.Sprintf("%.1fx faster", float64(naive.fetch)/float64(slot.fetch)))
+		fasterOrSlower(naive.fetch, slot.fetch))
 	return nil
+}
+
+// fasterOrSlower says how riverslot's time compares with a baseline's.
+func fasterOrSlower(baseline, slot time.Duration) string {
+	if baseline >= slot {
+		return fmt.Sprintf("%.1fx faster", float64(baseline)/float64(slot))
+	}
+	return fmt.Sprintf("%.1fx slower", float64(slot)/float64(baseline))
 }
