@@ -162,29 +162,13 @@ func TestFanOutRetryResumes(t *testing.T) {
 	// One failure, then never again: sequences are not rolled back.
 	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
 	seq := pgx.Identifier{b.schema, "sync_rows"}.Sanitize()
-	_, err := b.pool.Exec(ctx, `
-		CREATE SEQUENCE `+seq+`;
-		CREATE FUNCTION `+pgx.Identifier{b.schema, "fail_once"}.Sanitize()+`() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF nextval('`+seq+`') = `+itoa(failAtRow)+` THEN
-				RAISE EXCEPTION 'injected failure at sync row `+itoa(failAtRow)+`';
-			END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER fail_once BEFORE INSERT ON `+jobs+` FOR EACH ROW
-			WHEN (NEW.kind = 'riverslot_sync') EXECUTE FUNCTION `+pgx.Identifier{b.schema, "fail_once"}.Sanitize()+`();`)
+	_, err := b.pool.Exec(ctx, "CREATE SEQUENCE "+seq)
 	require.NoError(t, err)
+	b.failSyncInserts(ctx, t, "nextval('"+seq+"') = "+itoa(failAtRow), "injected failure at sync row "+itoa(failAtRow))
 
 	client := startClient(ctx, t, b, scheduler, false, river.QueueDefault) // "parked" is not worked: sync jobs stay
-	cycleStart := time.Now().Truncate(16 * time.Second).Add(time.Hour)
-	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", cycleStart)
-	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "the bootstrap to insert the per-slot jobs", func() bool {
-		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", perslot.Kind) == int64(plan.Slots)
-	})
-	// Run slot 0 now (the others stay scheduled an hour ahead).
-	var perSlotID int64
-	require.NoError(t, b.pool.QueryRow(ctx, "UPDATE "+jobs+" SET scheduled_at = now(), state = 'available' WHERE kind = $1 AND (args->>'slot')::int = 0 RETURNING id", perslot.Kind).Scan(&perSlotID))
+	b.enqueueFutureCycle(ctx, t, scheduler, client)
+	perSlotID := b.runSlots(ctx, t, 25, 0)[0] // slot 0 now; the others stay an hour ahead
 
 	var job *rivertype.JobRow
 	waitFor(t, 60*time.Second, "per-slot job to complete after its retry", func() bool {

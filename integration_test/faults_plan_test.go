@@ -200,29 +200,14 @@ func TestRerunFailedSlot(t *testing.T) {
 	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
 
 	// Sync inserts fail after 100 rows (two batches) until the cause is fixed.
-	_, err := b.pool.Exec(ctx, `
-		CREATE TABLE `+pgx.Identifier{b.schema, "broken"}.Sanitize()+` (on_ boolean);
-		INSERT INTO `+pgx.Identifier{b.schema, "broken"}.Sanitize()+` VALUES (true);
-		CREATE FUNCTION `+pgx.Identifier{b.schema, "fail_when_broken"}.Sanitize()+`() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF (SELECT on_ FROM `+pgx.Identifier{b.schema, "broken"}.Sanitize()+`) AND
-			   (SELECT count(*) FROM `+jobs+` WHERE kind = 'riverslot_sync') >= 100 THEN
-				RAISE EXCEPTION 'upstream table is broken';
-			END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER fail_when_broken BEFORE INSERT ON `+jobs+` FOR EACH ROW
-			WHEN (NEW.kind = 'riverslot_sync') EXECUTE FUNCTION `+pgx.Identifier{b.schema, "fail_when_broken"}.Sanitize()+`();`)
+	broken := pgx.Identifier{b.schema, "broken"}.Sanitize()
+	_, err := b.pool.Exec(ctx, "CREATE TABLE "+broken+" (on_ boolean); INSERT INTO "+broken+" VALUES (true)")
 	require.NoError(t, err)
+	b.failSyncInserts(ctx, t, "(SELECT on_ FROM "+broken+") AND (SELECT count(*) FROM "+jobs+" WHERE kind = 'riverslot_sync') >= 100",
+		"upstream table is broken")
 
-	start := time.Now().Truncate(16 * time.Second).Add(time.Hour)
-	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)
-	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "the per-slot jobs", func() bool {
-		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", perslot.Kind) == int64(plan.Slots)
-	})
-	var slotJob int64
-	require.NoError(t, b.pool.QueryRow(ctx, "UPDATE "+jobs+" SET scheduled_at = now(), state = 'available', max_attempts = 2 WHERE kind = $1 AND (args->>'slot')::int = 0 RETURNING id", perslot.Kind).Scan(&slotJob))
+	start := b.enqueueFutureCycle(ctx, t, scheduler, client)
+	slotJob := b.runSlots(ctx, t, 2, 0)[0]
 	waitFor(t, 60*time.Second, "slot 0 to be discarded after its attempts", func() bool {
 		job, err := client.JobGet(ctx, slotJob)
 		require.NoError(t, err)
@@ -236,7 +221,7 @@ func TestRerunFailedSlot(t *testing.T) {
 	require.True(t, res.UniqueSkippedAsDuplicate)
 
 	// Fix the cause, retry the job.
-	_, err = b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "broken"}.Sanitize()+" SET on_ = false")
+	_, err = b.pool.Exec(ctx, "UPDATE "+broken+" SET on_ = false")
 	require.NoError(t, err)
 	_, err = client.JobRetry(ctx, slotJob)
 	require.NoError(t, err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/riverslot/riverslot/internal/measure"
 	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
 	"github.com/riverslot/riverslot/syncjob"
@@ -185,4 +186,50 @@ func (b *testBundle) measure(ctx context.Context, t *testing.T, task string, cyc
 	}, cycleStart)
 	require.NoError(t, err)
 	return c
+}
+
+// enqueueFutureCycle enqueues the cycle that starts an hour from now and
+// waits for its per-slot jobs, which stay scheduled until runSlots makes
+// some of them run now.
+func (b *testBundle) enqueueFutureCycle(ctx context.Context, t *testing.T, scheduler *riverutil.Scheduler, client *river.Client[pgx.Tx]) time.Time {
+	t.Helper()
+	info := taskInfo(t, scheduler, "transactions")
+	start := info.Schedule.Next(time.Now().Add(time.Hour))
+	_, err := scheduler.EnqueueCycle(ctx, client, "transactions", start)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the cycle's per-slot jobs", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+" WHERE kind = $1", perslot.Kind) == int64(info.Plan.Slots)
+	})
+	return start
+}
+
+// runSlots makes the per-slot jobs of slots due now, with maxAttempts
+// attempts, and returns their ids in slot order.
+func (b *testBundle) runSlots(ctx context.Context, t *testing.T, maxAttempts int, slots ...int) []int64 {
+	t.Helper()
+	rows, err := b.pool.Query(ctx, "WITH u AS (UPDATE "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+
+		" SET scheduled_at = now(), state = 'available', max_attempts = $3 WHERE kind = $1 AND (args->>'slot')::int = ANY($2)"+
+		" RETURNING id, (args->>'slot')::int AS slot) SELECT id FROM u ORDER BY slot",
+		perslot.Kind, slots, maxAttempts)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, ids, len(slots))
+	return ids
+}
+
+// failSyncInserts makes every insert of a sync job raise message while the
+// SQL condition holds (a real database error in the middle of a fan-out).
+func (b *testBundle) failSyncInserts(ctx context.Context, t *testing.T, condition, message string) {
+	t.Helper()
+	fn := pgx.Identifier{b.schema, "fail_sync_inserts"}.Sanitize()
+	_, err := b.pool.Exec(ctx, `
+		CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF `+condition+` THEN RAISE EXCEPTION '`+message+`'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER fail_sync_inserts BEFORE INSERT ON `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+` FOR EACH ROW
+			WHEN (NEW.kind = 'riverslot_sync') EXECUTE FUNCTION `+fn+`();`)
+	require.NoError(t, err)
 }

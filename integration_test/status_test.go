@@ -35,25 +35,13 @@ func TestStatus(t *testing.T) {
 	client := startClient(ctx, t, b, scheduler, false, river.QueueDefault)
 
 	// A cycle an hour ahead; slots 0-2 fan out now, slot 3 fails for good.
-	start := info.Schedule.Next(time.Now().Add(time.Hour))
-	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)
-	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "the per-slot jobs", func() bool {
-		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", perslot.Kind) == 8
-	})
-	_, err = b.pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = now(), state = 'available' WHERE kind = $1 AND (args->>'slot')::int IN (0, 1, 2)", perslot.Kind)
-	require.NoError(t, err)
+	start := b.enqueueFutureCycle(ctx, t, scheduler, client)
+	b.runSlots(ctx, t, 25, 0, 1, 2)
 	waitFor(t, 30*time.Second, "slots 0-2 to fan out", func() bool {
 		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", perslot.Kind) == 3
 	})
-	_, err = b.pool.Exec(ctx, `
-		CREATE FUNCTION `+pgx.Identifier{b.schema, "refuse"}.Sanitize()+`() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN RAISE EXCEPTION 'upstream table is broken'; END $$;
-		CREATE TRIGGER refuse BEFORE INSERT ON `+jobs+` FOR EACH ROW
-			WHEN (NEW.kind = 'riverslot_sync') EXECUTE FUNCTION `+pgx.Identifier{b.schema, "refuse"}.Sanitize()+`();`)
-	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = now(), state = 'available', max_attempts = 1 WHERE kind = $1 AND (args->>'slot')::int = 3", perslot.Kind)
-	require.NoError(t, err)
+	b.failSyncInserts(ctx, t, "true", "upstream table is broken")
+	b.runSlots(ctx, t, 1, 3)
 	waitFor(t, 30*time.Second, "slot 3 to fail for good", func() bool {
 		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'discarded'", perslot.Kind) == 1
 	})
