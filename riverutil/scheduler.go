@@ -60,12 +60,22 @@ func New(pool *pgxpool.Pool, config *Config) (*Scheduler, error) {
 	if pool == nil {
 		return nil, errors.New("pool must not be nil")
 	}
+	s, err := newScheduler(config)
+	if err != nil {
+		return nil, err
+	}
+	s.pool = pool
+	return s, nil
+}
+
+// newScheduler is New without the pool: it validates config into one spec
+// per task.
+func newScheduler(config *Config) (*Scheduler, error) {
 	if config == nil || len(config.Tasks) == 0 {
 		return nil, errors.New("Config.Tasks must contain at least one task")
 	}
 	s := &Scheduler{
 		logger: config.Logger,
-		pool:   pool,
 		byName: make(map[string]*taskspec.Spec),
 	}
 

@@ -305,3 +305,19 @@ func checkIdentifier(field, value string) error {
 	}
 	return nil
 }
+
+func init() {
+	// riverslot's own tools (the simulator) build specs without a database
+	// through taskspec.FromTasks; see there.
+	taskspec.FromTasks = func(tasks any) ([]*taskspec.Spec, error) {
+		ts, ok := tasks.([]Task)
+		if !ok {
+			return nil, fmt.Errorf("taskspec.FromTasks: want []riverutil.Task, got %T", tasks)
+		}
+		s, err := newScheduler(&Config{Tasks: ts})
+		if err != nil {
+			return nil, err
+		}
+		return s.specs, nil
+	}
+}

@@ -6,6 +6,7 @@
 //	riverslot worker  run one River node for a task over an existing schema
 //	riverslot status  show where a task's cycle stands
 //	riverslot bench   run the benchmarks against Postgres
+//	riverslot simulate  predict queue depth and lateness of a fleet (no database)
 //
 // Every command that needs a database takes --database-url, else
 // $DATABASE_URL, else the local database its make target prepares.
@@ -36,6 +37,8 @@ commands:
           (with the periodic trigger; --periodic=false to only work jobs)
   status  show where a task's cycle stands (exit 1 when behind or failed)
   bench   run the benchmarks against Postgres
+  simulate  predict a fleet's queue depth, lateness and throughput over days
+          in seconds, for riverslot and its alternatives (no database)
 
 Database: --database-url, else $DATABASE_URL, else the local database the
 command's make target prepares (riverslot_demo for demo and worker,
@@ -89,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runWorker(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = runStatus(ctx, args[1:], stdout, stderr)
+	case "simulate":
+		err = runSimulate(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

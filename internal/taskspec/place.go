@@ -1,0 +1,55 @@
+package taskspec
+
+import (
+	"time"
+
+	"github.com/riverslot/riverslot/slotplan"
+)
+
+// CatchUpWindow is the window late accounts of a slot are spread over: how
+// late the slot is (now - slot start) rounded up to whole slots, at least
+// one slot, at most a cycle.
+func CatchUpWindow(now, slotStart time.Time, slotDuration, cycle time.Duration) time.Duration {
+	late := now.Sub(slotStart)
+	slots := (late + slotDuration - 1) / slotDuration
+	w := max(slots, 1) * slotDuration
+	return min(w, cycle)
+}
+
+// Place returns when the account with offset hash hash is synced in the
+// cycle starting at cycleStart, seen by a fan-out at now, or skip. It is the
+// one implementation of the late policy: the per-slot tier and the
+// simulator both call it.
+//
+// An account at most LateGrace past its target keeps it. A later one is
+// skipped under LatePolicySkip; under LatePolicySpread it is moved to now +
+// its deterministic offset in a window as long as the slot is late
+// (CatchUpWindow), cut so that it ends half a cycle after the slot's start:
+// no late sync lands less than half a cycle before the account's regular
+// time in the next cycle. A slot more than half a cycle late has no window
+// left and its late accounts are skipped: the next cycle covers them,
+// within half a cycle.
+func (s *Spec) Place(now, cycleStart, slotStart time.Time, hash uint64) (target time.Time, skip bool) {
+	target = slotStart.Add(slotplan.OffsetIn(hash, s.Plan.SlotDuration))
+	if now.Sub(target) <= s.LateGrace {
+		return target, false
+	}
+	if s.LatePolicy == LatePolicySkip {
+		return time.Time{}, true
+	}
+	// The next cycle's start minus half a cycle: on a wall-clock schedule
+	// the next cycle may start 23 h or 25 h later.
+	deadline := s.Schedule.Next(cycleStart).Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2)
+	window := min(CatchUpWindow(now, slotStart, s.Plan.SlotDuration, s.Plan.Cycle), deadline.Sub(now))
+	if window <= 0 {
+		return time.Time{}, true
+	}
+	return now.Add(slotplan.OffsetIn(hash, window)).Truncate(time.Microsecond), false
+}
+
+// FromTasks validates riverutil tasks into their specs, exactly as
+// riverutil.New does (defaults, validation, OppositeOf), without a pool.
+// riverutil sets it (the tasks are passed as any, a []riverutil.Task, so
+// that this package does not import riverutil); it lets riverslot's own
+// tools, such as the simulator, run the exact specs the tiers run.
+var FromTasks func(tasks any) ([]*Spec, error)
