@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -13,6 +14,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot/internal/sim"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/slotplan"
 )
 
 const simulateAbout = `Simulates slot scheduling (and, with --strategy, its alternatives) without a
@@ -45,7 +48,7 @@ func parseSimulateFlags(args []string, stderr io.Writer) (*simulateOptions, erro
 	o := &simulateOptions{}
 	c := &o.cfg
 	fs.IntVar(&c.Accounts, "accounts", 10_000, "number of accounts (as demo)")
-	fs.DurationVar(&c.Cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at least 16s (as demo)")
+	fs.DurationVar(&c.Cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at least 16s (as demo; longer than 24h is fine here)")
 	cycles := fs.Int("cycles", 1, "number of cycles to simulate (as demo); --duration overrides it")
 	fs.IntVar(&c.Workers, "workers", 50, "River MaxWorkers of the queue (as demo)")
 	fs.StringVar(&c.Task, "task", "demo", "task name: the seed of the accounts' offsets (as demo)")
@@ -91,8 +94,12 @@ func parseSimulateFlags(args []string, stderr io.Writer) (*simulateOptions, erro
 	if err := checkTaskName(c.Task); err != nil {
 		return nil, err
 	}
-	if err := checkCycle("--cycle", c.Cycle); err != nil {
-		return nil, err
+	if _, err := slotplan.New(c.Cycle); err != nil {
+		return nil, usageErr("--cycle: %v", err)
+	}
+	if c.Cycle < riverutil.CycleMin {
+		return nil, usageErr("--cycle must be at least %s, got %s: River's scheduler promotes jobs every 5 s, so the slots of a shorter cycle cannot start on time",
+			riverutil.CycleMin, c.Cycle)
 	}
 	c.Duration = *duration
 	if c.Duration == 0 {
@@ -126,6 +133,12 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if _, err := sim.Specs(o.cfg); err != nil {
 		return usageErr("%v", err)
+	}
+	if o.out != "" {
+		// Refuse an unusable --out before a long run, not after it.
+		if err := os.MkdirAll(o.out, 0o755); err != nil {
+			return usageErr("--out: cannot create the output directory: %v", err)
+		}
 	}
 	o.cfg.Progress = simProgress(stderr, isTerminal(stderr))
 	began := time.Now()

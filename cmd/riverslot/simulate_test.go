@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/csv"
+	"encoding/json"
+	"encoding/xml"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	_ "modernc.org/sqlite"
+)
+
+func TestSimulateJSON(t *testing.T) {
+	t.Parallel()
+
+	code, stdout, stderr := runCmd(t, "simulate", "--accounts", "5000", "--cycle", "120s", "--cycles", "2", "--strategy", "naive,lrs,riverslot", "--json")
+	require.Equal(t, 0, code, stderr)
+	var out struct {
+		Results []map[string]any `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+	require.Len(t, out.Results, 3)
+	for i, name := range []string{"naive", "lrs", "riverslot"} {
+		r := out.Results[i]
+		require.Equal(t, name, r["strategy"])
+		for _, key := range []string{"accounts", "cycle_seconds", "slots", "simulated_seconds", "wall_seconds", "jobs_completed",
+			"peak_queue_depth", "mean_queue_depth", "lateness_p50_seconds", "lateness_p99_seconds", "max_starts_per_second", "worker_utilization"} {
+			require.Contains(t, r, key, "%s result", name)
+		}
+		require.EqualValues(t, 5000, r["accounts"])
+		require.EqualValues(t, 120, r["cycle_seconds"])
+		require.EqualValues(t, 8, r["slots"])
+		require.EqualValues(t, 240, r["simulated_seconds"])
+	}
+	// Two cycles of riverslot: every account twice.
+	require.EqualValues(t, 10000, out.Results[2]["jobs_completed"])
+}
+
+// Same flags, same output: JSON (but wall_seconds) and every file in --out.
+func TestSimulateDeterministicOutputs(t *testing.T) {
+	t.Parallel()
+
+	var outs []string
+	var dirs []string
+	for range 2 {
+		dir := filepath.Join(t.TempDir(), "out")
+		code, stdout, stderr := runCmd(t, "simulate", "--accounts", "3000", "--cycle", "64s", "--duration", "300s", "--strategy", "naive,lrs,riverslot",
+			"--sync-duration", "lognormal:20ms,300ms", "--fail-rate", "0.05", "--churn", "0.01", "--outage", "100s+30s", "--seed", "9", "--out", dir, "--json")
+		require.Equal(t, 0, code, stderr)
+		var v struct{ Results []map[string]any }
+		require.NoError(t, json.Unmarshal([]byte(stdout), &v))
+		for _, r := range v.Results {
+			delete(r, "wall_seconds")
+		}
+		b, _ := json.Marshal(v)
+		outs = append(outs, string(b))
+		dirs = append(dirs, dir)
+	}
+	require.Equal(t, outs[0], outs[1])
+	for _, f := range []string{"metrics.csv", "lateness.csv", "simulate.sqlite", "queue_depth.svg", "queue_depth.png", "starts.svg", "starts.png", "lateness.svg", "lateness.png"} {
+		a, err := os.ReadFile(filepath.Join(dirs[0], f))
+		require.NoError(t, err)
+		b, err := os.ReadFile(filepath.Join(dirs[1], f))
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(a, b), "%s differs between two identical runs", f)
+	}
+}
+
+// --out writes CSV whose rows the SQLite file holds too, and charts that
+// parse as SVG and PNG.
+func TestSimulateOut(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	code, _, stderr := runCmd(t, "simulate", "--accounts", "4000", "--cycle", "120s", "--strategy", "riverslot,naive", "--out", dir)
+	require.Equal(t, 0, code, stderr)
+
+	f, err := os.Open(filepath.Join(dir, "metrics.csv"))
+	require.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	require.Equal(t, "strategy", rows[0][0])
+	require.Contains(t, rows[0], "pending")
+	require.Greater(t, len(rows), 2*120) // 1 s rows over at least the cycle, per strategy
+
+	db, err := sql.Open("sqlite", filepath.Join(dir, "simulate.sqlite"))
+	require.NoError(t, err)
+	defer db.Close()
+	var n int
+	require.NoError(t, db.QueryRowContext(context.Background(), "SELECT count(*) FROM metrics").Scan(&n))
+	require.Equal(t, len(rows)-1, n)
+	var peak, synced int64
+	require.NoError(t, db.QueryRowContext(context.Background(),
+		"SELECT peak_queue_depth, jobs_completed FROM results WHERE strategy = 'naive'").Scan(&peak, &synced))
+	require.Equal(t, int64(4000), peak) // naive inserts every account at once
+	require.Equal(t, int64(4000), synced)
+	var maxPending int64
+	require.NoError(t, db.QueryRowContext(context.Background(),
+		"SELECT max(pending) FROM metrics WHERE strategy = 'riverslot'").Scan(&maxPending))
+	require.Positive(t, maxPending)
+	require.Less(t, maxPending, int64(4000/2)) // a slot and a half at most, not everyone
+
+	for _, chart := range []string{"queue_depth", "starts", "lateness"} {
+		svg, err := os.ReadFile(filepath.Join(dir, chart+".svg"))
+		require.NoError(t, err)
+		d := xml.NewDecoder(bytes.NewReader(svg))
+		for {
+			_, err := d.Token()
+			if err != nil {
+				require.Equal(t, "EOF", err.Error(), "%s.svg is not well-formed XML", chart)
+				break
+			}
+		}
+		require.Contains(t, string(svg), "riverslot", "%s.svg has a legend entry per strategy", chart)
+		require.Contains(t, string(svg), "naive")
+		p, err := os.Open(filepath.Join(dir, chart+".png"))
+		require.NoError(t, err)
+		_, err = png.Decode(p)
+		p.Close()
+		require.NoError(t, err, "%s.png", chart)
+	}
+}
+
+func TestSimulateBadFlags(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--accounts", "0"}, "--accounts must be between 1 and 100,000,000, got 0"},
+		{[]string{"--cycle", "7s"}, "--cycle: invalid cycle"},
+		{[]string{"--cycle", "8s"}, "--cycle must be at least 16s, got 8s"},
+		{[]string{"--workers", "0"}, "--workers must be between 1 and 10000"},
+		{[]string{"--strategy", "fifo"}, `--strategy: unknown strategy "fifo": use naive, lrs and/or riverslot`},
+		{[]string{"--sync-duration", "fast"}, `--sync-duration: "fast" is not a duration`},
+		{[]string{"--sync-duration", "lognormal:2s,1s"}, "--sync-duration: \"lognormal:2s,1s\": want lognormal:A,B with 0 <= first <= second"},
+		{[]string{"--fail-rate", "1"}, "--fail-rate must be in [0, 1), e.g. 0.05, got 1"},
+		{[]string{"--churn", "-0.1"}, "--churn must be in [0, 1)"},
+		{[]string{"--outage", "1h"}, `--outage: "1h" is not START+LENGTH`},
+		{[]string{"--duration", "-1h"}, "--duration must be positive"},
+		{[]string{"--cycle", "16s", "--duration", "48h"}, "--duration 48h0m0s is more than 10,000 cycles of 16s"},
+		{[]string{"--interval", "100ms"}, "--interval must be at least 1s"},
+		{[]string{"--task", "a b"}, "--task must be 1-64 letters"},
+		{[]string{"--insert-rate", "0"}, "--insert-rate must be at least 1"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		code, stdout, stderr := runCmd(t, append([]string{"simulate"}, tt.args...)...)
+		require.Equal(t, 2, code, "%v: %s", tt.args, stderr)
+		require.Contains(t, stderr, "riverslot simulate")
+		require.Contains(t, stderr, tt.want, "%v", tt.args)
+		require.Empty(t, stdout)
+	}
+	// An --out that cannot be created: refused before the run.
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	code, _, stderr := runCmd(t, "simulate", "--accounts", "100", "--out", filepath.Join(file, "sub"))
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "riverslot simulate: --out: cannot create the output directory")
+}
