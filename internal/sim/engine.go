@@ -56,9 +56,6 @@ type job struct {
 	prio    uint8
 	attempt uint8
 	state   jobState
-	// accts is a per-slot job's accounts in keyset order, taken when its
-	// first attempt starts.
-	accts []int32
 }
 
 // account is one row of the accounts table.
@@ -105,6 +102,10 @@ type engine struct {
 	enqueuedAt []int64
 	lrsRetry   []lrsEntry // taken accounts, re-eligible a quarter cycle later
 	lrsK       int
+
+	// fanOut holds each per-slot job's accounts in keyset order, taken
+	// when its first attempt starts.
+	fanOut map[int32][]int32
 
 	bootstrapped map[[2]int]bool // (task, cycle) bootstraps inserted
 	enqueued     map[int]bool    // naive: cycles enqueued
@@ -454,18 +455,19 @@ func (e *engine) start(i int32, at int64) {
 		}
 		work = int64(e.cfg.JobOverhead) + e.insertTime(n)
 	case kindPerSlot:
-		if j.accts == nil {
+		if _, ok := e.fanOut[i]; !ok {
 			spec := e.specs[j.task]
-			j.accts = slices.Clone(e.slotOf[spec.Plan.Shift(int(j.slot), -spec.Shift)])
+			e.fanOut[i] = slices.Clone(e.slotOf[spec.Plan.Shift(int(j.slot), -spec.Shift)])
 		}
-		e.schedule(at+int64(e.cfg.JobOverhead)+e.insertTime(e.batchLen(j)), evBatch, i, j.epoch)
+		e.schedule(at+int64(e.cfg.JobOverhead)+e.insertTime(e.batchLen(i)), evBatch, i, j.epoch)
 		return
 	}
 	e.schedule(at+work, evDone, i, j.epoch)
 }
 
-func (e *engine) batchLen(j *job) int {
-	return min(e.specs[j.task].BatchSize, len(j.accts)-int(j.cursor))
+func (e *engine) batchLen(i int32) int {
+	j := &e.jobs[i]
+	return min(e.specs[j.task].BatchSize, len(e.fanOut[i])-int(j.cursor))
 }
 
 // insertTime is how long inserting n jobs takes at the measured rate.
@@ -493,8 +495,9 @@ func (e *engine) batch(i int32) {
 	cs := e.at(e.cycles[j.cycle])
 	slotStart := spec.Plan.SlotStart(cs, int(j.slot))
 	now := e.at(e.now)
-	n := e.batchLen(j)
-	for _, a := range j.accts[j.cursor : int(j.cursor)+n] {
+	n := e.batchLen(i)
+	accts := e.fanOut[i]
+	for _, a := range accts[j.cursor : int(j.cursor)+n] {
 		target, skip := spec.Place(now, cs, slotStart, slotplan.Hash(spec.Seed, e.accounts[a].id))
 		if skip {
 			e.m.skipped++
@@ -504,8 +507,8 @@ func (e *engine) batch(i int32) {
 	}
 	j = &e.jobs[i] // insert may grow the arena
 	j.cursor += int32(n)
-	if int(j.cursor) < len(j.accts) {
-		e.schedule(e.now+e.insertTime(e.batchLen(j)), evBatch, i, j.epoch)
+	if int(j.cursor) < len(accts) {
+		e.schedule(e.now+e.insertTime(e.batchLen(i)), evBatch, i, j.epoch)
 		return
 	}
 	e.done(i)
@@ -562,7 +565,7 @@ func (e *engine) done(i int32) {
 
 func (e *engine) finish(i int32) {
 	e.jobs[i].state = stDone
-	e.jobs[i].accts = nil
+	delete(e.fanOut, i)
 	e.free = append(e.free, i)
 }
 

@@ -185,22 +185,42 @@ func writeCharts(dir string, results []*Result) error {
 		xy := make(plotter.XYs, 0, len(r.Lateness))
 		for _, h := range r.Lateness {
 			cum += h.Count
-			xy = append(xy, plotter.XY{X: h.UpTo, Y: float64(cum) / float64(total)})
+			// Log x: the first buckets (under a millisecond) start at 1 ms.
+			xy = append(xy, plotter.XY{X: max(h.UpTo, 1e-3), Y: float64(cum) / float64(total)})
 		}
 		return xy
 	}
 	charts := []struct {
 		file, title, x, y string
 		xy                func(*Result) plotter.XYs
+		logX, logY        bool
 	}{
-		{"queue_depth", "Sync jobs waiting (scheduled, available, retryable)", "hours from the first cycle start", "jobs", series(func(r Row) float64 { return float64(r.Pending) })},
-		{"starts", "Sync starts per second (mean per interval)", "hours from the first cycle start", "starts/s", series(func(r Row) float64 { return r.StartsPerSecond })},
-		{"lateness", "Start lateness, cumulative", "seconds after the scheduled time", "fraction of starts", cdf},
+		{"queue_depth", "Sync jobs waiting (scheduled, available, retryable), log scale", "hours from the first cycle start", "jobs",
+			series(func(r Row) float64 { return max(float64(r.Pending), 1) }), false, true},
+		{"starts", "Sync starts per second (mean per interval)", "hours from the first cycle start", "starts/s",
+			series(func(r Row) float64 { return r.StartsPerSecond }), false, false},
+		{"lateness", "Start lateness: fraction of starts at most x late", "seconds after the scheduled time (log scale)", "fraction of starts",
+			cdf, true, false},
 	}
 	for _, c := range charts {
 		p := plot.New()
 		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = c.title, c.x, c.y
-		p.Legend.Top = true
+		p.Legend.Top, p.Legend.Left = true, true
+		p.Y.Tick.Marker = plot.TickerFunc(func(min, max float64) []plot.Tick {
+			ticks := plot.DefaultTicks{}.Ticks(min, max)
+			for i := range ticks {
+				if ticks[i].Label != "" {
+					ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'g', 6, 64)
+				}
+			}
+			return ticks
+		})
+		if c.logY {
+			p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+		}
+		if c.logX {
+			p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+		}
 		var args []any
 		for _, r := range results {
 			if xy := c.xy(r); len(xy) > 0 {

@@ -123,6 +123,7 @@ func runOne(cfg *Config, s Strategy, specs []*taskspec.Spec, fleet []account) *R
 		cfg: cfg, strategy: s, specs: specs, base: Base,
 		rng:          rand.New(rand.NewPCG(cfg.Seed, uint64(slices.Index(Strategies, s)))),
 		accounts:     slices.Clone(fleet),
+		fanOut:       map[int32][]int32{},
 		bootstrapped: map[[2]int]bool{},
 		enqueued:     map[int]bool{},
 		m:            newMetrics(len(fleet), cfg.Interval, cfg.Duration),
