@@ -27,6 +27,7 @@ demo: ## Run one compressed live cycle of slot scheduling (riverslot demo)
 bench: ## Run the benchmarks against a real Postgres (BENCH_FLAGS for sizes)
 	@url=$$($(PG) riverslot_bench) && echo "bench database: $$url" && \
 		$(GO) run ./cmd/riverslot bench --database-url "$$url" $(BENCH_FLAGS)
+	$(GO) test -run '^$$' -bench Week -benchtime 1x ./internal/sim
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 

@@ -37,12 +37,14 @@ type Result struct {
 	AccountsSkipped int64   `json:"accounts_skipped"`
 	// PeakQueueDepth and MeanQueueDepth count sync jobs inserted and not
 	// running: scheduled, available or retryable.
-	PeakQueueDepth      int64   `json:"peak_queue_depth"`
-	MeanQueueDepth      float64 `json:"mean_queue_depth"`
-	LatenessP50Seconds  float64 `json:"lateness_p50_seconds"`
-	LatenessP99Seconds  float64 `json:"lateness_p99_seconds"`
-	LatenessMaxSeconds  float64 `json:"lateness_max_seconds"`
-	MaxStartsPerSecond  int64   `json:"max_starts_per_second"`
+	PeakQueueDepth     int64   `json:"peak_queue_depth"`
+	MeanQueueDepth     float64 `json:"mean_queue_depth"`
+	LatenessP50Seconds float64 `json:"lateness_p50_seconds"`
+	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
+	LatenessMaxSeconds float64 `json:"lateness_max_seconds"`
+	MaxStartsPerSecond int64   `json:"max_starts_per_second"`
+	// MeanStartsPerSecond is over the time from the first sync start to
+	// the last.
 	MeanStartsPerSecond float64 `json:"mean_starts_per_second"`
 	WorkerUtilization   float64 `json:"worker_utilization"`
 	// Gap between an account's successive completed syncs.
@@ -161,7 +163,7 @@ func runOne(cfg *Config, s Strategy, specs []*taskspec.Spec, fleet []account) *R
 		PeakQueueDepth: m.peak, MeanQueueDepth: m.pendingArea / float64(cfg.Duration),
 		LatenessP50Seconds: m.lateness.quantile(0.50), LatenessP99Seconds: m.lateness.quantile(0.99),
 		LatenessMaxSeconds: float64(m.lateness.max) / 1e9,
-		MaxStartsPerSecond: m.maxStarts, MeanStartsPerSecond: float64(m.starts) / cfg.Duration.Seconds(),
+		MaxStartsPerSecond: m.maxStarts, MeanStartsPerSecond: float64(m.starts) / max(float64(m.last-m.first)/1e9, 1),
 		WorkerUtilization: m.busyArea / (float64(cfg.Workers) * float64(cfg.Duration)),
 		GapP50Seconds:     m.gaps.quantile(0.50), GapP99Seconds: m.gaps.quantile(0.99),
 		GapMaxSeconds: float64(m.gaps.max) / 1e9,
