@@ -555,7 +555,7 @@ func (e *engine) done(i int32) {
 			e.finish(i)
 			return
 		}
-		e.m.complete(e.now, j.acct, j.cycle)
+		e.m.complete(e.now, j.acct, int(j.task))
 		if e.strategy == StrategyLRS {
 			e.lrsSynced(j.acct)
 		}
@@ -648,7 +648,9 @@ func (e *engine) churn() {
 			e.enqueuedAt[i] = math.MinInt64
 			e.lrs.push(lrsEntry{lastSynced: math.MinInt64, idKey: e.accounts[i].idKey, acct: i, ver: e.lrsVer[i]})
 		}
-		e.m.lastDone[i] = math.MinInt64
+		for ti := range e.specs {
+			e.m.lastDone[ti*len(e.accounts)+int(i)] = math.MinInt64
+		}
 	}
 }
 

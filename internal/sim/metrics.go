@@ -91,7 +91,8 @@ type metrics struct {
 
 	lateness hist
 	gaps     hist
-	lastDone []int64
+	lastDone []int64 // per task and account
+	accounts int
 
 	sec, secStarts, maxStarts int64
 	starts, completed         int64
@@ -107,8 +108,8 @@ type metrics struct {
 	simEnd int64 // the simulated duration: means cover [0, simEnd]
 }
 
-func newMetrics(accounts int, interval, simulated time.Duration) *metrics {
-	m := &metrics{lastDone: make([]int64, accounts), interval: int64(interval), simEnd: int64(simulated), sec: math.MinInt64, first: -1}
+func newMetrics(accounts, tasks int, interval, simulated time.Duration) *metrics {
+	m := &metrics{lastDone: make([]int64, accounts*tasks), accounts: accounts, interval: int64(interval), simEnd: int64(simulated), sec: math.MinInt64, first: -1}
 	for i := range m.lastDone {
 		m.lastDone[i] = math.MinInt64
 	}
@@ -174,8 +175,10 @@ func (m *metrics) start(t, due int64) {
 	m.secStarts++
 }
 
-// complete records a successful sync of account a.
-func (m *metrics) complete(t int64, a int32, _ int32) {
+// complete records a successful sync of account a by the task with index
+// task: gaps are per account and task.
+func (m *metrics) complete(t int64, a int32, task int) {
+	a += int32(task * m.accounts)
 	m.move(t, stRunning, stDone)
 	m.completed++
 	m.cur.Completions++

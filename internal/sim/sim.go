@@ -128,7 +128,7 @@ func runOne(cfg *Config, s Strategy, specs []*taskspec.Spec, fleet []account) *R
 		fanOut:       map[int32][]int32{},
 		bootstrapped: map[[2]int]bool{},
 		enqueued:     map[int]bool{},
-		m:            newMetrics(len(fleet), cfg.Interval, cfg.Duration),
+		m:            newMetrics(len(fleet), len(specs), cfg.Interval, cfg.Duration),
 	}
 	switch s {
 	case StrategyRiverslot:

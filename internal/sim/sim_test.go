@@ -235,3 +235,19 @@ func TestHistQuantiles(t *testing.T) {
 		require.InDelta(t, float64(us), v, max(float64(us)*0.008, 0.5), "%d µs", us)
 	}
 }
+
+// With --reciprocal both tasks sync every account once per cycle, on
+// opposite sides of it.
+func TestReciprocal(t *testing.T) {
+	t.Parallel()
+	const n = 4000
+	cycle := 120 * time.Second
+	specs, err := Specs(Config{Cycle: cycle, Reciprocal: true})
+	require.NoError(t, err)
+	require.Len(t, specs, 2)
+	require.Equal(t, specs[0].Plan.Slots/2, specs[1].Shift)
+	r := run(t, Config{Accounts: n, Cycle: cycle, Duration: 2 * cycle, Reciprocal: true})[0]
+	require.Equal(t, int64(2*2*n), r.JobsCompleted)
+	// Gaps are per task: a cycle, not the half cycle between the tasks.
+	require.InDelta(t, cycle.Seconds(), r.GapP50Seconds, 0.3)
+}
