@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
@@ -89,6 +90,7 @@ type engine struct {
 	lastFetch     int64
 	fetchPending  bool
 	fetchWhenFree bool
+	notifyPending bool
 
 	// fleet
 	accounts []account
@@ -150,6 +152,15 @@ func (e *engine) insert(j job) {
 	}
 	e.push(i)
 	if st == stAvailable {
+		e.notify()
+	}
+}
+
+// notify is River's insert notification: at most one on its way (the
+// producer's fetch limiter would merge them anyway).
+func (e *engine) notify() {
+	if !e.notifyPending {
+		e.notifyPending = true
 		e.schedule(e.now+int64(e.cfg.NotifyLatency), evFetchTrigger, 0, 0)
 	}
 }
@@ -175,7 +186,8 @@ func (e *engine) push(i int32) {
 	}
 }
 
-func (e *engine) run() {
+// run simulates until every cycle's jobs are done, or ctx is done.
+func (e *engine) run(ctx context.Context) error {
 	cfg := e.cfg
 	e.end = int64(cfg.Duration)
 	for t := int64(0); t < e.end; t += int64(cfg.Cycle) {
@@ -200,7 +212,10 @@ func (e *engine) run() {
 
 	progressStep := max(e.end/100, 1)
 	nextProgress := int64(0)
-	for len(e.events) > 0 {
+	for n := 0; len(e.events) > 0; n++ {
+		if n%(1<<16) == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
 		ev := e.events.pop()
 		e.now = ev.t
 		if cfg.Progress != nil && e.now >= nextProgress && e.now <= e.end {
@@ -224,6 +239,7 @@ func (e *engine) run() {
 				}
 			}
 		case evFetchTrigger:
+			e.notifyPending = false
 			if !e.down {
 				e.triggerFetch()
 			}
@@ -262,6 +278,7 @@ func (e *engine) run() {
 		}
 	}
 	e.m.finish(e.now)
+	return nil
 }
 
 // busy says whether the run still has work: before the end, or jobs left.
@@ -391,7 +408,7 @@ func (e *engine) tick() {
 		}
 	}
 	if notify {
-		e.schedule(e.now+int64(e.cfg.NotifyLatency), evFetchTrigger, 0, 0)
+		e.notify()
 	}
 }
 

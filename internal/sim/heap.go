@@ -65,8 +65,17 @@ func (a lrsEntry) before(b lrsEntry) bool {
 	return a.idKey < b.idKey
 }
 
+// ordered values order themselves.
+type ordered[T any] interface{ before(T) bool }
+
+var (
+	_ ordered[event]    = event{}
+	_ ordered[jobKey]   = jobKey{}
+	_ ordered[lrsEntry] = lrsEntry{}
+)
+
 // minHeap is a binary min-heap of values that order themselves.
-type minHeap[T interface{ before(T) bool }] []T
+type minHeap[T ordered[T]] []T
 
 func (h *minHeap[T]) push(x T) {
 	*h = append(*h, x)

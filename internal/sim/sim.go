@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -77,14 +78,18 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	}
 	fleet := newFleet(cfg.Accounts, cfg.Seed)
 	results := make([]*Result, len(cfg.Strategies))
+	errs := make([]error, len(cfg.Strategies))
 	var wg sync.WaitGroup
 	for i, s := range cfg.Strategies {
 		wg.Go(func() {
-			results[i] = runOne(&cfg, s, specs, fleet)
+			results[i], errs[i] = runOne(ctx, &cfg, s, specs, fleet)
 		})
 	}
 	wg.Wait()
-	return results, ctx.Err()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return results, nil
 }
 
 // Specs validates the simulated riverslot tasks through riverutil, exactly
@@ -119,7 +124,7 @@ func newFleet(n int, seed uint64) []account {
 	return fleet
 }
 
-func runOne(cfg *Config, s Strategy, specs []*taskspec.Spec, fleet []account) *Result {
+func runOne(ctx context.Context, cfg *Config, s Strategy, specs []*taskspec.Spec, fleet []account) (*Result, error) {
 	began := time.Now()
 	e := &engine{
 		cfg: cfg, strategy: s, specs: specs, base: Base,
@@ -153,7 +158,9 @@ func runOne(cfg *Config, s Strategy, specs []*taskspec.Spec, fleet []account) *R
 			e.lrs.push(lrsEntry{lastSynced: math.MinInt64, idKey: e.accounts[i].idKey, acct: int32(i)})
 		}
 	}
-	e.run()
+	if err := e.run(ctx); err != nil {
+		return nil, err
+	}
 
 	m := e.m
 	r := &Result{
@@ -175,7 +182,7 @@ func runOne(cfg *Config, s Strategy, specs []*taskspec.Spec, fleet []account) *R
 		}
 	}
 	r.WallSeconds = time.Since(began).Seconds()
-	return r
+	return r, nil
 }
 
 // String is a one-line summary.

@@ -251,3 +251,11 @@ func TestReciprocal(t *testing.T) {
 	// Gaps are per task: a cycle, not the half cycle between the tasks.
 	require.InDelta(t, cycle.Seconds(), r.GapP50Seconds, 0.3)
 }
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Run(ctx, Config{Accounts: 100000, Cycle: 24 * time.Hour, Duration: 168 * time.Hour})
+	require.ErrorIs(t, err, context.Canceled)
+}
