@@ -165,3 +165,17 @@ func TestSimulateBadFlags(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "riverslot simulate: --out: cannot create the output directory")
 }
+
+// The table has no wall time: the same flags print the same bytes.
+func TestSimulateTableDeterministic(t *testing.T) {
+	t.Parallel()
+
+	args := []string{"simulate", "--accounts", "3000", "--cycle", "64s", "--cycles", "2", "--strategy", "lrs,riverslot", "--fail-rate", "0.1"}
+	code, first, stderr := runCmd(t, args...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, first, "riverslot")
+	require.Contains(t, first, "failed attempts")
+	code, second, stderr := runCmd(t, args...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, first, second)
+}
