@@ -14,12 +14,13 @@ func catchUpWindow(now, slotStart time.Time, slotDuration, cycle time.Duration) 
 // placement is where one account's sync goes.
 type placement struct {
 	target time.Time
+	late   bool // past its target plus LateGrace: spread, or skipped
 	skip   bool
 }
 
 // place returns the account's sync time in the cycle starting at cycleStart,
 // seen at now: taskspec.Spec.Place, the late policy the simulator shares.
 func place(spec *taskspec.Spec, now, cycleStart, slotStart time.Time, hash uint64) placement {
-	target, skip := spec.Place(now, cycleStart, slotStart, hash)
-	return placement{target: target, skip: skip}
+	target, late, skip := spec.Place(now, cycleStart, slotStart, hash)
+	return placement{target: target, late: late, skip: skip}
 }

@@ -115,6 +115,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if job.Args.Slot < 0 || job.Args.Slot >= spec.Plan.Slots {
 		return river.JobCancel(fmt.Errorf("slot %d out of range for task %q with %d slots", job.Args.Slot, spec.Name, spec.Plan.Slots))
 	}
+	if job.AttemptedAt != nil {
+		spec.Metrics.SlotStarted(ctx, spec.Name, job.Args.Slot, job.Attempt, job.ScheduledAt, *job.AttemptedAt)
+	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
 		return err
@@ -184,6 +187,7 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 	}
 
 	result := Result{Accounts: cursor.Inserted + cursor.Skipped, Inserted: cursor.Inserted, Skipped: cursor.Skipped, Batches: cursor.Batches}
+	spec.Metrics.FanOutDone(ctx, spec.Name, time.Since(begun), result.Accounts)
 	w.logger.InfoContext(ctx, "riverslot: slot fanned out",
 		slog.String("task", spec.Name), slog.Time("cycle_start", b.cycleStart), slog.Int("slot", slot),
 		slog.Int64("inserted", result.Inserted), slog.Int64("skipped_late", result.Skipped),
@@ -253,12 +257,19 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 	}
 
 	var (
-		now     = time.Now()
-		params  = b.params[:0]
-		skipped int64
+		now                 = time.Now()
+		params              = b.params[:0]
+		skipped             int64
+		spread, lateSkipped int64 // for the metrics
 	)
 	for i, a := range accounts {
 		p := place(spec, now, b.cycleStart, b.slotStart, slotplan.Hash(spec.Seed, a.ID))
+		switch {
+		case p.late && p.skip:
+			lateSkipped++
+		case p.late:
+			spread++
+		}
 		if !p.skip && syncedByOlderPlan(b.overlaps, a.ID, p.target, b.cycleStart, spec.Plan.Cycle) {
 			p.skip = true
 		}
@@ -295,6 +306,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("error committing batch: %w", err)
 	}
+	spec.Metrics.BatchCommitted(ctx, spec.Name, int64(len(params)), spread, lateSkipped)
 	*cursor = next
 	return len(accounts), nil
 }

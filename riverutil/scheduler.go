@@ -13,8 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/internal/metrics"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/slotplan"
@@ -35,6 +37,13 @@ type Config struct {
 	// Logger receives the scheduler's logs. Defaults to the Logger of the
 	// river.Config given to Configure, else slog.Default().
 	Logger *slog.Logger
+
+	// MeterProvider receives riverslot's OpenTelemetry metrics (fan-out
+	// duration and accounts per slot, sync jobs enqueued, late accounts
+	// spread and skipped, sync start lateness, per-slot lag and retries;
+	// README "Metrics" lists them). Defaults to nil: no metrics, and no use
+	// of the global provider.
+	MeterProvider metric.MeterProvider
 }
 
 // Scheduler holds validated tasks and the River workers that run them. Build
@@ -100,8 +109,17 @@ func newScheduler(config *Config) (*Scheduler, error) {
 		s.byName[spec.Name] = spec
 	}
 	errs = append(errs, s.resolveOpposites(config.Tasks)...)
+	instruments, err := metrics.New(config.MeterProvider)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("MeterProvider: error creating riverslot's instruments: %w", err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if config.MeterProvider != nil {
+		for _, spec := range s.specs {
+			spec.Metrics = instruments
+		}
 	}
 	return s, nil
 }

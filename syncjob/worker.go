@@ -66,6 +66,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if job.Args.AccountID == uuid.Nil {
 		return river.JobCancel(errors.New("sync job has no account_id"))
 	}
+	if job.AttemptedAt != nil {
+		t.spec.Metrics.SyncStarted(ctx, t.spec.Name, job.ScheduledAt, *job.AttemptedAt)
+	}
 
 	var exists bool
 	if err := w.pool.QueryRow(ctx, t.spec.SQL.Exists, job.Args.AccountID).Scan(&exists); err != nil {

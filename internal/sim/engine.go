@@ -515,7 +515,7 @@ func (e *engine) batch(i int32) {
 	n := e.batchLen(i)
 	accts := e.fanOut[i]
 	for _, a := range accts[j.cursor : int(j.cursor)+n] {
-		target, skip := spec.Place(now, cs, slotStart, slotplan.Hash(spec.Seed, e.accounts[a].id))
+		target, _, skip := spec.Place(now, cs, slotStart, slotplan.Hash(spec.Seed, e.accounts[a].id))
 		if skip {
 			e.m.skipped++
 			continue

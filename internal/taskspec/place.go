@@ -17,7 +17,8 @@ func CatchUpWindow(now, slotStart time.Time, slotDuration, cycle time.Duration) 
 }
 
 // Place returns when the account with offset hash hash is synced in the
-// cycle starting at cycleStart, seen by a fan-out at now, or skip. It is the
+// cycle starting at cycleStart, seen by a fan-out at now, or skip; late says
+// the account was past its target plus LateGrace (spread when not skipped). It is the
 // one implementation of the late policy: the per-slot tier and the
 // simulator both call it.
 //
@@ -29,22 +30,22 @@ func CatchUpWindow(now, slotStart time.Time, slotDuration, cycle time.Duration) 
 // time in the next cycle. A slot more than half a cycle late has no window
 // left and its late accounts are skipped: the next cycle covers them,
 // within half a cycle.
-func (s *Spec) Place(now, cycleStart, slotStart time.Time, hash uint64) (target time.Time, skip bool) {
+func (s *Spec) Place(now, cycleStart, slotStart time.Time, hash uint64) (target time.Time, late, skip bool) {
 	target = slotStart.Add(slotplan.OffsetIn(hash, s.Plan.SlotDuration))
 	if now.Sub(target) <= s.LateGrace {
-		return target, false
+		return target, false, false
 	}
 	if s.LatePolicy == LatePolicySkip {
-		return time.Time{}, true
+		return time.Time{}, true, true
 	}
 	// The next cycle's start minus half a cycle: on a wall-clock schedule
 	// the next cycle may start 23 h or 25 h later.
 	deadline := s.Schedule.Next(cycleStart).Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2)
 	window := min(CatchUpWindow(now, slotStart, s.Plan.SlotDuration, s.Plan.Cycle), deadline.Sub(now))
 	if window <= 0 {
-		return time.Time{}, true
+		return time.Time{}, true, true
 	}
-	return now.Add(slotplan.OffsetIn(hash, window)).Truncate(time.Microsecond), false
+	return now.Add(slotplan.OffsetIn(hash, window)).Truncate(time.Microsecond), true, false
 }
 
 // FromTasks validates riverutil tasks into their specs, exactly as

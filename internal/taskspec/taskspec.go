@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/riverslot/riverslot/internal/metrics"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -67,6 +68,9 @@ type Spec struct {
 	SyncOpts river.InsertOpts
 
 	SQL SQL
+
+	// Metrics records the task's OpenTelemetry metrics (nil: none).
+	Metrics *metrics.Instruments
 }
 
 // SQL holds the queries the tiers run for a task, built once.

@@ -1,0 +1,134 @@
+// Package metrics holds riverslot's OpenTelemetry instruments. riverutil
+// builds one Instruments from Config.MeterProvider and hands it to the tiers
+// through their task specs; a nil provider gives no-op instruments.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// ScopeName is the instrumentation scope of riverslot's meter.
+const ScopeName = "github.com/riverslot/riverslot"
+
+// Instrument names, as exported (Prometheus turns dots into underscores and
+// adds the unit and _total suffixes).
+const (
+	FanOutDuration = "riverslot.fanout.duration"
+	FanOutAccounts = "riverslot.fanout.accounts"
+	SyncEnqueued   = "riverslot.sync.enqueued"
+	LateSpread     = "riverslot.late.spread"
+	LateSkipped    = "riverslot.late.skipped"
+	SyncLateness   = "riverslot.sync.lateness"
+	SlotLag        = "riverslot.slot.lag"
+	SlotRetries    = "riverslot.slot.retries"
+)
+
+// Instruments are riverslot's metrics. The zero value is not usable; a nil
+// *Instruments records nothing.
+type Instruments struct {
+	fanOutDuration metric.Float64Histogram
+	fanOutAccounts metric.Int64Histogram
+	syncEnqueued   metric.Int64Counter
+	lateSpread     metric.Int64Counter
+	lateSkipped    metric.Int64Counter
+	syncLateness   metric.Float64Histogram
+	slotLag        metric.Float64Histogram
+	slotRetries    metric.Int64Counter
+}
+
+// latenessBuckets suit start lateness: River polls every second by default
+// and promotes scheduled jobs every 5 s; minutes mean a backlog.
+var latenessBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// New creates the instruments on provider's meter; a nil provider gives
+// no-op instruments.
+func New(provider metric.MeterProvider) (*Instruments, error) {
+	if provider == nil {
+		provider = noop.NewMeterProvider()
+	}
+	m := provider.Meter(ScopeName)
+	in := &Instruments{}
+	var errs [8]error
+	in.fanOutDuration, errs[0] = m.Float64Histogram(FanOutDuration, metric.WithUnit("s"),
+		metric.WithDescription("Time one per-slot fan-out attempt took to enqueue its slot's sync jobs."),
+		metric.WithExplicitBucketBoundaries(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+	in.fanOutAccounts, errs[1] = m.Int64Histogram(FanOutAccounts, metric.WithUnit("{account}"),
+		metric.WithDescription("Accounts one finished slot fan-out handled (enqueued or skipped as late): the per-slot load and its skew."),
+		metric.WithExplicitBucketBoundaries(10, 100, 1000, 5000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000))
+	in.syncEnqueued, errs[2] = m.Int64Counter(SyncEnqueued, metric.WithUnit("{job}"),
+		metric.WithDescription("Sync jobs inserted by per-slot fan-outs, counted when their transaction commits; its rate is the enqueue throughput."))
+	in.lateSpread, errs[3] = m.Int64Counter(LateSpread, metric.WithUnit("{account}"),
+		metric.WithDescription("Accounts enqueued past their time plus LateGrace and spread over a catch-up window (LatePolicySpread)."))
+	in.lateSkipped, errs[4] = m.Int64Counter(LateSkipped, metric.WithUnit("{account}"),
+		metric.WithDescription("Late accounts a fan-out skipped (LatePolicySkip, or too late to spread): the next cycle syncs them."))
+	in.syncLateness, errs[5] = m.Float64Histogram(SyncLateness, metric.WithUnit("s"),
+		metric.WithDescription("How long after its scheduled time a sync job started."),
+		metric.WithExplicitBucketBoundaries(latenessBuckets...))
+	in.slotLag, errs[6] = m.Float64Histogram(SlotLag, metric.WithUnit("s"),
+		metric.WithDescription("How long after its scheduled time (Lead before its slot) a per-slot job's first attempt started: the cycle's lag."),
+		metric.WithExplicitBucketBoundaries(latenessBuckets...))
+	in.slotRetries, errs[7] = m.Int64Counter(SlotRetries, metric.WithUnit("{attempt}"),
+		metric.WithDescription("Per-slot fan-out attempts after the first (a failed, timed-out or rescued fan-out resuming from its cursor)."))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+func taskAttr(task string) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String("task", task)))
+}
+
+// BatchCommitted records one committed fan-out batch.
+func (in *Instruments) BatchCommitted(ctx context.Context, task string, inserted, spread, skipped int64) {
+	if in == nil {
+		return
+	}
+	attrs := taskAttr(task)
+	if inserted > 0 {
+		in.syncEnqueued.Add(ctx, inserted, attrs)
+	}
+	if spread > 0 {
+		in.lateSpread.Add(ctx, spread, attrs)
+	}
+	if skipped > 0 {
+		in.lateSkipped.Add(ctx, skipped, attrs)
+	}
+}
+
+// FanOutDone records a fan-out attempt that finished its slot.
+func (in *Instruments) FanOutDone(ctx context.Context, task string, took time.Duration, accounts int64) {
+	if in == nil {
+		return
+	}
+	attrs := taskAttr(task)
+	in.fanOutDuration.Record(ctx, took.Seconds(), attrs)
+	in.fanOutAccounts.Record(ctx, accounts, attrs)
+}
+
+// SlotStarted records a per-slot job's attempt starting: its lag on the
+// first attempt, a retry on later ones.
+func (in *Instruments) SlotStarted(ctx context.Context, task string, slot, attempt int, scheduledAt, now time.Time) {
+	if in == nil {
+		return
+	}
+	if attempt <= 1 {
+		in.slotLag.Record(ctx, max(now.Sub(scheduledAt), 0).Seconds(), taskAttr(task))
+		return
+	}
+	in.slotRetries.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("task", task), attribute.Int("slot", slot))))
+}
+
+// SyncStarted records a sync job's start lateness.
+func (in *Instruments) SyncStarted(ctx context.Context, task string, scheduledAt, now time.Time) {
+	if in == nil {
+		return
+	}
+	in.syncLateness.Record(ctx, max(now.Sub(scheduledAt), 0).Seconds(), taskAttr(task))
+}
