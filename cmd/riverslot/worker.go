@@ -57,6 +57,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	syncTimeout := fs.Duration("sync-timeout", 0, "sync attempt timeout (default: the library's)")
 	maxConns := fs.Int("max-conns", 10, "database connections this process may open")
 	record := fs.Bool("record", true, "record each sync in <--schema>.synced if that table exists (see above)")
+	metricsAddr := fs.String("metrics-addr", "", "serve riverslot's OpenTelemetry metrics in Prometheus' format at http://ADDR/metrics, e.g. :9090 (default: no metrics)")
 	riverLogLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -73,6 +74,14 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if err := tf.check(); err != nil {
 		return err
+	}
+	var metrics *metricsServer
+	if *metricsAddr != "" {
+		var err error
+		if metrics, err = listenMetrics(*metricsAddr); err != nil {
+			return err
+		}
+		defer metrics.close()
 	}
 
 	pool, err := connect(ctx, databaseURL(), int32(*maxConns))
@@ -109,7 +118,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			job.Args.Task, accountID, job.Args.CycleStart, clientID)
 		return err
 	}
-	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{task}})
+	schedulerConfig := &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{task}}
+	if metrics != nil {
+		schedulerConfig.MeterProvider = metrics.provider
+	}
+	scheduler, err := riverutil.New(pool, schedulerConfig)
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -148,6 +161,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if err := client.Start(ctx); err != nil {
 		return err
+	}
+	if metrics != nil {
+		metrics.serve()
+		fmt.Fprintf(stdout, "metrics at %s\n", metrics.url())
 	}
 	fmt.Fprintf(stdout, "worker %s started\n", client.ID())
 
