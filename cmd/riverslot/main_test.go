@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -356,8 +358,9 @@ func TestDemoJSON(t *testing.T) {
 	// riverslot status on the second cycle, as an operator would: the task
 	// as configured (the demo's grid offset), --json, exit 0 when on track.
 	offset := time.Duration(second.UnixNano() % int64(16*time.Second))
+	svg := filepath.Join(t.TempDir(), "cycle.svg")
 	code, out, errOut := runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
-		"--task", "demo", "--cycle", "16s", "--trigger-offset", offset.String(), "--cycle-start", s.CycleStarts[1], "--json")
+		"--task", "demo", "--cycle", "16s", "--trigger-offset", offset.String(), "--cycle-start", s.CycleStarts[1], "--json", "--svg", svg)
 	require.Equal(t, 0, code, "stderr:\n%s", errOut)
 	var st map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
@@ -373,6 +376,11 @@ func TestDemoJSON(t *testing.T) {
 	require.EqualValues(t, accounts, st["sync_completed"])
 	require.Equal(t, "on track", st["verdict"])
 	require.Len(t, st["per_slot"], slots)
+	// --svg drew the same cycle: every slot done, the verdict in the title.
+	text, fills := svgText(t, svg)
+	require.Contains(t, text, "cycle "+s.CycleStarts[1]+": on track")
+	require.True(t, fills[fillOf(t, riverutil.SlotDone)])
+	require.False(t, fills[fillOf(t, riverutil.SlotFailed)])
 
 	code, _, errOut = runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
 		"--task", "demo", "--cycle", "16s", "--cycle-start", "2026-01-01T00:00:03Z")

@@ -70,6 +70,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cycleStart := fs.String("cycle-start", "", "RFC 3339 start of the cycle to show (default: the latest cycle with a bootstrap job)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the view")
 	watch := fs.Duration("watch", 0, "redraw every interval until interrupted (e.g. 2s)")
+	svg := fs.String("svg", "", "also draw the cycle (slots by state, accounts enqueued against expected, lateness) into this .svg file, rewritten on every --watch redraw")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -78,6 +79,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *watch < 0 || (*watch > 0 && *watch < 100*time.Millisecond) {
 		return usageErr("--watch must be at least 100ms, got %s", *watch)
+	}
+	if *svg != "" {
+		if err := checkSVGPath(*svg); err != nil {
+			return err
+		}
 	}
 	var at time.Time
 	if *cycleStart != "" {
@@ -126,6 +132,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				return &exitError{code: 130, msg: "interrupted"}
 			}
 			return err
+		}
+		if *svg != "" {
+			if err := writeStatusSVG(*svg, st); err != nil {
+				return fmt.Errorf("error writing --svg %s: %w", *svg, err)
+			}
 		}
 		if *asJSON {
 			enc := json.NewEncoder(stdout)

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/riverslot/riverslot/riverutil"
+)
+
+// slotStateColors are the colours of the slot states in --svg, in legend
+// order.
+var slotStateColors = []struct {
+	state string
+	color color.RGBA
+}{
+	{riverutil.SlotDone, color.RGBA{R: 0x2e, G: 0x9e, B: 0x44, A: 0xff}},
+	{riverutil.SlotRunning, color.RGBA{R: 0x1f, G: 0x6f, B: 0xd1, A: 0xff}},
+	{riverutil.SlotScheduled, color.RGBA{R: 0xb0, G: 0xb0, B: 0xb0, A: 0xff}},
+	{riverutil.SlotFailed, color.RGBA{R: 0xd1, G: 0x24, B: 0x2f, A: 0xff}},
+	{riverutil.SlotMissing, color.RGBA{R: 0xe3, G: 0x8b, B: 0x00, A: 0xff}},
+}
+
+// checkSVGPath refuses, before anything runs, an --svg path whose directory
+// does not exist.
+func checkSVGPath(path string) error {
+	if filepath.Ext(path) != ".svg" {
+		return usageErr("--svg %q must end in .svg", path)
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return usageErr("--svg %q: directory %q does not exist; create it or write the file elsewhere", path, dir)
+	}
+	return nil
+}
+
+// writeStatusSVG draws the current cycle: one bar per slot, coloured by its
+// fan-out state (done and running slots show the accounts enqueued, the
+// others the accounts they will select), a mark at each slot's expected
+// accounts, and the verdict and lateness in the title.
+func writeStatusSVG(path string, st *riverutil.TaskStatus) error {
+	c := st.Current
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("task %s, cycle %s: %s\nsync start lateness p50 %.2fs, p99 %.2fs (last %d completed); %d of %d accounts enqueued",
+		st.Task, c.CycleStart.UTC().Format(time.RFC3339), c.Verdict,
+		c.LatenessP50.Seconds(), c.LatenessP99.Seconds(), c.LatenessSample, c.Enqueued, c.AccountsExpected)
+	p.X.Label.Text = "slot"
+	p.Y.Label.Text = "accounts"
+	p.Legend.Top = true
+	p.Legend.Left = true
+
+	width := vg.Points(max(300/float64(max(c.Slots, 1)), 1))
+	expected := make(plotter.XYs, len(c.PerSlot))
+	for i, s := range c.PerSlot {
+		expected[i] = plotter.XY{X: float64(s.Slot), Y: float64(s.Expected)}
+	}
+	for _, sc := range slotStateColors {
+		values := make(plotter.Values, len(c.PerSlot))
+		any := false
+		for i, s := range c.PerSlot {
+			if s.State != sc.state {
+				continue
+			}
+			any = true
+			values[i] = float64(s.Expected)
+			if s.State == riverutil.SlotDone || s.State == riverutil.SlotRunning {
+				values[i] = float64(s.Enqueued)
+			}
+		}
+		if !any {
+			continue
+		}
+		bars, err := plotter.NewBarChart(values, width)
+		if err != nil {
+			return err
+		}
+		bars.Color = sc.color
+		bars.LineStyle.Width = 0
+		p.Add(bars)
+		p.Legend.Add(sc.state, bars)
+	}
+	marks, err := plotter.NewScatter(expected)
+	if err != nil {
+		return err
+	}
+	marks.GlyphStyle.Shape = draw.BoxGlyph{}
+	marks.GlyphStyle.Radius = vg.Points(1.5)
+	p.Add(marks)
+	p.Legend.Add("expected", marks)
+	return p.Save(10*vg.Inch, 4*vg.Inch, path)
+}
