@@ -38,6 +38,9 @@ func checkSVGPath(path string) error {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return usageErr("--svg %q: directory %q does not exist; create it or write the file elsewhere", path, dir)
 	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return usageErr("--svg %q is a directory; give a file name", path)
+	}
 	return nil
 }
 
@@ -94,5 +97,11 @@ func writeStatusSVG(path string, st *riverutil.TaskStatus) error {
 	marks.GlyphStyle.Radius = vg.Points(1.5)
 	p.Add(marks)
 	p.Legend.Add("expected", marks)
-	return p.Save(10*vg.Inch, 4*vg.Inch, path)
+	// Written aside and renamed: a browser or a script reading the file
+	// during --watch never sees half of it.
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp.svg") // Save picks the format by extension
+	if err := p.Save(10*vg.Inch, 4*vg.Inch, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -82,8 +82,12 @@ func TestStatusSVG(t *testing.T) {
 			{Slot: 3, State: riverutil.SlotScheduled, Expected: 25},
 		},
 	}}
-	path := filepath.Join(t.TempDir(), "cycle.svg")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cycle.svg")
 	require.NoError(t, writeStatusSVG(path, st))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "only the SVG, no temporary file left")
 	text, fills := svgText(t, path)
 	require.Contains(t, text, "failed slot 2: upstream table is broken")
 	require.Contains(t, text, "p50 0.12s, p99 0.48s")
@@ -110,4 +114,14 @@ func TestStatusSVGBadPath(t *testing.T) {
 		require.Contains(t, stderr, tt.want)
 		require.NotContains(t, stderr, "cannot reach the database")
 	}
+}
+
+func TestStatusSVGDirectory(t *testing.T) {
+	t.Parallel()
+
+	dir := filepath.Join(t.TempDir(), "x.svg")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	code, _, stderr := runCmd(t, "status", "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2", "--svg", dir)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "is a directory; give a file name")
 }
