@@ -49,6 +49,20 @@ func checkSVGPath(path string) error {
 // others the accounts they will select), a mark at each slot's expected
 // accounts, and the verdict and lateness in the title.
 func writeStatusSVG(path string, st *riverutil.TaskStatus) error {
+	p, err := statusPlot(st)
+	if err != nil {
+		return err
+	}
+	// Written aside and renamed: a browser or a script reading the file
+	// during --watch never sees half of it.
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp.svg") // Save picks the format by extension
+	if err := p.Save(10*vg.Inch, 4*vg.Inch, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func statusPlot(st *riverutil.TaskStatus) (*plot.Plot, error) {
 	c := st.Current
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("task %s, cycle %s: %s\nsync start lateness p50 %.2fs, p99 %.2fs (last %d completed); %d of %d accounts enqueued",
@@ -82,26 +96,27 @@ func writeStatusSVG(path string, st *riverutil.TaskStatus) error {
 		}
 		bars, err := plotter.NewBarChart(values, width)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		bars.Color = sc.color
 		bars.LineStyle.Width = 0
 		p.Add(bars)
 		p.Legend.Add(sc.state, bars)
 	}
+	// Head room for the legend above the bars.
+	var top float64
+	for _, s := range c.PerSlot {
+		top = max(top, float64(s.Expected), float64(s.Enqueued))
+	}
+	p.Y.Min, p.Y.Max = 0, max(top, 1)*1.6
+	p.Legend.ThumbnailWidth = vg.Points(12)
 	marks, err := plotter.NewScatter(expected)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	marks.GlyphStyle.Shape = draw.BoxGlyph{}
 	marks.GlyphStyle.Radius = vg.Points(1.5)
 	p.Add(marks)
 	p.Legend.Add("expected", marks)
-	// Written aside and renamed: a browser or a script reading the file
-	// during --watch never sees half of it.
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp.svg") // Save picks the format by extension
-	if err := p.Save(10*vg.Inch, 4*vg.Inch, tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return p, nil
 }
