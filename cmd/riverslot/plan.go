@@ -29,6 +29,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	now := fs.String("now", "", "RFC 3339 time to compute the next syncs from (default: the current time)")
 	phase := fs.Float64("phase", 0, "the task's Phase, a fraction of the cycle in [0, 1): its slots shift by phase × slots")
 	opposite := fs.String("opposite", "", "name of a second task with OppositeOf --task: print its slot and sync times too")
+	svg := fs.String("svg", "", "also draw the slot circle (sample accounts at their due times; with --opposite both tasks, each account's two syncs joined) into this .svg file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -79,6 +80,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if math.Abs(shiftF-float64(shift)) > 1e-9 {
 		return usageErr("--phase × slots must be a whole number of slots, got %g × %d = %g; use a multiple of 1/%d", *phase, plan.Slots, shiftF, plan.Slots)
 	}
+	if *svg != "" {
+		if err := checkSVGPath(*svg); err != nil {
+			return err
+		}
+	}
 	tasks := []planTask{{name: *task, seed: s, shift: shift}}
 	if *opposite != "" {
 		if err := checkTaskName(*opposite); err != nil {
@@ -95,6 +101,15 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	current, next, err := cycleAround(schedule, at)
 	if err != nil {
 		return err
+	}
+	if *svg != "" {
+		var highlight *uuid.UUID
+		if *account != "" {
+			highlight = &id
+		}
+		if err := writePlanSVG(*svg, plan, tasks, highlight); err != nil {
+			return fmt.Errorf("error writing --svg %s: %w", *svg, err)
+		}
 	}
 	if *account != "" {
 		for i := range tasks {

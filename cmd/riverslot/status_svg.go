@@ -55,7 +55,7 @@ func writeStatusSVG(path string, st *riverutil.TaskStatus) error {
 	}
 	// Written aside and renamed: a browser or a script reading the file
 	// during --watch never sees half of it.
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp.svg") // Save picks the format by extension
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"+filepath.Ext(path)) // Save picks the format by extension
 	if err := p.Save(10*vg.Inch, 4*vg.Inch, tmp); err != nil {
 		return err
 	}
