@@ -47,12 +47,22 @@ func TestMetrics(t *testing.T) {
 	info := taskInfo(t, scheduler, "transactions")
 	slot := info.Plan.SlotDuration // 5 s
 
-	// Slot 7's first fan-out attempt fails on its first insert (a sequence
-	// is not rolled back, so only the first call sees 1).
+	// Slot 7's first fan-out attempt fails at COMMIT, after its inserts
+	// succeeded: a deferred trigger raises for the first row it checks (a
+	// sequence is not rolled back, so only the first call sees 1). Counting
+	// before the commit would count that batch.
 	seq := pgx.Identifier{b.schema, "once"}.Sanitize()
-	_, err = b.pool.Exec(ctx, "CREATE SEQUENCE "+seq)
+	fn := pgx.Identifier{b.schema, "fail_at_commit"}.Sanitize()
+	_, err = b.pool.Exec(ctx, `
+		CREATE SEQUENCE `+seq+`;
+		CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF nextval('`+seq+`') = 1 THEN RAISE EXCEPTION 'slot 7 fails at commit once'; END IF;
+			RETURN NULL;
+		END $$;
+		CREATE CONSTRAINT TRIGGER fail_at_commit AFTER INSERT ON `+jobs+` DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+			WHEN (NEW.kind = 'riverslot_sync' AND NEW.args->>'slot' = '7') EXECUTE FUNCTION `+fn+`();`)
 	require.NoError(t, err)
-	b.failSyncInserts(ctx, t, "(CASE WHEN (NEW.args->>'slot')::int = 7 THEN nextval('"+seq+"') = 1 ELSE false END)", "slot 7 fails once")
 
 	client := startClient(ctx, t, b, scheduler, false, river.QueueDefault)
 	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)

@@ -66,7 +66,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if job.Args.AccountID == uuid.Nil {
 		return river.JobCancel(errors.New("sync job has no account_id"))
 	}
-	if job.AttemptedAt != nil {
+	if job.Attempt == 1 && job.AttemptedAt != nil {
+		// First attempts only: a retry's scheduled time is River's
+		// backoff, not the account's time.
 		t.spec.Metrics.SyncStarted(ctx, t.spec.Name, job.ScheduledAt, *job.AttemptedAt)
 	}
 

@@ -68,7 +68,7 @@ func New(provider metric.MeterProvider) (*Instruments, error) {
 	in.lateSkipped, errs[4] = m.Int64Counter(LateSkipped, metric.WithUnit("{account}"),
 		metric.WithDescription("Late accounts a fan-out skipped (LatePolicySkip, or too late to spread): the next cycle syncs them."))
 	in.syncLateness, errs[5] = m.Float64Histogram(SyncLateness, metric.WithUnit("s"),
-		metric.WithDescription("How long after its scheduled time a sync job started."),
+		metric.WithDescription("How long after its scheduled time a sync job's first attempt started."),
 		metric.WithExplicitBucketBoundaries(latenessBuckets...))
 	in.slotLag, errs[6] = m.Float64Histogram(SlotLag, metric.WithUnit("s"),
 		metric.WithDescription("How long after its scheduled time (Lead before its slot) a per-slot job's first attempt started: the cycle's lag."),
