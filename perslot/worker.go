@@ -179,6 +179,13 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 				slog.Int64("inserted", cursor.Inserted), slog.String("after_id", cursor.AfterID), slog.Int("after_bucket", cursor.Bucket))
 		}
 		if n < spec.BatchSize {
+			if spec.Weighted() && !cursor.Pinned {
+				// The bucket range is done; the accounts pinned to this
+				// slot follow. Persisted with their first batch: a retry
+				// before it finds the range done again.
+				cursor.Pinned, cursor.Started, cursor.Bucket, cursor.AfterID = true, false, 0, ""
+				continue
+			}
 			break
 		}
 	}
@@ -234,8 +241,20 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		if after, err = uuid.Parse(cursor.AfterID); err != nil {
 			return 0, fmt.Errorf("error parsing resume cursor %q: %w", cursor.AfterID, err)
 		}
+	}
+	pin := []any{spec.Name, spec.PlanID, b.cycleStart}
+	switch {
+	case cursor.Pinned && cursor.Started:
+		rows, err = tx.Query(ctx, spec.Pins.PinnedNextPage, append(pin, job.Args.Slot, spec.BatchSize, after)...)
+	case cursor.Pinned:
+		rows, err = tx.Query(ctx, spec.Pins.PinnedFirstPage, append(pin, job.Args.Slot, spec.BatchSize)...)
+	case spec.Weighted() && cursor.Started:
+		rows, err = tx.Query(ctx, spec.Pins.NextPage, append([]any{b.lo, b.hi, spec.BatchSize, cursor.Bucket, after}, pin...)...)
+	case spec.Weighted():
+		rows, err = tx.Query(ctx, spec.Pins.FirstPage, append([]any{b.lo, b.hi, spec.BatchSize}, pin...)...)
+	case cursor.Started:
 		rows, err = tx.Query(ctx, spec.SQL.NextPage, b.lo, b.hi, spec.BatchSize, cursor.Bucket, after)
-	} else {
+	default:
 		rows, err = tx.Query(ctx, spec.SQL.FirstPage, b.lo, b.hi, spec.BatchSize)
 	}
 	if err != nil {
@@ -283,6 +302,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 	last := accounts[len(accounts)-1]
 	next := fanOutCursor{
 		Started:  true,
+		Pinned:   cursor.Pinned,
 		Bucket:   last.Bucket,
 		AfterID:  last.ID.String(),
 		Inserted: cursor.Inserted + int64(len(params)),
@@ -301,7 +321,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 
 // checkKeyset returns ErrKeysetStalled unless page holds at most limit rows,
 // all in [lo, hi], in strictly increasing (bucket, id) order, the first past
-// cursor. Postgres orders uuids by their bytes, as bytes.Compare does.
+// cursor; in the pinned phase, in strictly increasing id order. Postgres orders uuids by their bytes, as bytes.Compare does.
 func checkKeyset(page []account, lo, hi int, cursor fanOutCursor, limit int) error {
 	if len(page) > limit {
 		return fmt.Errorf("%w: got %d rows for a page of %d", ErrKeysetStalled, len(page), limit)
@@ -315,6 +335,14 @@ func checkKeyset(page []account, lo, hi int, cursor fanOutCursor, limit int) err
 		prev.ID = id
 	}
 	for i, a := range page {
+		if cursor.Pinned {
+			// Pinned accounts come by id alone, from any bucket.
+			if hasPrev && bytes.Compare(a.ID[:], prev.ID[:]) <= 0 {
+				return fmt.Errorf("%w: pinned row %d (id %s) is not after id %s", ErrKeysetStalled, i, a.ID, prev.ID)
+			}
+			prev, hasPrev = a, true
+			continue
+		}
 		if a.Bucket < lo || a.Bucket > hi {
 			return fmt.Errorf("%w: account %s has bucket %d outside the slot's range [%d, %d]", ErrKeysetStalled, a.ID, a.Bucket, lo, hi)
 		}

@@ -1,0 +1,149 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/slotplan"
+)
+
+// pinsKept is how many cycles of pins are kept, this one included: a
+// per-slot job of an older cycle that is still retried runs with hash
+// placement only.
+const pinsKept = 3
+
+// pinOutcome is what placePins did.
+type pinOutcome struct {
+	reused    bool
+	pinned    int
+	threshold float64
+}
+
+// placePins computes the pins of a weighted task's cycle in tx, the
+// bootstrap's transaction, at most once per (task, plan, cycle): the
+// riverslot_pin_cycles row it inserts first is the guard. A second
+// bootstrap of the cycle (another node, a retry after a crash) waits on that
+// row's insert and, once the first commits, finds it and reuses the pins; if
+// the first rolls back, nothing of it remains and the second computes them.
+//
+// Hash placement is kept for every account at most the threshold (see
+// slotplan.PlacePins); the heaviest PinCandidatesMax accounts and the
+// previous cycle's pins are the candidates, and previous pins are kept
+// where the load allows (hysteresis).
+func placePins(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.Time) (pinOutcome, error) {
+	q := spec.Pins
+	var claimed bool
+	err := tx.QueryRow(ctx, q.Claim, spec.Name, spec.PlanID, cycleStart).Scan(&claimed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return pinOutcome{reused: true}, nil
+	}
+	if err != nil {
+		return pinOutcome{}, fmt.Errorf("error claiming the pins of the cycle (run Scheduler.CreateIndexes to create %s): %w", taskspec.PinCyclesTable, err)
+	}
+
+	// Per-slot totals, by the slot that serves each bucket.
+	slotTotals := make([]float64, spec.Plan.Slots)
+	sumSq := 0.0
+	rows, err := tx.Query(ctx, q.SlotWeights)
+	if err != nil {
+		return pinOutcome{}, fmt.Errorf("error summing weights per slot: %w", err)
+	}
+	var (
+		bucket   int
+		sum, sq  float64
+		homeSlot = func(bucket int) int { return spec.Plan.Shift(spec.Plan.SlotOfBucket(byte(bucket)), spec.Shift) }
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&bucket, &sum, &sq}, func() error {
+		slotTotals[homeSlot(bucket)] += sum
+		sumSq += sq
+		return nil
+	}); err != nil {
+		return pinOutcome{}, fmt.Errorf("error summing weights per slot: %w", err)
+	}
+
+	byID := map[uuid.UUID]int{}
+	var candidates []slotplan.Jumbo
+	var (
+		id     uuid.UUID
+		weight float64
+		slot   int
+	)
+	rows, err = tx.Query(ctx, q.Previous, spec.Name, spec.PlanID, cycleStart)
+	if err != nil {
+		return pinOutcome{}, fmt.Errorf("error reading the previous pins: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&id, &bucket, &weight, &slot}, func() error {
+		byID[id] = len(candidates)
+		prev := slot
+		if prev < 0 || prev >= spec.Plan.Slots {
+			prev = -1
+		}
+		candidates = append(candidates, slotplan.Jumbo{ID: id, Weight: weight, Home: homeSlot(bucket), Prev: prev})
+		return nil
+	}); err != nil {
+		return pinOutcome{}, fmt.Errorf("error reading the previous pins: %w", err)
+	}
+	rows, err = tx.Query(ctx, q.Candidates, taskspec.PinCandidatesMax)
+	if err != nil {
+		return pinOutcome{}, fmt.Errorf("error selecting the heaviest accounts: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&id, &bucket, &weight}, func() error {
+		if _, dup := byID[id]; !dup {
+			candidates = append(candidates, slotplan.Jumbo{ID: id, Weight: weight, Home: homeSlot(bucket), Prev: -1})
+		}
+		return nil
+	}); err != nil {
+		return pinOutcome{}, fmt.Errorf("error selecting the heaviest accounts: %w", err)
+	}
+
+	threshold, pins := slotplan.PlacePins(slotTotals, sumSq, candidates, spec.WeightEpsilon)
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{spec.Schema, taskspec.PinsTable}[skipEmpty(spec.Schema):],
+		[]string{"task", "plan", "cycle_start", "account_id", "slot", "weight"},
+		pgx.CopyFromSlice(len(pins), func(i int) ([]any, error) {
+			p := pins[i]
+			return []any{spec.Name, spec.PlanID, cycleStart, uuid.UUID(p.ID), p.Slot, p.Weight}, nil
+		})); err != nil {
+		return pinOutcome{}, fmt.Errorf("error writing %d pins: %w", len(pins), err)
+	}
+	// +Inf (nothing to pin) is stored as NULL.
+	var stored *float64
+	if threshold <= 1e300 {
+		stored = &threshold
+	}
+	if _, err := tx.Exec(ctx, q.Record, spec.Name, spec.PlanID, cycleStart, stored, len(pins)); err != nil {
+		return pinOutcome{}, fmt.Errorf("error recording the pinned cycle: %w", err)
+	}
+	before := cycleStart.Add(-time.Duration(pinsKept-1) * spec.Plan.Cycle)
+	for _, prune := range q.Prune {
+		if _, err := tx.Exec(ctx, prune, spec.Name, before); err != nil {
+			return pinOutcome{}, fmt.Errorf("error pruning old pins: %w", err)
+		}
+	}
+	return pinOutcome{pinned: len(pins), threshold: threshold}, nil
+}
+
+// skipEmpty is 1 when schema is empty, so the identifier is unqualified.
+func skipEmpty(schema string) int {
+	if schema == "" {
+		return 1
+	}
+	return 0
+}
+
+func logPins(ctx context.Context, logger *slog.Logger, spec *taskspec.Spec, cycleStart time.Time, o pinOutcome) {
+	if o.reused {
+		logger.InfoContext(ctx, "riverslot: pins of the cycle already computed; reusing them",
+			slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart))
+		return
+	}
+	logger.InfoContext(ctx, "riverslot: jumbo accounts pinned",
+		slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart),
+		slog.Int("pinned", o.pinned), slog.Float64("threshold", o.threshold))
+}

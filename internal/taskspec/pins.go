@@ -1,0 +1,137 @@
+package taskspec
+
+import (
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/riverslot/riverslot/sqlbucket"
+)
+
+// Names of the weighted placement's tables, created in the task's Schema
+// next to its accounts table.
+const (
+	PinsTable      = "riverslot_pins"
+	PinCyclesTable = "riverslot_pin_cycles"
+)
+
+// PinCandidatesMax is how many of the heaviest accounts a bootstrap
+// considers for pinning each cycle (besides the previous pins).
+const PinCandidatesMax = 100_000
+
+// PinsDDL returns the statements creating the pins tables in schema ("" for
+// search_path), each IF NOT EXISTS. One riverslot_pin_cycles row marks the
+// pins of one (task, plan, cycle) as computed; riverslot_pins holds them.
+//
+//	CREATE TABLE IF NOT EXISTS "riverslot_pin_cycles" (
+//	    task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+//	    threshold double precision, pinned int, created_at timestamptz NOT NULL DEFAULT now(),
+//	    PRIMARY KEY (task, plan, cycle_start))
+//	CREATE TABLE IF NOT EXISTS "riverslot_pins" (
+//	    task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+//	    account_id uuid NOT NULL, slot int NOT NULL, weight double precision NOT NULL,
+//	    PRIMARY KEY (task, plan, cycle_start, account_id))
+//	CREATE INDEX IF NOT EXISTS "riverslot_pins_slot_idx"
+//	    ON "riverslot_pins" (task, plan, cycle_start, slot, account_id)
+func PinsDDL(schema string) []string {
+	cycles := sqlbucket.QualifiedTable(schema, PinCyclesTable)
+	pins := sqlbucket.QualifiedTable(schema, PinsTable)
+	return []string{
+		"CREATE TABLE IF NOT EXISTS " + cycles + ` (
+	task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+	threshold double precision, pinned int, created_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (task, plan, cycle_start))`,
+		"CREATE TABLE IF NOT EXISTS " + pins + ` (
+	task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+	account_id uuid NOT NULL, slot int NOT NULL, weight double precision NOT NULL,
+	PRIMARY KEY (task, plan, cycle_start, account_id))`,
+		"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{PinsTable + "_slot_idx"}.Sanitize() + " ON " + pins + " (task, plan, cycle_start, slot, account_id)",
+	}
+}
+
+// PinsSQL holds the queries of a weighted task, built once by BuildSQL.
+type PinsSQL struct {
+	// SlotWeights returns (bucket, sum of weights, sum of squared weights)
+	// of the accounts matching the filter, one row per bucket.
+	SlotWeights string
+	// Candidates returns (id, bucket, weight) of the $1 heaviest accounts.
+	Candidates string
+	// Previous returns (id, bucket, weight, slot) of the pins of the latest
+	// cycle of task $1 and plan $2 before $3 whose accounts still exist
+	// and match the filter, with their current weights.
+	Previous string
+	// Claim inserts the riverslot_pin_cycles row of ($1 task, $2 plan, $3
+	// cycle start); it returns a row only to the transaction that inserted
+	// it.
+	Claim string
+	// Record stores the threshold $4 and pin count $5 on that row.
+	Record string
+	// Prune deletes the pins and pin cycles of task $1 that started before
+	// $2.
+	Prune []string
+	// FirstPage and NextPage are Spec.SQL's pages of the slot's bucket range
+	// without the accounts pinned in the cycle: $1, $2 bucket bounds, $3
+	// limit, [$4 bucket, $5 id,] then task, plan and cycle start.
+	FirstPage, NextPage string
+	// PinnedFirstPage selects the accounts pinned to slot $4 in the cycle
+	// ($1 task, $2 plan, $3 cycle start) by id, $5 limit; rows are (id,
+	// bucket). PinnedNextPage continues after id $6.
+	PinnedFirstPage, PinnedNextPage string
+	// PinOf returns (cycle start, slot, weight) of account $3 in the latest
+	// pinned cycle of task $1 and plan $2; slot and weight are NULL when the
+	// account is not pinned in that cycle.
+	PinOf string
+}
+
+// buildPinsSQL fills s.Pins for a weighted task; head and tail are the
+// page query's parts around its keyset condition.
+func (s *Spec) buildPinsSQL(head, keyset, tail string) {
+	pins := sqlbucket.QualifiedTable(s.Schema, PinsTable)
+	cycles := sqlbucket.QualifiedTable(s.Schema, PinCyclesTable)
+	bucket := sqlbucket.Expr(s.IDColumn)
+	weight := s.WeightExpr()
+	where := " WHERE true" + s.FilterClause
+	notPinned := func(first int) string {
+		n := func(k int) string { return "$" + strconv.Itoa(first+k) }
+		return " AND NOT EXISTS (SELECT 1 FROM " + pins + " p WHERE p.task = " + n(0) + " AND p.plan = " + n(1) +
+			" AND p.cycle_start = " + n(2) + " AND p.account_id = " + s.QualifiedTable + "." + s.QuotedID + ")"
+	}
+	prevCycle := "(SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3)"
+	pinnedHead := "SELECT " + s.QuotedID + ", " + bucket + " FROM " + s.QualifiedTable + " WHERE " + s.QuotedID +
+		" IN (SELECT account_id FROM " + pins + " WHERE task = $1 AND plan = $2 AND cycle_start = $3 AND slot = $4)" + s.FilterClause
+	pinnedTail := " ORDER BY " + s.QuotedID + " LIMIT $5"
+	s.Pins = PinsSQL{
+		SlotWeights: "SELECT " + bucket + ", sum(w), sum(w * w) FROM (SELECT " + s.QuotedID + ", " + weight + " AS w FROM " +
+			s.QualifiedTable + where + ") a GROUP BY 1",
+		Candidates: "SELECT " + s.QuotedID + ", " + bucket + ", " + weight + " AS w FROM " + s.QualifiedTable + where +
+			" ORDER BY w DESC, " + s.QuotedID + " LIMIT $1",
+		// The accounts in a derived table of their own, so the filter and
+		// weight never meet the pins table's columns.
+		Previous: "SELECT a.i, a.b, a.w, p.slot FROM (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable +
+			" WHERE " + s.QuotedID + " IN (SELECT account_id FROM " + pins + " WHERE task = $1 AND plan = $2 AND cycle_start = " + prevCycle + ")" + s.FilterClause +
+			") a JOIN " + pins + " p ON p.account_id = a.i AND p.task = $1 AND p.plan = $2 AND p.cycle_start = " + prevCycle,
+		Claim:  "INSERT INTO " + cycles + " (task, plan, cycle_start) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING true",
+		Record: "UPDATE " + cycles + " SET threshold = $4, pinned = $5 WHERE task = $1 AND plan = $2 AND cycle_start = $3",
+		Prune: []string{
+			"DELETE FROM " + pins + " WHERE task = $1 AND cycle_start < $2",
+			"DELETE FROM " + cycles + " WHERE task = $1 AND cycle_start < $2",
+		},
+		FirstPage:       head + notPinned(4) + tail,
+		NextPage:        head + keyset + notPinned(6) + tail,
+		PinnedFirstPage: pinnedHead + pinnedTail,
+		PinnedNextPage:  pinnedHead + " AND " + s.QuotedID + " > $6" + pinnedTail,
+		PinOf: "SELECT c.cycle_start, p.slot, p.weight FROM " + cycles + " c LEFT JOIN " + pins +
+			" p ON p.task = c.task AND p.plan = c.plan AND p.cycle_start = c.cycle_start AND p.account_id = $3" +
+			" WHERE c.task = $1 AND c.plan = $2 ORDER BY c.cycle_start DESC LIMIT 1",
+	}
+}
+
+// WeightExpr is the task's weight as SQL: never NULL, never negative.
+//
+//	greatest(coalesce((weight)::float8, 0), 0)
+func (s *Spec) WeightExpr() string {
+	return "greatest(coalesce((" + s.Weight + ")::float8, 0), 0)"
+}
+
+// Weighted reports whether the task balances weights.
+func (s *Spec) Weighted() bool { return s.Weight != "" }
