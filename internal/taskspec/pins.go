@@ -77,10 +77,17 @@ type PinsSQL struct {
 	// ($1 task, $2 plan, $3 cycle start) by id, $5 limit; rows are (id,
 	// bucket). PinnedNextPage continues after id $6.
 	PinnedFirstPage, PinnedNextPage string
-	// PinOf returns (cycle start, slot, weight) of account $3 in the latest
-	// pinned cycle of task $1 and plan $2; slot and weight are NULL when the
-	// account is not pinned in that cycle.
-	PinOf string
+}
+
+// PinOfSQL returns the query for one account's pin in the pins tables of
+// schema: (cycle start, slot, weight) of account $3 in the latest pinned
+// cycle of task $1 and plan $2; slot and weight are NULL when the account
+// is not pinned in that cycle, and there is no row when no cycle was.
+func PinOfSQL(schema string) string {
+	return "SELECT c.cycle_start, p.slot, p.weight FROM " + sqlbucket.QualifiedTable(schema, PinCyclesTable) + " c LEFT JOIN " +
+		sqlbucket.QualifiedTable(schema, PinsTable) +
+		" p ON p.task = c.task AND p.plan = c.plan AND p.cycle_start = c.cycle_start AND p.account_id = $3" +
+		" WHERE c.task = $1 AND c.plan = $2 ORDER BY c.cycle_start DESC LIMIT 1"
 }
 
 // buildPinsSQL fills s.Pins for a weighted task; head and tail are the
@@ -120,9 +127,6 @@ func (s *Spec) buildPinsSQL(head, keyset, tail string) {
 		NextPage:        head + keyset + notPinned(6) + tail,
 		PinnedFirstPage: pinnedHead + pinnedTail,
 		PinnedNextPage:  pinnedHead + " AND " + s.QuotedID + " > $6" + pinnedTail,
-		PinOf: "SELECT c.cycle_start, p.slot, p.weight FROM " + cycles + " c LEFT JOIN " + pins +
-			" p ON p.task = c.task AND p.plan = c.plan AND p.cycle_start = c.cycle_start AND p.account_id = $3" +
-			" WHERE c.task = $1 AND c.plan = $2 ORDER BY c.cycle_start DESC LIMIT 1",
 	}
 }
 
