@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverslot/riverslot/internal/pinning"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
 )
@@ -82,7 +83,7 @@ func (w *Worker) Register(workers *river.Workers) error {
 
 // Work inserts the cycle's per-slot jobs and completes the bootstrap job in
 // one transaction; for a weighted task it first pins the cycle's jumbo
-// accounts in the same transaction (see placePins).
+// accounts in the same transaction (see pinning.Place).
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	spec, ok := w.specs[job.Args.Task]
 	if !ok {
@@ -108,9 +109,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 
-	var pins pinOutcome
+	var pins pinning.Outcome
 	if spec.Weighted() {
-		if pins, err = placePins(ctx, tx, spec, job.Args.CycleStart); err != nil {
+		if pins, err = pinning.Place(ctx, tx, spec, job.Args.CycleStart); err != nil {
 			return fmt.Errorf("error placing the jumbo accounts of task %q: %w", spec.Name, err)
 		}
 	}
@@ -126,7 +127,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 
 	if spec.Weighted() {
-		logPins(ctx, w.logger, spec, job.Args.CycleStart, pins)
+		pinning.Log(ctx, w.logger, spec, job.Args.CycleStart, pins)
 	}
 	inserted := 0
 	for _, r := range results {

@@ -1,4 +1,8 @@
-package bootstrap
+// Package pinning computes and stores the pins of a weighted task's cycle:
+// which jumbo accounts are served by another slot than their hash slot
+// (slotplan.PlacePins), in the pins tables taskspec.PinsDDL creates. The
+// bootstrap tier calls Place in its transaction; the benchmarks call it too.
+package pinning
 
 import (
 	"context"
@@ -19,14 +23,18 @@ import (
 // placement only.
 const pinsKept = 3
 
-// pinOutcome is what placePins did.
-type pinOutcome struct {
-	reused    bool
-	pinned    int
-	threshold float64
+// Outcome is what placePins did.
+type Outcome struct {
+	// Reused is true when the cycle's pins were already computed (by
+	// another node, or an earlier attempt that committed).
+	Reused bool
+	// Pinned is how many accounts were pinned, Threshold the weight above
+	// which an account is a jumbo (+Inf: none).
+	Pinned    int
+	Threshold float64
 }
 
-// placePins computes the pins of a weighted task's cycle in tx, the
+// Place computes the pins of a weighted task's cycle in tx, the
 // bootstrap's transaction, at most once per (task, plan, cycle): the
 // riverslot_pin_cycles row it inserts first is the guard. A second
 // bootstrap of the cycle (another node, a retry after a crash) waits on that
@@ -37,15 +45,15 @@ type pinOutcome struct {
 // slotplan.PlacePins); the heaviest PinCandidatesMax accounts and the
 // previous cycle's pins are the candidates, and previous pins are kept
 // where the load allows (hysteresis).
-func placePins(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.Time) (pinOutcome, error) {
+func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.Time) (Outcome, error) {
 	q := spec.Pins
 	var claimed bool
 	err := tx.QueryRow(ctx, q.Claim, spec.Name, spec.PlanID, cycleStart).Scan(&claimed)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return pinOutcome{reused: true}, nil
+		return Outcome{Reused: true}, nil
 	}
 	if err != nil {
-		return pinOutcome{}, fmt.Errorf("error claiming the pins of the cycle (run Scheduler.CreateIndexes to create %s): %w", taskspec.PinCyclesTable, err)
+		return Outcome{}, fmt.Errorf("error claiming the pins of the cycle (run Scheduler.CreateIndexes to create %s): %w", taskspec.PinCyclesTable, err)
 	}
 
 	// Per-slot totals, by the slot that serves each bucket.
@@ -53,7 +61,7 @@ func placePins(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart t
 	sumSq := 0.0
 	rows, err := tx.Query(ctx, q.SlotWeights)
 	if err != nil {
-		return pinOutcome{}, fmt.Errorf("error summing weights per slot: %w", err)
+		return Outcome{}, fmt.Errorf("error summing weights per slot: %w", err)
 	}
 	var (
 		bucket   int
@@ -65,7 +73,7 @@ func placePins(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart t
 		sumSq += sq
 		return nil
 	}); err != nil {
-		return pinOutcome{}, fmt.Errorf("error summing weights per slot: %w", err)
+		return Outcome{}, fmt.Errorf("error summing weights per slot: %w", err)
 	}
 
 	byID := map[uuid.UUID]int{}
@@ -77,7 +85,7 @@ func placePins(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart t
 	)
 	rows, err = tx.Query(ctx, q.Previous, spec.Name, spec.PlanID, cycleStart)
 	if err != nil {
-		return pinOutcome{}, fmt.Errorf("error reading the previous pins: %w", err)
+		return Outcome{}, fmt.Errorf("error reading the previous pins: %w", err)
 	}
 	if _, err := pgx.ForEachRow(rows, []any{&id, &bucket, &weight, &slot}, func() error {
 		byID[id] = len(candidates)
@@ -88,11 +96,11 @@ func placePins(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart t
 		candidates = append(candidates, slotplan.Jumbo{ID: id, Weight: weight, Home: homeSlot(bucket), Prev: prev})
 		return nil
 	}); err != nil {
-		return pinOutcome{}, fmt.Errorf("error reading the previous pins: %w", err)
+		return Outcome{}, fmt.Errorf("error reading the previous pins: %w", err)
 	}
 	rows, err = tx.Query(ctx, q.Candidates, taskspec.PinCandidatesMax)
 	if err != nil {
-		return pinOutcome{}, fmt.Errorf("error selecting the heaviest accounts: %w", err)
+		return Outcome{}, fmt.Errorf("error selecting the heaviest accounts: %w", err)
 	}
 	if _, err := pgx.ForEachRow(rows, []any{&id, &bucket, &weight}, func() error {
 		if _, dup := byID[id]; !dup {
@@ -100,7 +108,7 @@ func placePins(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart t
 		}
 		return nil
 	}); err != nil {
-		return pinOutcome{}, fmt.Errorf("error selecting the heaviest accounts: %w", err)
+		return Outcome{}, fmt.Errorf("error selecting the heaviest accounts: %w", err)
 	}
 
 	threshold, pins := slotplan.PlacePins(slotTotals, sumSq, candidates, spec.WeightEpsilon)
@@ -110,7 +118,7 @@ func placePins(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart t
 			p := pins[i]
 			return []any{spec.Name, spec.PlanID, cycleStart, uuid.UUID(p.ID), p.Slot, p.Weight}, nil
 		})); err != nil {
-		return pinOutcome{}, fmt.Errorf("error writing %d pins: %w", len(pins), err)
+		return Outcome{}, fmt.Errorf("error writing %d pins: %w", len(pins), err)
 	}
 	// +Inf (nothing to pin) is stored as NULL.
 	var stored *float64
@@ -118,15 +126,15 @@ func placePins(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart t
 		stored = &threshold
 	}
 	if _, err := tx.Exec(ctx, q.Record, spec.Name, spec.PlanID, cycleStart, stored, len(pins)); err != nil {
-		return pinOutcome{}, fmt.Errorf("error recording the pinned cycle: %w", err)
+		return Outcome{}, fmt.Errorf("error recording the pinned cycle: %w", err)
 	}
 	before := cycleStart.Add(-time.Duration(pinsKept-1) * spec.Plan.Cycle)
 	for _, prune := range q.Prune {
 		if _, err := tx.Exec(ctx, prune, spec.Name, before); err != nil {
-			return pinOutcome{}, fmt.Errorf("error pruning old pins: %w", err)
+			return Outcome{}, fmt.Errorf("error pruning old pins: %w", err)
 		}
 	}
-	return pinOutcome{pinned: len(pins), threshold: threshold}, nil
+	return Outcome{Pinned: len(pins), Threshold: threshold}, nil
 }
 
 // skipEmpty is 1 when schema is empty, so the identifier is unqualified.
@@ -137,13 +145,14 @@ func skipEmpty(schema string) int {
 	return 0
 }
 
-func logPins(ctx context.Context, logger *slog.Logger, spec *taskspec.Spec, cycleStart time.Time, o pinOutcome) {
-	if o.reused {
+// Log logs o at info.
+func Log(ctx context.Context, logger *slog.Logger, spec *taskspec.Spec, cycleStart time.Time, o Outcome) {
+	if o.Reused {
 		logger.InfoContext(ctx, "riverslot: pins of the cycle already computed; reusing them",
 			slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart))
 		return
 	}
 	logger.InfoContext(ctx, "riverslot: jumbo accounts pinned",
 		slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart),
-		slog.Int("pinned", o.pinned), slog.Float64("threshold", o.threshold))
+		slog.Int("pinned", o.Pinned), slog.Float64("threshold", o.Threshold))
 }

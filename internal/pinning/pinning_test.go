@@ -1,4 +1,4 @@
-package bootstrap
+package pinning
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 	"github.com/riverslot/riverslot/internal/taskspec"
 )
 
-// TestPlacePinsOnce runs placePins for one cycle in two transactions at
+// TestPlaceOnce runs Place for one cycle in two transactions at
 // once, as two nodes' (or a crashed and a retried) bootstraps would: the
 // second waits on the first's claim and, once it commits, reuses its pins;
 // a claim rolled back leaves nothing, and the next bootstrap computes them.
-func TestPlacePinsOnce(t *testing.T) {
+func TestPlaceOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
@@ -40,10 +40,10 @@ func TestPlacePinsOnce(t *testing.T) {
 	t.Run("RolledBackLeavesNothing", func(t *testing.T) {
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
-		got, err := placePins(ctx, tx, spec, start.Add(-time.Hour))
+		got, err := Place(ctx, tx, spec, start.Add(-time.Hour))
 		require.NoError(t, err)
-		require.False(t, got.reused)
-		require.Equal(t, 20, got.pinned)
+		require.False(t, got.Reused)
+		require.Equal(t, 20, got.Pinned)
 		require.NoError(t, tx.Rollback(ctx))
 		require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pins))
 	})
@@ -52,20 +52,20 @@ func TestPlacePinsOnce(t *testing.T) {
 		first, err := pool.Begin(ctx)
 		require.NoError(t, err)
 		defer first.Rollback(ctx) //nolint:errcheck
-		got, err := placePins(ctx, first, spec, start)
+		got, err := Place(ctx, first, spec, start)
 		require.NoError(t, err)
-		require.False(t, got.reused)
-		require.Equal(t, 20, got.pinned)
+		require.False(t, got.Reused)
+		require.Equal(t, 20, got.Pinned)
 
 		second, err := pool.Begin(ctx)
 		require.NoError(t, err)
 		defer second.Rollback(ctx) //nolint:errcheck
 		pid := second.Conn().PgConn().PID()
-		done := make(chan pinOutcome, 1)
+		done := make(chan Outcome, 1)
 		go func() {
-			o, err := placePins(ctx, second, spec, start)
+			o, err := Place(ctx, second, spec, start)
 			if err != nil {
-				o.pinned = -1
+				o.Pinned = -1
 			}
 			done <- o
 		}()
@@ -75,12 +75,12 @@ func TestPlacePinsOnce(t *testing.T) {
 		})
 		select {
 		case o := <-done:
-			t.Fatalf("second placePins returned before the first committed: %+v", o)
+			t.Fatalf("second Place returned before the first committed: %+v", o)
 		default:
 		}
 		require.NoError(t, first.Commit(ctx))
 		o := <-done
-		require.True(t, o.reused, "the second bootstrap reuses the committed pins")
+		require.True(t, o.Reused, "the second bootstrap reuses the committed pins")
 		require.NoError(t, second.Commit(ctx))
 		require.EqualValues(t, 20, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pins+" WHERE cycle_start = $1", start))
 	})
