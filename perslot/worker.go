@@ -144,6 +144,10 @@ type batch struct {
 	params                []river.InsertManyParams
 	opts                  []river.InsertOpts
 	overlaps              []overlap
+	// pinned holds, for a weighted task, the accounts of the slot's bucket
+	// range pinned (to any slot) in the cycle: the range's pages skip
+	// them, and the slot's own pins come in the pinned phase.
+	pinned map[uuid.UUID]bool
 }
 
 func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args], cursor fanOutCursor) error {
@@ -164,6 +168,11 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 		return err
 	}
 	b.overlaps = overlaps
+	if spec.Weighted() {
+		if b.pinned, err = w.rangePins(ctx, spec, job.Args.CycleStart, lo, hi); err != nil {
+			return err
+		}
+	}
 	resumed := cursor.Started
 	begun := time.Now()
 
@@ -248,10 +257,6 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		rows, err = tx.Query(ctx, spec.Pins.PinnedNextPage, append(pin, job.Args.Slot, spec.BatchSize, after)...)
 	case cursor.Pinned:
 		rows, err = tx.Query(ctx, spec.Pins.PinnedFirstPage, append(pin, job.Args.Slot, spec.BatchSize)...)
-	case spec.Weighted() && cursor.Started:
-		rows, err = tx.Query(ctx, spec.Pins.NextPage, append([]any{b.lo, b.hi, spec.BatchSize, cursor.Bucket, after}, pin...)...)
-	case spec.Weighted():
-		rows, err = tx.Query(ctx, spec.Pins.FirstPage, append([]any{b.lo, b.hi, spec.BatchSize}, pin...)...)
 	case cursor.Started:
 		rows, err = tx.Query(ctx, spec.SQL.NextPage, b.lo, b.hi, spec.BatchSize, cursor.Bucket, after)
 	default:
@@ -277,6 +282,9 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		skipped int64
 	)
 	for i, a := range accounts {
+		if !cursor.Pinned && b.pinned[a.ID] {
+			continue // pinned: served by the slot it is pinned to
+		}
 		p := place(spec, now, b.cycleStart, b.slotStart, slotplan.Hash(spec.Seed, a.ID))
 		if !p.skip && syncedByOlderPlan(b.overlaps, a.ID, p.target, b.cycleStart, spec.Plan.Cycle) {
 			p.skip = true
@@ -353,4 +361,24 @@ func checkKeyset(page []account, lo, hi int, cursor fanOutCursor, limit int) err
 		prev, hasPrev = a, true
 	}
 	return nil
+}
+
+// rangePins loads the accounts of buckets [lo, hi] pinned in the cycle. A
+// cycle's pins never change once its bootstrap has committed, which
+// happened before any of its per-slot jobs existed, so one load serves the
+// whole attempt.
+func (w *Worker) rangePins(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time, lo, hi int) (map[uuid.UUID]bool, error) {
+	rows, err := w.pool.Query(ctx, spec.Pins.RangePins, spec.Name, spec.PlanID, cycleStart, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("error loading the pins of buckets %d-%d: %w", lo, hi, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("error loading the pins of buckets %d-%d: %w", lo, hi, err)
+	}
+	pinned := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		pinned[id] = true
+	}
+	return pinned, nil
 }

@@ -154,8 +154,7 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 			args []any
 		}{
 			{"previous pins", spec.Pins.Previous, pin},
-			{"weighted first page", spec.Pins.FirstPage, append([]any{0, 1, 1}, pin...)},
-			{"weighted next page", spec.Pins.NextPage, append([]any{0, 1, 1, 0, uuid.Nil}, pin...)},
+			{"pins of a bucket range", spec.Pins.RangePins, append(pin, 0, 1)},
 			{"pinned first page", spec.Pins.PinnedFirstPage, append(pin, 0, 1)},
 			{"pinned next page", spec.Pins.PinnedNextPage, append(pin, 0, 1, uuid.Nil)},
 		}...)

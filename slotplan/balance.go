@@ -33,10 +33,12 @@ type Jumbo struct {
 // that keeps this at most epsilon/4 of the mean slot weight M = total/S and
 // keeps every ordinary account at most epsilon/2 × M, and that leaves the
 // heaviest account h room in a slot of average ordinary weight: the mean
-// ordinary weight per slot at most (1 + epsilon/4) × M - h. Accounts are
+// ordinary weight per slot at most (1 + epsilon/4) × M - h, but never less
+// than M/2, so at most about half of all weight is pinned. Accounts are
 // taken from the heaviest down, all accounts of one weight together, until
-// the rest meet all three limits. (The third one pins many accounts when
-// one account weighs nearly a whole slot; desc's length caps them.) The result T pins exactly the accounts with
+// the rest meet all three limits. When h exceeds about M/2 the heaviest
+// slot can therefore reach h + M/2 rather than h + epsilon × M: the
+// ordinary accounts of the slot it lands in stay there. The result T pins exactly the accounts with
 // weight > T; it is +Inf when nothing needs pinning and the lightest weight
 // of desc (pinning all but its ties) when desc runs out first.
 func JumboThreshold(desc []float64, total, sumSq float64, slots int, epsilon float64) float64 {
@@ -46,7 +48,7 @@ func JumboThreshold(desc []float64, total, sumSq float64, slots int, epsilon flo
 	mean := total / float64(slots)
 	maxOrdinary := epsilon / 2 * mean
 	budget := float64(slots) * (epsilon / 4 * mean) * (epsilon / 4 * mean)
-	room := (1+epsilon/4)*mean - desc[0]
+	room := max((1+epsilon/4)*mean-desc[0], mean/2)
 	remSq, remTotal := sumSq, total
 	i := 0
 	for i < len(desc) && (desc[i] > maxOrdinary || remSq > budget || remTotal/float64(slots) > room) {

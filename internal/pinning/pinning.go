@@ -77,6 +77,7 @@ func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.
 	}
 
 	byID := map[uuid.UUID]int{}
+	buckets := map[[16]byte]int{}
 	var candidates []slotplan.Jumbo
 	var (
 		id     uuid.UUID
@@ -89,6 +90,7 @@ func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.
 	}
 	if _, err := pgx.ForEachRow(rows, []any{&id, &bucket, &weight, &slot}, func() error {
 		byID[id] = len(candidates)
+		buckets[id] = bucket
 		prev := slot
 		if prev < 0 || prev >= spec.Plan.Slots {
 			prev = -1
@@ -104,6 +106,7 @@ func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.
 	}
 	if _, err := pgx.ForEachRow(rows, []any{&id, &bucket, &weight}, func() error {
 		if _, dup := byID[id]; !dup {
+			buckets[id] = bucket
 			candidates = append(candidates, slotplan.Jumbo{ID: id, Weight: weight, Home: homeSlot(bucket), Prev: -1})
 		}
 		return nil
@@ -113,10 +116,10 @@ func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.
 
 	threshold, pins := slotplan.PlacePins(slotTotals, sumSq, candidates, spec.WeightEpsilon)
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{spec.Schema, taskspec.PinsTable}[skipEmpty(spec.Schema):],
-		[]string{"task", "plan", "cycle_start", "account_id", "slot", "weight"},
+		[]string{"task", "plan", "cycle_start", "account_id", "bucket", "slot", "weight"},
 		pgx.CopyFromSlice(len(pins), func(i int) ([]any, error) {
 			p := pins[i]
-			return []any{spec.Name, spec.PlanID, cycleStart, uuid.UUID(p.ID), p.Slot, p.Weight}, nil
+			return []any{spec.Name, spec.PlanID, cycleStart, uuid.UUID(p.ID), buckets[p.ID], p.Slot, p.Weight}, nil
 		})); err != nil {
 		return Outcome{}, fmt.Errorf("error writing %d pins: %w", len(pins), err)
 	}

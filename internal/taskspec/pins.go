@@ -1,7 +1,6 @@
 package taskspec
 
 import (
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,10 +28,17 @@ const PinCandidatesMax = 100_000
 //	    PRIMARY KEY (task, plan, cycle_start))
 //	CREATE TABLE IF NOT EXISTS "riverslot_pins" (
 //	    task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
-//	    account_id uuid NOT NULL, slot int NOT NULL, weight double precision NOT NULL,
+//	    account_id uuid NOT NULL, bucket int NOT NULL, slot int NOT NULL,
+//	    weight double precision NOT NULL,
 //	    PRIMARY KEY (task, plan, cycle_start, account_id))
 //	CREATE INDEX IF NOT EXISTS "riverslot_pins_slot_idx"
 //	    ON "riverslot_pins" (task, plan, cycle_start, slot, account_id)
+//	CREATE INDEX IF NOT EXISTS "riverslot_pins_bucket_idx"
+//	    ON "riverslot_pins" (task, plan, cycle_start, bucket, account_id)
+//
+// A pin keeps the account's bucket, so that a per-slot job loads the pins
+// of its own bucket range only, and fetches a pinned account through the
+// bucket index (bucket, id) whatever other indexes the table has.
 func PinsDDL(schema string) []string {
 	cycles := sqlbucket.QualifiedTable(schema, PinCyclesTable)
 	pins := sqlbucket.QualifiedTable(schema, PinsTable)
@@ -43,9 +49,11 @@ func PinsDDL(schema string) []string {
 	PRIMARY KEY (task, plan, cycle_start))`,
 		"CREATE TABLE IF NOT EXISTS " + pins + ` (
 	task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
-	account_id uuid NOT NULL, slot int NOT NULL, weight double precision NOT NULL,
+	account_id uuid NOT NULL, bucket int NOT NULL, slot int NOT NULL,
+	weight double precision NOT NULL,
 	PRIMARY KEY (task, plan, cycle_start, account_id))`,
 		"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{PinsTable + "_slot_idx"}.Sanitize() + " ON " + pins + " (task, plan, cycle_start, slot, account_id)",
+		"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{PinsTable + "_bucket_idx"}.Sanitize() + " ON " + pins + " (task, plan, cycle_start, bucket, account_id)",
 	}
 }
 
@@ -69,10 +77,11 @@ type PinsSQL struct {
 	// Prune deletes the pins and pin cycles of task $1 that started before
 	// $2.
 	Prune []string
-	// FirstPage and NextPage are Spec.SQL's pages of the slot's bucket range
-	// without the accounts pinned in the cycle: $1, $2 bucket bounds, $3
-	// limit, [$4 bucket, $5 id,] then task, plan and cycle start.
-	FirstPage, NextPage string
+	// RangePins returns the ids of the accounts pinned in the cycle ($1
+	// task, $2 plan, $3 cycle start) whose bucket is in [$4, $5]: a
+	// per-slot job leaves them out of its bucket range's pages, which stay
+	// Spec.SQL's plain index-only pages.
+	RangePins string
 	// PinnedFirstPage selects the accounts pinned to slot $4 in the cycle
 	// ($1 task, $2 plan, $3 cycle start) by id, $5 limit; rows are (id,
 	// bucket). PinnedNextPage continues after id $6.
@@ -90,23 +99,20 @@ func PinOfSQL(schema string) string {
 		" WHERE c.task = $1 AND c.plan = $2 ORDER BY c.cycle_start DESC LIMIT 1"
 }
 
-// buildPinsSQL fills s.Pins for a weighted task; head and tail are the
-// page query's parts around its keyset condition.
-func (s *Spec) buildPinsSQL(head, keyset, tail string) {
+// buildPinsSQL fills s.Pins for a weighted task.
+func (s *Spec) buildPinsSQL() {
 	pins := sqlbucket.QualifiedTable(s.Schema, PinsTable)
 	cycles := sqlbucket.QualifiedTable(s.Schema, PinCyclesTable)
 	bucket := sqlbucket.Expr(s.IDColumn)
 	weight := s.WeightExpr()
 	where := " WHERE true" + s.FilterClause
-	notPinned := func(first int) string {
-		n := func(k int) string { return "$" + strconv.Itoa(first+k) }
-		return " AND NOT EXISTS (SELECT 1 FROM " + pins + " p WHERE p.task = " + n(0) + " AND p.plan = " + n(1) +
-			" AND p.cycle_start = " + n(2) + " AND p.account_id = " + s.QualifiedTable + "." + s.QuotedID + ")"
-	}
 	prevCycle := "(SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3)"
-	pinnedHead := "SELECT " + s.QuotedID + ", " + bucket + " FROM " + s.QualifiedTable + " WHERE " + s.QuotedID +
-		" IN (SELECT account_id FROM " + pins + " WHERE task = $1 AND plan = $2 AND cycle_start = $3 AND slot = $4)" + s.FilterClause
-	pinnedTail := " ORDER BY " + s.QuotedID + " LIMIT $5"
+	// Each pin of the slot, in id order, looked up by (bucket, id) in a
+	// subquery of its own, so the filter sees only the accounts table.
+	pinnedHead := "SELECT a.i, a.b FROM " + pins + " p CROSS JOIN LATERAL (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b FROM " +
+		s.QualifiedTable + " WHERE " + bucket + " = p.bucket AND " + s.QuotedID + " = p.account_id" + s.FilterClause + ") a" +
+		" WHERE p.task = $1 AND p.plan = $2 AND p.cycle_start = $3 AND p.slot = $4"
+	pinnedTail := " ORDER BY p.account_id LIMIT $5"
 	s.Pins = PinsSQL{
 		SlotWeights: "SELECT " + bucket + ", sum(w), sum(w * w) FROM (SELECT " + s.QuotedID + ", " + weight + " AS w FROM " +
 			s.QualifiedTable + where + ") a GROUP BY 1",
@@ -123,10 +129,9 @@ func (s *Spec) buildPinsSQL(head, keyset, tail string) {
 			"DELETE FROM " + pins + " WHERE task = $1 AND cycle_start < $2",
 			"DELETE FROM " + cycles + " WHERE task = $1 AND cycle_start < $2",
 		},
-		FirstPage:       head + notPinned(4) + tail,
-		NextPage:        head + keyset + notPinned(6) + tail,
+		RangePins:       "SELECT account_id FROM " + pins + " WHERE task = $1 AND plan = $2 AND cycle_start = $3 AND bucket BETWEEN $4 AND $5",
 		PinnedFirstPage: pinnedHead + pinnedTail,
-		PinnedNextPage:  pinnedHead + " AND " + s.QuotedID + " > $6" + pinnedTail,
+		PinnedNextPage:  pinnedHead + " AND p.account_id > $6" + pinnedTail,
 	}
 }
 

@@ -121,7 +121,7 @@ func (s *Spec) BuildSQL() {
 	}
 	s.Pins = PinsSQL{}
 	if s.Weighted() {
-		s.buildPinsSQL(head, keyset, tail)
+		s.buildPinsSQL()
 	}
 }
 
