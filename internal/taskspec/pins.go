@@ -1,7 +1,6 @@
 package taskspec
 
 import (
-
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverslot/riverslot/sqlbucket"
