@@ -14,6 +14,7 @@ import (
 	"github.com/riverslot/riverslot/internal/pinning"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 // weights measures weighted placement on WeightsAccounts accounts over the
@@ -35,7 +36,10 @@ func (r *Runner) weights(ctx context.Context) error {
 	}
 	n := r.cfg.WeightsAccounts
 	eps := slotplan.WeightEpsilonDefault
-	var chartCase simPlacement
+	var (
+		chartCase simPlacement
+		pareto    []simAccount
+	)
 	for i, c := range weightCases {
 		begun := time.Now()
 		q := measureWeights(plan, c, n, eps)
@@ -53,7 +57,8 @@ func (r *Runner) weights(ctx context.Context) error {
 			"0 hash-only (ordinary accounts never move)",
 			fmt.Sprintf("max/mean after %.3f", q.balancedAfterMaxMean))
 		if i == 0 {
-			chartCase = simulate(plan, simAccounts(c, n, 1), nil, eps)
+			pareto = simAccounts(c, n, 1)
+			chartCase = simulate(plan, pareto, nil, eps)
 		}
 	}
 	if r.cfg.WeightsChartPath != "" {
@@ -62,39 +67,37 @@ func (r *Runner) weights(ctx context.Context) error {
 		}
 		r.logf("wrote %s", r.cfg.WeightsChartPath)
 	}
-	return r.weightedSelection(ctx, plan, n, eps)
+	return r.weightedSelection(ctx, plan, pareto, chartCase, eps)
 }
 
-// weightedSelection times per-slot selection with and without weights on n
-// accounts with Pareto(1.5) weights.
-func (r *Runner) weightedSelection(ctx context.Context, plan slotplan.Plan, n int, eps float64) error {
+// weightedSelection times per-slot selection with and without weights on
+// the accounts of the Pareto(1.5) case, the same ones the pure-Go figures
+// placed (sim), and checks the bootstrap's code pins exactly as many.
+func (r *Runner) weightedSelection(ctx context.Context, plan slotplan.Plan, accounts []simAccount, sim simPlacement, eps float64) error {
+	n := len(accounts)
 	schema, drop, err := r.schema(ctx, "weights")
 	if err != nil {
 		return err
 	}
 	defer drop()
-	if err := r.seedAccounts(ctx, schema, n, 255); err != nil {
+	table := pgx.Identifier{schema, "accounts"}.Sanitize()
+	if _, err := r.cfg.Pool.Exec(ctx, "CREATE TABLE "+table+" (id uuid NOT NULL, active boolean NOT NULL DEFAULT true, weight double precision NOT NULL)"); err != nil {
 		return err
 	}
-	table := pgx.Identifier{schema, "accounts"}.Sanitize()
-	// Pareto(1.5) by inversion, from a fixed seed (setseed holds for the
-	// session, so both statements run on one connection).
-	conn, err := r.cfg.Pool.Acquire(ctx)
-	if err != nil {
-		return err
+	if _, err := r.cfg.Pool.CopyFrom(ctx, pgx.Identifier{schema, "accounts"}, []string{"id", "weight"},
+		pgx.CopyFromSlice(n, func(i int) ([]any, error) { return []any{uuid.UUID(accounts[i].id), accounts[i].w}, nil })); err != nil {
+		return fmt.Errorf("error seeding weighted accounts: %w", err)
 	}
 	for _, stmt := range []string{
-		"SELECT setseed(0.15)",
-		"ALTER TABLE " + table + " ADD COLUMN weight double precision",
-		"UPDATE " + table + " SET weight = power(1 - random(), -1 / 1.5)",
+		"ALTER TABLE " + table + " ADD PRIMARY KEY (id)",
+		"CREATE INDEX " + pgx.Identifier{bucketIndex}.Sanitize() + " ON " + table + " ((" + sqlbucket.Expr("id") + "), id)",
 		"VACUUM ANALYZE " + table,
 	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			conn.Release()
-			return fmt.Errorf("error giving accounts weights: %w", err)
+		if _, err := r.cfg.Pool.Exec(ctx, stmt); err != nil {
+			return err
 		}
 	}
-	conn.Release()
+	r.logf("seeded %d weighted accounts in %s", n, schema)
 	for _, ddl := range taskspec.PinsDDL(schema) {
 		if _, err := r.cfg.Pool.Exec(ctx, ddl); err != nil {
 			return err
@@ -128,6 +131,15 @@ func (r *Runner) weightedSelection(ctx context.Context, plan slotplan.Plan, n in
 		return err
 	}
 	r.logf("pinned %d of %d accounts in %s", out.Pinned, n, placeTime.Round(time.Millisecond))
+	if out.Pinned != len(sim.pins) {
+		return fmt.Errorf("the bootstrap's code pinned %d accounts, the pure-Go placement of the same accounts %d", out.Pinned, len(sim.pins))
+	}
+	var dbMaxMean float64
+	if err := r.cfg.Pool.QueryRow(ctx, "SELECT max(w) / avg(w) FROM (SELECT coalesce(p.slot, "+sqlbucket.Expr("id")+" / $2) AS slot, sum(a.weight) AS w FROM "+table+
+		" a LEFT JOIN "+pgx.Identifier{schema, taskspec.PinsTable}.Sanitize()+" p ON p.account_id = a.id AND p.cycle_start = $1 GROUP BY 1) s",
+		cycleStart, plan.BucketsPerSlot).Scan(&dbMaxMean); err != nil {
+		return err
+	}
 
 	// selectSlot pages through one slot as the per-slot job does: the
 	// bucket range's pages (leaving out, for the weighted task, the range's
@@ -229,8 +241,8 @@ func (r *Runner) weightedSelection(ctx context.Context, plan slotplan.Plan, n in
 	pm, wm := median(plainTimes), median(weightedTimes)
 	r.row(fmt.Sprintf("weighted per-slot selection (Pareto 1.5, %d pinned; all 128 slots, alternating, pages of %d; median per slot; target within 2x)", out.Pinned, r.cfg.BatchSize), human(n),
 		ms(wm)+" weighted", ms(pm)+" unweighted", fmt.Sprintf("%.2fx the time", float64(wm)/float64(pm)))
-	r.row("computing a cycle's pins (bootstrap, once per cycle)", human(n), fmt.Sprintf("%.2f s", placeTime.Seconds()), "none hash-only",
-		fmt.Sprintf("%d pinned above weight %.1f", out.Pinned, out.Threshold))
+	r.row("computing a cycle's pins in Postgres (bootstrap, once per cycle; same accounts as pareto-1.5)", human(n), fmt.Sprintf("%.2f s", placeTime.Seconds()), "none hash-only",
+		fmt.Sprintf("%d pinned above weight %.1f; per-slot max/mean %.3f from the pins table", out.Pinned, out.Threshold, dbMaxMean))
 	return nil
 }
 
