@@ -106,10 +106,10 @@ type Task struct {
 	Filter string
 
 	// Weight is an optional numeric SQL expression of Table's columns
-	// giving each account's cost, e.g. "weight" or "seats * 2 + 1"
-	// (NULL and negative values count as 0). When set, ordinary accounts
-	// keep their hash slot and the few heavy ("jumbo") accounts are pinned
-	// to slots so that every slot's total weight stays within
+	// giving each account's cost, e.g. "weight" or "seats * 2 + 1" (NULL,
+	// negative, NaN and infinite values count as 0). When set, ordinary
+	// accounts keep their hash slot and the few heavy ("jumbo") accounts
+	// are pinned to slots so that every slot's total weight stays within
 	// 1 + WeightEpsilon of the mean; the bootstrap of each cycle recomputes
 	// the pins (see the README's Weights section) in the table
 	// riverslot_pins, which CreateIndexes creates in Schema. Like Filter it

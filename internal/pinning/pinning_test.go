@@ -85,3 +85,38 @@ func TestPlaceOnce(t *testing.T) {
 		require.EqualValues(t, 20, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pins+" WHERE cycle_start = $1", start))
 	})
 }
+
+// TestPlaceIgnoresBadWeights gives accounts NULL, negative, NaN and
+// infinite weights beside 20 heavy ones: those count as 0, so exactly the
+// 20 heavy accounts are pinned and the threshold is finite.
+func TestPlaceIgnoresBadWeights(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
+	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8)")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 20 THEN 500 ELSE 1 END FROM generate_series(1, 2020) g")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" VALUES (gen_random_uuid(), 'NaN'), (gen_random_uuid(), 'Infinity'), (gen_random_uuid(), NULL), (gen_random_uuid(), -1e9)")
+	require.NoError(t, err)
+	for _, ddl := range taskspec.PinsDDL(schema) {
+		_, err := pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+	}
+	spec := riverslottest.Spec(t, "transactions", schema, "accounts", "", 16*time.Second, 100)
+	spec.Weight, spec.WeightEpsilon = "weight", 0.1
+	spec.BuildSQL()
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	got, err := Place(ctx, tx, spec, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	require.NoError(t, err)
+	require.Equal(t, 20, got.Pinned)
+	require.InDelta(t, 1.0, got.Threshold, 0, "the heavy accounts are pinned above weight 1")
+	var heavy int64
+	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, taskspec.PinsTable}.Sanitize()+" WHERE weight = 500").Scan(&heavy))
+	require.EqualValues(t, 20, heavy, "the 20 heavy accounts are the pins")
+}

@@ -134,11 +134,12 @@ func (s *Spec) buildPinsSQL() {
 	}
 }
 
-// WeightExpr is the task's weight as SQL: never NULL, never negative.
+// WeightExpr is the task's weight as SQL: never NULL, negative, NaN or
+// infinite (each counts as 0).
 //
-//	greatest(coalesce((weight)::float8, 0), 0)
+//	greatest(coalesce(nullif(nullif((weight)::float8, 'NaN'), 'Infinity'), 0), 0)
 func (s *Spec) WeightExpr() string {
-	return "greatest(coalesce((" + s.Weight + ")::float8, 0), 0)"
+	return "greatest(coalesce(nullif(nullif((" + s.Weight + ")::float8, 'NaN'), 'Infinity'), 0), 0)"
 }
 
 // Weighted reports whether the task balances weights.
