@@ -18,10 +18,13 @@ import (
 	"github.com/riverslot/riverslot/slotplan"
 )
 
-// pinsKept is how many cycles of pins are kept, this one included: a
-// per-slot job of an older cycle that is still retried runs with hash
-// placement only.
-const pinsKept = 3
+// pinsKept is how many cycles of pins are kept, this one included, and
+// pinsKeptMin the least time they are kept: a per-slot job of a cycle whose
+// pins are gone (retried that late) runs with hash placement only.
+const (
+	pinsKept    = 3
+	pinsKeptMin = time.Hour
+)
 
 // Outcome is what placePins did.
 type Outcome struct {
@@ -131,7 +134,7 @@ func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.
 	if _, err := tx.Exec(ctx, q.Record, spec.Name, spec.PlanID, cycleStart, stored, len(pins)); err != nil {
 		return Outcome{}, fmt.Errorf("error recording the pinned cycle: %w", err)
 	}
-	before := cycleStart.Add(-time.Duration(pinsKept-1) * spec.Plan.Cycle)
+	before := cycleStart.Add(-max(time.Duration(pinsKept-1)*spec.Plan.Cycle, pinsKeptMin))
 	for _, prune := range q.Prune {
 		if _, err := tx.Exec(ctx, prune, spec.Name, before); err != nil {
 			return Outcome{}, fmt.Errorf("error pruning old pins: %w", err)
