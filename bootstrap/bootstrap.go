@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverslot/riverslot/internal/pinning"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
 )
@@ -81,7 +82,8 @@ func (w *Worker) Register(workers *river.Workers) error {
 }
 
 // Work inserts the cycle's per-slot jobs and completes the bootstrap job in
-// one transaction.
+// one transaction; for a weighted task it first pins the cycle's jumbo
+// accounts in the same transaction (see pinning.Place).
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	spec, ok := w.specs[job.Args.Task]
 	if !ok {
@@ -107,6 +109,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 
+	var pins pinning.Outcome
+	if spec.Weighted() {
+		if pins, err = pinning.Place(ctx, tx, spec, job.Args.CycleStart); err != nil {
+			return fmt.Errorf("error placing the jumbo accounts of task %q: %w", spec.Name, err)
+		}
+	}
 	results, err := client.InsertManyTx(ctx, tx, perSlotParams(spec, job.Args.CycleStart))
 	if err != nil {
 		return fmt.Errorf("error inserting %d per-slot jobs of task %q: %w", spec.Plan.Slots, spec.Name, err)
@@ -118,6 +126,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return fmt.Errorf("error committing per-slot jobs: %w", err)
 	}
 
+	if spec.Weighted() {
+		pinning.Log(ctx, w.logger, spec, job.Args.CycleStart, pins)
+	}
 	inserted := 0
 	for _, r := range results {
 		if !r.UniqueSkippedAsDuplicate {

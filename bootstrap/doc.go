@@ -9,4 +9,7 @@
 // retried, never replaced. The per-slot jobs are inserted in the same
 // transaction that completes the bootstrap job. A job made for another plan
 // (Cycle or Seed changed) runs under the plan it was made for.
+//
+// For a weighted task the same transaction first pins the cycle's jumbo
+// accounts (internal/pinning), at most once per (task, plan, cycle).
 package bootstrap

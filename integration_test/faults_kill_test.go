@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"context"
 	"fmt"
+	"hash/fnv"
 	"testing"
 	"time"
 
@@ -50,35 +52,10 @@ func TestKillMidFanOut(t *testing.T) {
 			}), "transactions").PlanID
 
 			// The hold: once killAfter sync jobs are committed, every later
-			// insert of sync jobs waits for an advisory lock the test holds,
-			// so node A's fan-out stops at a known batch, whatever the
-			// machine's speed.
+			// insert of sync jobs waits, so node A's fan-out stops at a known
+			// batch, whatever the machine's speed.
+			release := b.holdSyncInsertsAfter(ctx, t, killAfter)
 			jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
-			hold := pgx.Identifier{b.schema, "hold_fan_out"}.Sanitize()
-			_, err := b.pool.Exec(ctx, `
-				CREATE FUNCTION `+hold+`() RETURNS trigger LANGUAGE plpgsql AS $$
-				BEGIN
-					IF (SELECT count(*) FROM `+jobs+` WHERE kind = 'riverslot_sync') >= `+fmt.Sprint(killAfter)+` THEN
-						PERFORM pg_advisory_xact_lock(20261122);
-					END IF;
-					RETURN NULL;
-				END $$;
-				CREATE TRIGGER hold_fan_out BEFORE INSERT ON `+jobs+` FOR EACH STATEMENT EXECUTE FUNCTION `+hold+`();`)
-			require.NoError(t, err)
-			lockConn, err := b.pool.Acquire(ctx)
-			require.NoError(t, err)
-			_, err = lockConn.Exec(ctx, "SELECT pg_advisory_lock(20261122)")
-			require.NoError(t, err)
-			released := false
-			release := func() {
-				if !released {
-					_, err := lockConn.Exec(ctx, "SELECT pg_advisory_unlock(20261122)")
-					require.NoError(t, err)
-					lockConn.Release()
-					released = true
-				}
-			}
-			t.Cleanup(release)
 
 			a := startWorker(t, b.schema, "nodeA", args...)
 			insertOnly, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema})
@@ -130,4 +107,42 @@ func TestKillMidFanOut(t *testing.T) {
 			require.Equal(t, "nodeB", finalizedBy)
 		})
 	}
+}
+
+// holdSyncInsertsAfter makes every insert into River's job table wait for an
+// advisory lock the test holds once n sync jobs are committed, so a fan-out
+// stops at a known batch; release lets it go on (also at cleanup).
+func (b *testBundle) holdSyncInsertsAfter(ctx context.Context, t *testing.T, n int64) (release func()) {
+	t.Helper()
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	hold := pgx.Identifier{b.schema, "hold_fan_out"}.Sanitize()
+	// One lock per schema: kill tests run side by side.
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(b.schema))
+	key := fmt.Sprint(h.Sum32())
+	_, err := b.pool.Exec(ctx, `
+		CREATE FUNCTION `+hold+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF (SELECT count(*) FROM `+jobs+` WHERE kind = 'riverslot_sync') >= `+fmt.Sprint(n)+` THEN
+				PERFORM pg_advisory_xact_lock(`+key+`);
+			END IF;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER hold_fan_out BEFORE INSERT ON `+jobs+` FOR EACH STATEMENT EXECUTE FUNCTION `+hold+`();`)
+	require.NoError(t, err)
+	lockConn, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = lockConn.Exec(ctx, "SELECT pg_advisory_lock("+key+")")
+	require.NoError(t, err)
+	released := false
+	release = func() {
+		if !released {
+			_, err := lockConn.Exec(ctx, "SELECT pg_advisory_unlock("+key+")")
+			require.NoError(t, err)
+			lockConn.Release()
+			released = true
+		}
+	}
+	t.Cleanup(release)
+	return release
 }

@@ -35,7 +35,12 @@ func NewArgs(spec *taskspec.Spec, cycleStart time.Time, slot int) Args {
 type fanOutCursor struct {
 	// Started is true once at least one batch was committed; Bucket and
 	// AfterID are then the keyset position of the last account enqueued.
-	Started bool   `json:"started"`
+	Started bool `json:"started"`
+	// Pinned is true once a weighted task's fan-out has moved on from the
+	// slot's bucket range (minus the accounts pinned elsewhere) to the
+	// accounts pinned to the slot, which are paged by id alone; Started,
+	// Bucket and AfterID then describe that second phase.
+	Pinned  bool   `json:"pinned,omitempty"`
 	Bucket  int    `json:"bucket"`
 	AfterID string `json:"after_id,omitempty"`
 

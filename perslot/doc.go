@@ -20,6 +20,12 @@
 // a late sync that would land less than half a cycle before the account's
 // regular time in the next cycle is skipped under either policy.
 //
+// For a weighted task (Task.Weight) the fan-out has two phases: the slot's
+// bucket range, leaving out the accounts pinned in the cycle (loaded once
+// per attempt: a cycle's pins never change after its bootstrap commits),
+// then the accounts pinned to this slot, by id. The cursor records the
+// phase, so a retry resumes inside either one.
+//
 // Every page of accounts must advance strictly past the cursor inside the
 // slot's bucket range (ErrKeysetStalled otherwise, and the batch inserts
 // nothing), and a per-slot job made for another plan (cycle, slots, seed)

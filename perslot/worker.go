@@ -147,6 +147,10 @@ type batch struct {
 	params                []river.InsertManyParams
 	opts                  []river.InsertOpts
 	overlaps              []overlap
+	// pinned holds, for a weighted task, the accounts of the slot's bucket
+	// range pinned (to any slot) in the cycle: the range's pages skip
+	// them, and the slot's own pins come in the pinned phase.
+	pinned map[uuid.UUID]bool
 }
 
 func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args], cursor fanOutCursor) error {
@@ -167,6 +171,11 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 		return err
 	}
 	b.overlaps = overlaps
+	if spec.Weighted() {
+		if b.pinned, err = w.rangePins(ctx, spec, job.Args.CycleStart, lo, hi); err != nil {
+			return err
+		}
+	}
 	resumed := cursor.Started
 	begun := time.Now()
 
@@ -182,6 +191,13 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 				slog.Int64("inserted", cursor.Inserted), slog.String("after_id", cursor.AfterID), slog.Int("after_bucket", cursor.Bucket))
 		}
 		if n < spec.BatchSize {
+			if spec.Weighted() && !cursor.Pinned {
+				// The bucket range is done; the accounts pinned to this
+				// slot follow. Persisted with their first batch: a retry
+				// before it finds the range done again.
+				cursor.Pinned, cursor.Started, cursor.Bucket, cursor.AfterID = true, false, 0, ""
+				continue
+			}
 			break
 		}
 	}
@@ -238,8 +254,16 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		if after, err = uuid.Parse(cursor.AfterID); err != nil {
 			return 0, fmt.Errorf("error parsing resume cursor %q: %w", cursor.AfterID, err)
 		}
+	}
+	pin := []any{spec.Name, spec.PlanID, b.cycleStart}
+	switch {
+	case cursor.Pinned && cursor.Started:
+		rows, err = tx.Query(ctx, spec.Pins.PinnedNextPage, append(pin, job.Args.Slot, spec.BatchSize, after)...)
+	case cursor.Pinned:
+		rows, err = tx.Query(ctx, spec.Pins.PinnedFirstPage, append(pin, job.Args.Slot, spec.BatchSize)...)
+	case cursor.Started:
 		rows, err = tx.Query(ctx, spec.SQL.NextPage, b.lo, b.hi, spec.BatchSize, cursor.Bucket, after)
-	} else {
+	default:
 		rows, err = tx.Query(ctx, spec.SQL.FirstPage, b.lo, b.hi, spec.BatchSize)
 	}
 	if err != nil {
@@ -263,6 +287,9 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		spread, lateSkipped int64 // for the metrics
 	)
 	for i, a := range accounts {
+		if !cursor.Pinned && b.pinned[a.ID] {
+			continue // pinned: served by the slot it is pinned to
+		}
 		p := place(spec, now, b.cycleStart, b.slotStart, slotplan.Hash(spec.Seed, a.ID))
 		switch {
 		case p.late && p.skip:
@@ -294,6 +321,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 	last := accounts[len(accounts)-1]
 	next := fanOutCursor{
 		Started:  true,
+		Pinned:   cursor.Pinned,
 		Bucket:   last.Bucket,
 		AfterID:  last.ID.String(),
 		Inserted: cursor.Inserted + int64(len(params)),
@@ -313,7 +341,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 
 // checkKeyset returns ErrKeysetStalled unless page holds at most limit rows,
 // all in [lo, hi], in strictly increasing (bucket, id) order, the first past
-// cursor. Postgres orders uuids by their bytes, as bytes.Compare does.
+// cursor; in the pinned phase, in strictly increasing id order. Postgres orders uuids by their bytes, as bytes.Compare does.
 func checkKeyset(page []account, lo, hi int, cursor fanOutCursor, limit int) error {
 	if len(page) > limit {
 		return fmt.Errorf("%w: got %d rows for a page of %d", ErrKeysetStalled, len(page), limit)
@@ -327,6 +355,14 @@ func checkKeyset(page []account, lo, hi int, cursor fanOutCursor, limit int) err
 		prev.ID = id
 	}
 	for i, a := range page {
+		if cursor.Pinned {
+			// Pinned accounts come by id alone, from any bucket.
+			if hasPrev && bytes.Compare(a.ID[:], prev.ID[:]) <= 0 {
+				return fmt.Errorf("%w: pinned row %d (id %s) is not after id %s", ErrKeysetStalled, i, a.ID, prev.ID)
+			}
+			prev, hasPrev = a, true
+			continue
+		}
 		if a.Bucket < lo || a.Bucket > hi {
 			return fmt.Errorf("%w: account %s has bucket %d outside the slot's range [%d, %d]", ErrKeysetStalled, a.ID, a.Bucket, lo, hi)
 		}
@@ -337,4 +373,24 @@ func checkKeyset(page []account, lo, hi int, cursor fanOutCursor, limit int) err
 		prev, hasPrev = a, true
 	}
 	return nil
+}
+
+// rangePins loads the accounts of buckets [lo, hi] pinned in the cycle. A
+// cycle's pins never change once its bootstrap has committed, which
+// happened before any of its per-slot jobs existed, so one load serves the
+// whole attempt.
+func (w *Worker) rangePins(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time, lo, hi int) (map[uuid.UUID]bool, error) {
+	rows, err := w.pool.Query(ctx, spec.Pins.RangePins, spec.Name, spec.PlanID, cycleStart, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("error loading the pins of buckets %d-%d: %w", lo, hi, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("error loading the pins of buckets %d-%d: %w", lo, hi, err)
+	}
+	pinned := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		pinned[id] = true
+	}
+	return pinned, nil
 }

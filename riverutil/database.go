@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -95,6 +96,11 @@ func (s *Scheduler) checkTask(ctx context.Context, spec *taskspec.Spec) error {
 			return fmt.Errorf("error planning the %s query on Table %s: %w", q.name, table, err)
 		}
 	}
+	if spec.Weighted() {
+		if err := s.checkWeight(ctx, tx, spec); err != nil {
+			return err
+		}
+	}
 	if _, err := tx.Exec(ctx, spec.SQL.FirstPage, 0, 255, 0); err != nil {
 		return fmt.Errorf("cannot select from Table %s; grant SELECT on it to this role: %w", table, err)
 	}
@@ -111,10 +117,76 @@ func (s *Scheduler) checkTask(ctx context.Context, spec *taskspec.Spec) error {
 	return nil
 }
 
+// numericTypes are the OIDs of the types a Weight may have: int2, int4,
+// int8, float4, float8 and numeric.
+var numericTypes = map[uint32]bool{21: true, 23: true, 20: true, 700: true, 701: true, 1700: true}
+
+// checkWeight checks a weighted task's Weight is a numeric expression of
+// Table and plans the queries the weighted placement runs; those on the
+// pins tables only when the tables exist (CreateIndexes creates them).
+func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec) error {
+	table := spec.QualifiedTable
+	sd, err := tx.Prepare(ctx, "", "SELECT ("+spec.Weight+") FROM "+table+" WHERE false")
+	if err != nil {
+		return fmt.Errorf("Weight %q is not a valid expression on Table %s: %w", spec.Weight, table, err)
+	}
+	if len(sd.Fields) != 1 || !numericTypes[sd.Fields[0].DataTypeOID] {
+		return fmt.Errorf("Weight %q on Table %s is not numeric; use a column or expression of type integer, bigint, real, double precision or numeric", spec.Weight, table)
+	}
+	queries := []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"per-slot weights", spec.Pins.SlotWeights, nil},
+		{"heaviest accounts", spec.Pins.Candidates, []any{1}},
+	}
+	var pinsExist bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
+		sqlbucket.QualifiedTable(spec.Schema, taskspec.PinsTable), sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCyclesTable)).Scan(&pinsExist); err != nil {
+		return fmt.Errorf("error looking up the pins tables: %w", err)
+	}
+	if pinsExist {
+		pin := []any{spec.Name, spec.PlanID, time.Time{}}
+		queries = append(queries, []struct {
+			name string
+			sql  string
+			args []any
+		}{
+			{"previous pins", spec.Pins.Previous, pin},
+			{"pins of a bucket range", spec.Pins.RangePins, append(pin, 0, 1)},
+			{"pinned first page", spec.Pins.PinnedFirstPage, append(pin, 0, 1)},
+			{"pinned next page", spec.Pins.PinnedNextPage, append(pin, 0, 1, uuid.Nil)},
+		}...)
+	} else {
+		s.log().WarnContext(ctx, "riverslot: pins tables missing; the bootstrap of a weighted task fails until Scheduler.CreateIndexes creates them",
+			slog.String("task", spec.Name), slog.String("table", sqlbucket.QualifiedTable(spec.Schema, taskspec.PinsTable)))
+	}
+	for _, q := range queries {
+		if _, err := tx.Exec(ctx, "EXPLAIN "+q.sql, q.args...); err != nil {
+			return fmt.Errorf("Weight %q or Filter %q is not valid on Table %s (checked in the %s query): %w", spec.Weight, spec.Filter, table, q.name, err)
+		}
+	}
+	return nil
+}
+
 // CreateIndexes creates the bucket expression index of every task's table
-// (CREATE INDEX CONCURRENTLY IF NOT EXISTS), once per distinct table.
+// (CREATE INDEX CONCURRENTLY IF NOT EXISTS), once per distinct table, and
+// for weighted tasks the pins tables in the task's Schema (see
+// Task.Weight), once per schema.
 func (s *Scheduler) CreateIndexes(ctx context.Context) error {
 	done := make(map[string]bool)
+	for _, spec := range s.specs {
+		if !spec.Weighted() || done["pins:"+spec.Schema] {
+			continue
+		}
+		done["pins:"+spec.Schema] = true
+		for _, ddl := range taskspec.PinsDDL(spec.Schema) {
+			if _, err := s.pool.Exec(ctx, ddl); err != nil {
+				return fmt.Errorf("error creating the pins tables in schema %q: %w", spec.Schema, err)
+			}
+		}
+	}
 	for _, spec := range s.specs {
 		key := spec.QualifiedTable + "." + spec.QuotedID
 		if done[key] {

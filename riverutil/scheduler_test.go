@@ -58,6 +58,11 @@ func TestNewValidation(t *testing.T) {
 		{"TableWithSemicolon", func(x *riverutil.Task) { x.Table = "accounts; DROP TABLE x" }, "Table must be a plain identifier"},
 		{"ColumnWithComment", func(x *riverutil.Task) { x.IDColumn = "id--" }, "IDColumn must be a plain identifier"},
 		{"SchemaTooLong", func(x *riverutil.Task) { x.Schema = string(make([]byte, 64)) }, "Schema must be at most 63 bytes"},
+		{"WeightBreakingOut", func(x *riverutil.Task) { x.Weight = "w) FROM x; --" }, "Weight must be one balanced numeric SQL expression (a ')' closes a parenthesis it did not open)"},
+		{"WeightWithSemicolon", func(x *riverutil.Task) { x.Weight = "w; DELETE FROM accounts" }, "Weight must be one balanced numeric SQL expression (';' is not allowed)"},
+		{"WeightEpsilonTooLarge", func(x *riverutil.Task) { x.Weight, x.WeightEpsilon = "w", 1.5 }, "WeightEpsilon must be in (0, 1] (0.10 lets a slot carry 10% more than the mean), got 1.5"},
+		{"WeightEpsilonNegative", func(x *riverutil.Task) { x.Weight, x.WeightEpsilon = "w", -0.1 }, "WeightEpsilon must be in (0, 1]"},
+		{"WeightEpsilonWithoutWeight", func(x *riverutil.Task) { x.WeightEpsilon = 0.2 }, "WeightEpsilon is set (0.2) but Weight is empty; set Weight"},
 		{"FilterWithSemicolon", func(x *riverutil.Task) { x.Filter = "true; DELETE FROM accounts" }, "Filter must be one balanced SQL boolean expression (';' is not allowed)"},
 		{"FilterBreakingOut", func(x *riverutil.Task) { x.Filter = "true) OR (true" }, "Filter must be one balanced SQL boolean expression (a ')' closes a parenthesis it did not open)"},
 		{"FilterLeftOpen", func(x *riverutil.Task) { x.Filter = "(active" }, "Filter must be one balanced SQL boolean expression (1 '(' left open)"},
@@ -359,6 +364,27 @@ func TestCheck(t *testing.T) {
 		ctx, bundle := setupCheck(t)
 		err := check(ctx, t, bundle, func(x *riverutil.Task) { x.Filter = "active AND AND" })
 		require.ErrorContains(t, err, `Filter "active AND AND" is not a valid boolean condition on Table`)
+	})
+
+	t.Run("WeightValid", func(t *testing.T) {
+		t.Parallel()
+		ctx, bundle := setupCheck(t)
+		_, err := bundle.pool.Exec(ctx, "ALTER TABLE "+pgx.Identifier{bundle.schema, "accounts"}.Sanitize()+" ADD COLUMN seats int, ADD COLUMN plan text")
+		require.NoError(t, err)
+		// Before CreateIndexes (no pins tables) and after.
+		require.NoError(t, check(ctx, t, bundle, func(x *riverutil.Task) { x.Weight = "seats * 2 + 1"; x.Filter = "active" }))
+		task := validTask()
+		task.Schema, task.Weight = bundle.schema, "seats"
+		s, err := riverutil.New(bundle.pool, &riverutil.Config{Tasks: []riverutil.Task{task}, Logger: riverslottest.Logger(t)})
+		require.NoError(t, err)
+		require.NoError(t, s.CreateIndexes(ctx))
+		require.NoError(t, s.Check(ctx))
+		require.EqualValues(t, 1, riverslottest.Count(ctx, t, bundle.pool, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'riverslot_pins'", bundle.schema))
+
+		err = check(ctx, t, bundle, func(x *riverutil.Task) { x.Weight = "plan" })
+		require.ErrorContains(t, err, `Weight "plan" on Table "`+bundle.schema+`"."accounts" is not numeric; use a column or expression of type`)
+		err = check(ctx, t, bundle, func(x *riverutil.Task) { x.Weight = "nope" })
+		require.ErrorContains(t, err, `Weight "nope" is not a valid expression on Table`)
 	})
 
 	t.Run("FilterUnknownColumn", func(t *testing.T) {

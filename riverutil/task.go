@@ -30,6 +30,9 @@ const (
 	// jobs every 5 s, so a shorter cycle's slots could not start on time.
 	CycleMin = 16 * time.Second
 
+	// WeightEpsilonDefault is the default WeightEpsilon.
+	WeightEpsilonDefault = slotplan.WeightEpsilonDefault
+
 	// LeadMax caps the default Lead.
 	LeadMax = 10 * time.Second
 )
@@ -101,6 +104,22 @@ type Task struct {
 	// user input. Check validates the exact queries it ends up in. Defaults
 	// to "" (every row).
 	Filter string
+
+	// Weight is an optional numeric SQL expression of Table's columns
+	// giving each account's cost, e.g. "weight" or "seats * 2 + 1" (NULL,
+	// negative, NaN and infinite values count as 0). When set, ordinary
+	// accounts keep their hash slot and the few heavy ("jumbo") accounts
+	// are pinned to slots so that every slot's total weight stays within
+	// 1 + WeightEpsilon of the mean; the bootstrap of each cycle recomputes
+	// the pins (see the README's Weights section) in the table
+	// riverslot_pins, which CreateIndexes creates in Schema. Like Filter it
+	// is trusted application SQL. Defaults to "" (hash placement only).
+	Weight string
+
+	// WeightEpsilon bounds a weighted task's slot load: each slot at most
+	// (1 + WeightEpsilon) × the mean slot weight, unless a single account
+	// is heavier than that. In (0, 1]. Defaults to 0.10.
+	WeightEpsilon float64
 
 	// Phase shifts this task's slots around the cycle by a fraction of it,
 	// in [0, 1): the accounts of bucket slot k are synced in slot
@@ -194,6 +213,17 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 			errs = append(errs, err)
 		}
 	}
+	if t.Weight != "" {
+		if err := taskspec.CheckWeight(t.Weight); err != nil {
+			errs = append(errs, err)
+		}
+		t.WeightEpsilon = cmp.Or(t.WeightEpsilon, WeightEpsilonDefault)
+		if !(t.WeightEpsilon > 0 && t.WeightEpsilon <= 1) {
+			add("WeightEpsilon must be in (0, 1] (0.10 lets a slot carry 10%% more than the mean), got %g; leave it 0 for the default", t.WeightEpsilon)
+		}
+	} else if t.WeightEpsilon != 0 {
+		add("WeightEpsilon is set (%g) but Weight is empty; set Weight to the accounts' weight column or expression", t.WeightEpsilon)
+	}
 	t.BatchSize = cmp.Or(t.BatchSize, BatchSizeDefault)
 	if t.BatchSize < 1 || t.BatchSize > BatchSizeMax {
 		add("BatchSize must be between 1 and %d, got %d", BatchSizeMax, t.BatchSize)
@@ -270,6 +300,8 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 		Table:           t.Table,
 		IDColumn:        t.IDColumn,
 		Filter:          t.Filter,
+		Weight:          t.Weight,
+		WeightEpsilon:   t.WeightEpsilon,
 		BatchSize:       t.BatchSize,
 		LatePolicy:      t.LatePolicy,
 		LateGrace:       t.LateGrace,

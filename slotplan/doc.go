@@ -14,6 +14,10 @@
 //	slot := plan.SlotOf(accountID)            // accountID is a [16]byte / uuid.UUID
 //	due := plan.Target(cycleStart, seed, accountID)
 //
+// Balance, JumboThreshold and PlacePins are the weighted placement: which
+// heavy accounts to pin, and to which slots, so that every slot's total
+// weight stays within 1 + epsilon of the mean.
+//
 // Schedule describes where cycles start (an absolute grid, or wall-clock
 // starts in a time zone) and doubles as a River periodic schedule.
 package slotplan

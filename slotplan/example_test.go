@@ -56,3 +56,19 @@ func ExampleSchedule() {
 	// 2026-03-29T23:30:00Z 00:30 BST
 	// 2026-03-30T23:30:00Z 00:30 BST
 }
+
+// Balance pins heavy accounts so no slot exceeds the bound. Four slots hold
+// 100, 120, 80 and 80 of ordinary weight; two jumbo accounts of 20 and 10
+// hash to slots 1 and 2. The mean slot weight is (380 + 30) / 4 = 102.5, so a
+// new placement must stay within 1.05 × 102.5 = 107.625: the 20 walks from
+// slot 1 (140, too heavy) to slot 2 (100); the 10 then walks from slot 2
+// (110, too heavy) to slot 3 (90).
+func ExampleBalance() {
+	base := []float64{100, 120, 80, 80}
+	slots := slotplan.Balance(base, []slotplan.Jumbo{
+		{ID: [16]byte{1}, Weight: 20, Home: 1, Prev: -1},
+		{ID: [16]byte{2}, Weight: 10, Home: 2, Prev: -1},
+	}, 0.10)
+	fmt.Println(slots)
+	// Output: [2 3]
+}

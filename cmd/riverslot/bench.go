@@ -13,8 +13,8 @@ import (
 	"github.com/riverslot/riverslot/internal/bench"
 )
 
-const benchAbout = `Runs the benchmarks against Postgres: fan-out, selection, deep queue and queue
-depth. It creates and drops schemas named riverslot_bench_<benchmark>_<n>,
+const benchAbout = `Runs the benchmarks against Postgres: fan-out, selection, deep queue, queue
+depth and weights. It creates and drops schemas named riverslot_bench_<benchmark>_<n>,
 dropping any existing schema of such a name first: point it at a database of
 its own (make bench uses riverslot_bench).
 `
@@ -33,7 +33,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reps := fs.Int("reps", 3, "repetitions of each fan-out comparison (medians reported)")
 	outDir := fs.String("out-dir", "docs", "directory for queue_depth.csv")
 	chartPath := fs.String("chart", "docs/queue-depth.svg", "SVG chart of the queue-depth run (empty: none)")
-	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth (comma-separated)")
+	weightsAccounts := fs.Int("weights-accounts", 1_000_000, "accounts in the weights benchmark (placement quality, churn and weighted selection)")
+	weightsChart := fs.String("weights-chart", "docs/weights.svg", "SVG chart of per-slot weight, hash-only beside balanced (empty: none)")
+	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth, weights (comma-separated)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -43,6 +45,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Out: stdout, Log: stderr, TextSlotsSampled: *textSlots, DeepQueue: *deepQueue,
 		DepthAccounts: *depthAccounts, DepthCycle: *depthCycle, DepthWork: *depthWork,
 		BatchSize: *batch, Reps: *reps, OutDir: *outDir, ChartPath: *chartPath, Only: map[string]bool{},
+		WeightsAccounts: *weightsAccounts, WeightsChartPath: *weightsChart,
 	}
 	var err error
 	if cfg.FanOutSizes, err = parseSizes("--fanout-sizes", *fanOut); err != nil {
@@ -54,10 +57,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, name := range strings.Split(*only, ",") {
 		switch name = strings.TrimSpace(name); name {
 		case "":
-		case "fanout", "selection", "deepqueue", "depth":
+		case "fanout", "selection", "deepqueue", "depth", "weights":
 			cfg.Only[name] = true
 		default:
-			return usageErr("--only: unknown benchmark %q; use fanout, selection, deepqueue or depth", name)
+			return usageErr("--only: unknown benchmark %q; use fanout, selection, deepqueue, depth or weights", name)
 		}
 	}
 	switch {
@@ -69,6 +72,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--text-slots must be between 1 and 128 (the slots of the 24h cycle it samples), got %d", *textSlots)
 	case *deepQueue < 1 || *depthAccounts < 1:
 		return usageErr("--deep-queue and --depth-accounts must be at least 1")
+	case *weightsAccounts < 1000:
+		return usageErr("--weights-accounts must be at least 1000 (128 slots), got %d", *weightsAccounts)
 	case *depthWork < 0:
 		return usageErr("--depth-work must not be negative, got %s", *depthWork)
 	}

@@ -41,6 +41,7 @@ type demoOptions struct {
 	schema      string
 	task        string
 	reciprocal  bool       // a second task, opposite the first
+	weights     string     // "" or "pareto": seed a weight column and run weighted
 	logLevel    slog.Level // of River's logger
 }
 
@@ -67,11 +68,15 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	fs.StringVar(&o.schema, "schema", "riverslot_demo", "schema the demo creates for River's tables and the accounts; it must not exist or be one the demo created")
 	fs.StringVar(&o.task, "task", "demo", "task name")
 	fs.BoolVar(&o.reciprocal, "reciprocal", false, "run a second task, <task>_opposite, over the same accounts, opposite the first (OppositeOf): no account is synced by both within half a cycle minus one slot")
+	fs.StringVar(&o.weights, "weights", "", "pareto: give every account a weight (column weight, Pareto(1.5) from a fixed seed) and run the task weighted (Task.Weight), reporting per-slot weight max/mean against hash-only placement")
 	logLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	o.databaseURL = databaseURL()
+	if o.weights != "" && o.weights != "pareto" {
+		return nil, usageErr("--weights must be pareto (or omitted for unweighted accounts), got %q", o.weights)
+	}
 	o.logLevel = *logLevel
 
 	switch {
@@ -181,6 +186,9 @@ func (d *demo) run(ctx context.Context) error {
 		Filter: "active",
 		Sync:   func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil },
 	}
+	if d.opts.weights != "" {
+		task.Weight = "weight"
+	}
 	probe, err := riverutil.New(d.pool, &riverutil.Config{Tasks: []riverutil.Task{task}})
 	if err != nil {
 		return err
@@ -213,6 +221,9 @@ func (d *demo) run(ctx context.Context) error {
 		Tasks:  tasks,
 	})
 	if err != nil {
+		return err
+	}
+	if err := scheduler.CreateIndexes(ctx); err != nil { // the bucket index exists; a weighted task's pins tables
 		return err
 	}
 	if err := scheduler.Check(ctx); err != nil {

@@ -48,6 +48,17 @@ type demoSummary struct {
 	// ReciprocalLateSyncs counts late catch-up syncs (scheduled after their
 	// slot), which the distance leaves out: the promise does not cover them.
 	ReciprocalLateSyncs *int64 `json:"reciprocal_late_syncs_excluded,omitempty"`
+
+	// With --weights: the distribution, and for the first task's last
+	// cycle the heaviest slot's total weight over the mean slot weight as
+	// enqueued (balanced) and as hash placement alone puts it, the heaviest
+	// single account over the mean slot weight, and how many accounts were
+	// pinned.
+	Weights                     string   `json:"weights,omitempty"`
+	SlotWeightMaxOverMean       *float64 `json:"slot_weight_max_over_mean,omitempty"`
+	HashSlotWeightMaxOverMean   *float64 `json:"hash_slot_weight_max_over_mean,omitempty"`
+	HeaviestAccountOverMeanSlot *float64 `json:"heaviest_account_over_mean_slot,omitempty"`
+	Pinned                      *int64   `json:"pinned,omitempty"`
 }
 
 type demoTaskRow struct {
@@ -170,7 +181,38 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 		promised := s.CycleSeconds/2 - s.SlotDurationSeconds
 		s.ReciprocalMinDistanceSeconds, s.ReciprocalMinPromisedSeconds, s.ReciprocalLateSyncs = &closest, &promised, &late
 	}
+	if d.opts.weights != "" {
+		if err := d.measureWeights(ctx, s, recorded[len(recorded)-1], syncKind); err != nil {
+			return nil, fmt.Errorf("error measuring per-slot weights: %w", err)
+		}
+	}
 	return s, nil
+}
+
+// measureWeights fills the summary's weight figures for the first task's
+// cycle starting at start, from the sync jobs enqueued and the accounts.
+func (d *demo) measureWeights(ctx context.Context, s *demoSummary, start time.Time, syncKind string) error {
+	jobs := pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()
+	var balanced, hash, heaviest float64
+	var pinned int64
+	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(w) / nullif(sum(w) / $4, 0), 0) FROM (
+			SELECT (j.args->>'slot')::int, sum(a.weight) AS w FROM `+jobs+` j JOIN `+d.table()+` a ON a.id = (j.args->>'account_id')::uuid
+			WHERE j.kind = $1 AND j.args->>'task' = $2 AND (j.args->>'cycle_start')::timestamptz = $3 GROUP BY 1) x`,
+		syncKind, d.opts.task, start, s.Slots).Scan(&balanced); err != nil {
+		return err
+	}
+	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(w) / nullif(sum(w) / $1, 0), 0), coalesce(max(h) / nullif(sum(w) / $1, 0), 0) FROM (
+			SELECT get_byte(uuid_send(id), 15) / (256 / $1) AS slot, sum(weight) AS w, max(weight) AS h FROM `+d.table()+` WHERE active GROUP BY 1) x`,
+		s.Slots).Scan(&hash, &heaviest); err != nil {
+		return err
+	}
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{d.opts.schema, "riverslot_pins"}.Sanitize()+" WHERE task = $1 AND cycle_start = $2",
+		d.opts.task, start).Scan(&pinned); err != nil {
+		return err
+	}
+	s.Weights = d.opts.weights
+	s.SlotWeightMaxOverMean, s.HashSlotWeightMaxOverMean, s.HeaviestAccountOverMeanSlot, s.Pinned = &balanced, &hash, &heaviest, &pinned
+	return nil
 }
 
 func (d *demo) report(ctx context.Context, starts []time.Time) error {
@@ -219,6 +261,10 @@ func (d *demo) printSummary(s *demoSummary) {
 	if s.ReciprocalMinDistanceSeconds != nil {
 		fmt.Fprintf(tw, "closest two tasks on an account\t%.3fs on the cycle circle (at least half a cycle minus a slot: %.0fs; %d late catch-up syncs left out)\n",
 			*s.ReciprocalMinDistanceSeconds, *s.ReciprocalMinPromisedSeconds, *s.ReciprocalLateSyncs)
+	}
+	if s.SlotWeightMaxOverMean != nil {
+		fmt.Fprintf(tw, "per-slot weight max/mean	%.3f balanced (%d accounts pinned), %.3f hash-only; heaviest account %.3f of a mean slot (weights %s)\n",
+			*s.SlotWeightMaxOverMean, *s.Pinned, *s.HashSlotWeightMaxOverMean, *s.HeaviestAccountOverMeanSlot, s.Weights)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/internal/bench"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -83,6 +85,11 @@ func (d *demo) prepare(ctx context.Context) (int64, error) {
 	if _, err := d.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+d.table()+" (id uuid PRIMARY KEY, active boolean NOT NULL DEFAULT true)"); err != nil {
 		return 0, fmt.Errorf("error creating accounts table: %w", err)
 	}
+	if d.opts.weights != "" {
+		if _, err := d.pool.Exec(ctx, "ALTER TABLE "+d.table()+" ADD COLUMN IF NOT EXISTS weight double precision NOT NULL DEFAULT 1"); err != nil {
+			return 0, fmt.Errorf("error adding the weight column: %w", err)
+		}
+	}
 	var existing int64
 	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+d.table()).Scan(&existing); err != nil {
 		return 0, err
@@ -107,12 +114,22 @@ func (d *demo) prepare(ctx context.Context) (int64, error) {
 func (d *demo) seed(ctx context.Context) error {
 	const chunk = 50_000
 	rows := make([][]any, 0, chunk)
+	columns := []string{"id", "active"}
+	// Weights from a fixed seed: the same distribution every run.
+	rng := rand.New(rand.NewPCG(1, 5))
+	if d.opts.weights != "" {
+		columns = append(columns, "weight")
+	}
 	for done := 0; done < d.opts.accounts; {
 		rows = rows[:0]
 		for i := 0; i < chunk && done+i < d.opts.accounts; i++ {
-			rows = append(rows, []any{uuid.New(), true})
+			if d.opts.weights != "" {
+				rows = append(rows, []any{uuid.New(), true, bench.Pareto(rng, 1.5)})
+			} else {
+				rows = append(rows, []any{uuid.New(), true})
+			}
 		}
-		if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.opts.schema, "accounts"}, []string{"id", "active"}, pgx.CopyFromRows(rows)); err != nil {
+		if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.opts.schema, "accounts"}, columns, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("error seeding accounts: %w", err)
 		}
 		done += len(rows)

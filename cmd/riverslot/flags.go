@@ -109,6 +109,7 @@ func logLevelFlag(fs *flag.FlagSet) *slog.Level {
 // existing schema: the flags worker and status share.
 type taskFlags struct {
 	schema, accountsSchema, table, filter, task *string
+	weight                                      *string
 	cycle, offset                               *time.Duration
 }
 
@@ -119,6 +120,7 @@ func addTaskFlags(fs *flag.FlagSet) *taskFlags {
 		table:          fs.String("table", "accounts", "accounts table, with a uuid column id"),
 		filter:         fs.String("filter", "active", "the task's Filter: SQL boolean expression over the accounts table (empty: every row)"),
 		task:           fs.String("task", "demo", "task name"),
+		weight:         fs.String("weight", "", "the task's Weight: numeric SQL expression over the accounts table (empty: hash placement only)"),
 		cycle:          fs.Duration("cycle", 120*time.Second, "the task's Cycle: a whole number of seconds, a multiple of 2s, 16s to 24h"),
 		offset:         fs.Duration("trigger-offset", 0, "the task's TriggerOffset: cycle grid offset from the Unix epoch, in [0, --cycle)"),
 	}
@@ -143,6 +145,6 @@ func (f *taskFlags) check() error {
 func (f *taskFlags) riverTask() riverutil.Task {
 	return riverutil.Task{
 		Name: *f.task, Cycle: *f.cycle, TriggerOffset: *f.offset,
-		Schema: *f.accountsSchema, Table: *f.table, Filter: *f.filter,
+		Schema: *f.accountsSchema, Table: *f.table, Filter: *f.filter, Weight: *f.weight,
 	}
 }

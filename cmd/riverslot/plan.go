@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -10,12 +12,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 const planAbout = `Prints a cycle's slots and, with --account, the account's bucket, slot,
-offset and next three sync times. It needs no database.
+offset and next three sync times. It needs no database; with --database-url
+it also reads whether a weighted task (Task.Weight) pinned the account to
+another slot in its latest cycle.
 `
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -30,6 +37,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	phase := fs.Float64("phase", 0, "the task's Phase, a fraction of the cycle in [0, 1): its slots shift by phase × slots")
 	opposite := fs.String("opposite", "", "name of a second task with OppositeOf --task: print its slot and sync times too")
 	svg := fs.String("svg", "", "also draw the slot circle (sample accounts at their due times; with --opposite both tasks, each account's two syncs joined) into this .svg file")
+	databaseURL := fs.String("database-url", "", "PostgreSQL URL: with --account, read the account's pin of a weighted task (empty: the pins are not read, and plan says it cannot know)")
+	pinsSchema := fs.String("pins-schema", "", "schema of the pins tables, the accounts table's Schema (empty: search_path)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -119,6 +128,13 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 
+	var pin *pinLookup
+	if *account != "" && *databaseURL != "" {
+		if pin, err = lookupPin(ctx, *databaseURL, *pinsSchema, tasks[0].name, taskspec.PlanID(plan, s, shift), id); err != nil {
+			return err
+		}
+	}
+
 	where := "UTC grid from the Unix epoch"
 	if loc != nil {
 		where = "wall clock in " + loc.String()
@@ -154,6 +170,9 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stdout, "task           %s (slots shifted by %d)\n", pt.name, pt.shift)
 		}
 		fmt.Fprintf(stdout, "slot           %d of %d (slots numbered from 0)\n", slot, plan.Slots)
+		if pt.name == tasks[0].name {
+			fmt.Fprintf(stdout, "pinned         %s\n", pin.describe(*databaseURL != "", plan, off))
+		}
 		fmt.Fprintf(stdout, "offset         %s into the slot (seed %d)\n", off, pt.seed)
 		fmt.Fprintf(stdout, "due            +%s after each cycle start\n", clock(time.Duration(slot)*plan.SlotDuration+off))
 		fmt.Fprintln(stdout, "next syncs (due time; River starts it within a few seconds):")
@@ -249,4 +268,58 @@ func clock(d time.Duration) string {
 		out += fmt.Sprintf(".%06d", us)
 	}
 	return out
+}
+
+// pinLookup is what the pins tables say about one account.
+type pinLookup struct {
+	cycleStart *time.Time // the latest pinned cycle; nil: none
+	slot       *int32     // nil: not pinned in that cycle
+	weight     *float64
+	schema     string
+	err        string // the pins tables do not exist
+}
+
+// lookupPin reads the account's pin in the latest pinned cycle of task under
+// planID.
+func lookupPin(ctx context.Context, databaseURL, schema, task, planID string, id uuid.UUID) (*pinLookup, error) {
+	pool, err := connect(ctx, databaseURL, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	l := &pinLookup{schema: cmp.Or(schema, "search_path")}
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", sqlbucket.QualifiedTable(schema, taskspec.PinCyclesTable)).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("error looking up the pins tables: %w", err)
+	}
+	if !exists {
+		l.err = "no pins tables in schema " + l.schema + " (the task is not weighted, or --pins-schema is not its Schema)"
+		return l, nil
+	}
+	var start time.Time
+	err = pool.QueryRow(ctx, taskspec.PinOfSQL(schema), task, planID, id).Scan(&start, &l.slot, &l.weight)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return l, nil
+	case err != nil:
+		return nil, fmt.Errorf("error reading the account's pin: %w", err)
+	}
+	l.cycleStart = &start
+	return l, nil
+}
+
+// describe is plan's "pinned" line.
+func (l *pinLookup) describe(asked bool, plan slotplan.Plan, off time.Duration) string {
+	switch {
+	case !asked:
+		return "unknown: a weighted task may pin it elsewhere; pass --database-url (and --pins-schema) to read the pins table"
+	case l.err != "":
+		return "no: " + l.err
+	case l.cycleStart == nil:
+		return "no: no cycle of this task and plan was pinned in schema " + l.schema + " (not weighted, or not bootstrapped yet)"
+	case l.slot == nil:
+		return "no: it keeps its hash slot in the latest pinned cycle, " + l.cycleStart.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("yes: to slot %d in the cycle of %s (weight %g), due +%s after that cycle's start",
+		*l.slot, l.cycleStart.UTC().Format(time.RFC3339), *l.weight, clock(time.Duration(*l.slot)*plan.SlotDuration+off))
 }

@@ -1,7 +1,8 @@
 // Package bench measures slot scheduling against its baselines on a real
 // PostgreSQL: fan-out against raw River inserts, the indexed selection
 // against the text predicate, River's scheduler and fetch on a deep queue,
-// queue depth over a compressed cycle for three strategies, and memory. The
+// queue depth over a compressed cycle for three strategies, memory, and
+// weighted placement against hash-only placement. The
 // riverslot bench command runs it; every comparison prints a markdown table
 // row with both figures and their ratio.
 package bench
@@ -42,8 +43,12 @@ type Config struct {
 	// OutDir receives queue_depth.csv; ChartPath the SVG chart.
 	OutDir    string
 	ChartPath string
+	// WeightsAccounts is the size of the weights benchmark; WeightsChartPath
+	// receives its per-slot weight chart (SVG; empty: none).
+	WeightsAccounts  int
+	WeightsChartPath string
 	// Only, if non-empty, runs just these benchmarks (fanout, selection,
-	// deepqueue, depth).
+	// deepqueue, depth, weights).
 	Only map[string]bool
 }
 
@@ -97,6 +102,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		{"selection", r.selection},
 		{"deepqueue", r.deepQueue},
 		{"depth", r.queueDepth},
+		{"weights", r.weights},
 	}
 	for _, s := range steps {
 		if len(r.cfg.Only) > 0 && !r.cfg.Only[s.name] {

@@ -13,9 +13,23 @@ import (
 // "true) OR (true" would otherwise turn "WHERE bucket BETWEEN .. AND (f)"
 // into a query that ignores the bucket range.
 func CheckFilter(filter string) error {
-	fail := func(why string) error {
+	return checkExpr(filter, func(why string) error {
 		return fmt.Errorf("Filter must be one balanced SQL boolean expression (%s), got %q; write a plain condition such as \"active AND NOT restricted\"", why, filter)
-	}
+	})
+}
+
+// CheckWeight is CheckFilter for a task's Weight: one balanced numeric SQL
+// expression of the accounts table's columns, spliced into queries inside
+// parentheses.
+func CheckWeight(weight string) error {
+	return checkExpr(weight, func(why string) error {
+		return fmt.Errorf("Weight must be one balanced numeric SQL expression (%s), got %q; write a column or an expression such as \"weight\" or \"seats * 2 + 1\"", why, weight)
+	})
+}
+
+// checkExpr returns fail(why) unless filter is one balanced expression (see
+// CheckFilter).
+func checkExpr(filter string, fail func(why string) error) error {
 	depth := 0
 	for i := 0; i < len(filter); i++ {
 		switch c := filter[i]; c {

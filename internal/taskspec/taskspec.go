@@ -48,6 +48,12 @@ type Spec struct {
 	// expression; FilterClause is " AND (filter)" or "".
 	Filter, FilterClause string
 
+	// Weight is the raw weight expression ("" for none: hash placement
+	// only), validated as one balanced expression; WeightEpsilon its load
+	// bound (see slotplan.Balance).
+	Weight        string
+	WeightEpsilon float64
+
 	BatchSize  int
 	LatePolicy LatePolicy
 	LateGrace  time.Duration
@@ -71,6 +77,8 @@ type Spec struct {
 
 	// Metrics records the task's OpenTelemetry metrics (nil: none).
 	Metrics *metrics.Instruments
+	// Pins holds the weighted placement's queries; set only when Weighted.
+	Pins PinsSQL
 }
 
 // SQL holds the queries the tiers run for a task, built once.
@@ -109,10 +117,15 @@ func (s *Spec) BuildSQL() {
 	head := "SELECT " + s.QuotedID + ", " + bucket + " FROM " + s.QualifiedTable +
 		" WHERE " + sqlbucket.SlotPredicate(s.IDColumn, 1, 2)
 	tail := s.FilterClause + " ORDER BY " + bucket + ", " + s.QuotedID + " LIMIT $3"
+	keyset := " AND (" + bucket + ", " + s.QuotedID + ") > ($4::int, $5::uuid)"
 	s.SQL = SQL{
 		FirstPage: head + tail,
-		NextPage:  head + " AND (" + bucket + ", " + s.QuotedID + ") > ($4::int, $5::uuid)" + tail,
+		NextPage:  head + keyset + tail,
 		Exists:    "SELECT EXISTS (SELECT 1 FROM " + s.QualifiedTable + " WHERE " + s.QuotedID + " = $1" + s.FilterClause + ")",
+	}
+	s.Pins = PinsSQL{}
+	if s.Weighted() {
+		s.buildPinsSQL()
 	}
 }
 

@@ -1,0 +1,9 @@
+package pinning
+
+import (
+	"testing"
+
+	"github.com/riverslot/riverslot/internal/riverslottest"
+)
+
+func TestMain(m *testing.M) { riverslottest.RunTests(m) }
