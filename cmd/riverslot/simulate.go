@@ -52,7 +52,7 @@ func parseSimulateFlags(args []string, stderr io.Writer) (*simulateOptions, erro
 	cycles := fs.Int("cycles", 1, "number of cycles to simulate (as demo); --duration overrides it")
 	fs.IntVar(&c.Workers, "workers", 50, "River MaxWorkers of the queue (as demo)")
 	fs.StringVar(&c.Task, "task", "demo", "task name: the seed of the accounts' offsets (as demo)")
-	fs.BoolVar(&c.Reciprocal, "reciprocal", false, "a second task, <task>_opposite, opposite the first, sharing the workers (as demo)")
+	fs.BoolVar(&c.Reciprocal, "reciprocal", false, "a second task, <task>_opposite, opposite the first, sharing the workers (as demo; the riverslot strategy only)")
 	fs.BoolVar(&o.json, "json", false, `print one JSON object {"results": [...]} on stdout instead of the table`)
 	duration := fs.Duration("duration", 0, "simulated time from the first cycle start, e.g. 168h (default: --cycles cycles)")
 	syncDuration := fs.String("sync-duration", "0s", `time one sync takes: "300ms", "uniform:100ms-500ms" or "lognormal:300ms,2s" (p50,p99); the demo's sync does nothing`)
