@@ -140,6 +140,7 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 	}{
 		{"per-slot weights", spec.Pins.SlotWeights, nil},
 		{"heaviest accounts", spec.Pins.Candidates, []any{1}},
+		{"accounts of a slot kept for a giant", spec.Pins.RangeAccounts, []any{0, 1}},
 	}
 	var pinsExist bool
 	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",

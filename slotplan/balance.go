@@ -83,7 +83,13 @@ func JumboThreshold(desc []float64, total, sumSq float64, slots int, epsilon flo
 // the ordinary accounts already put it there, or a single jumbo is heavier
 // than what any slot has left.
 func Balance(base []float64, jumbos []Jumbo, epsilon float64) []int {
+	return balance(base, jumbos, epsilon, nil)
+}
+
+// balance is Balance never placing a jumbo in an excluded slot (nil: none).
+func balance(base []float64, jumbos []Jumbo, epsilon float64, excluded []bool) []int {
 	slots := len(base)
+	open := func(s int) bool { return excluded == nil || !excluded[s] }
 	out := make([]int, len(jumbos))
 	if slots == 0 {
 		return out
@@ -114,21 +120,29 @@ func Balance(base []float64, jumbos []Jumbo, epsilon float64) []int {
 		j := &jumbos[i]
 		home := ((j.Home % slots) + slots) % slots
 		slot := -1
-		if j.Prev >= 0 && j.Prev < slots && load[j.Prev]+j.Weight <= keep {
+		if j.Prev >= 0 && j.Prev < slots && open(j.Prev) && load[j.Prev]+j.Weight <= keep {
 			slot = j.Prev
 		}
 		for k := 0; slot < 0 && k < slots; k++ {
-			if s := (home + k) % slots; load[s]+j.Weight <= place {
+			if s := (home + k) % slots; open(s) && load[s]+j.Weight <= place {
 				slot = s
 			}
 		}
-		if slot < 0 {
-			slot = home
-			for k := 1; k < slots; k++ {
-				if s := (home + k) % slots; load[s] < load[slot] {
+		for k := 0; k < slots && slot < 0; k++ {
+			if s := (home + k) % slots; open(s) {
+				slot = s
+			}
+		}
+		if slot >= 0 && !(load[slot]+j.Weight <= place) && !(slot == j.Prev && load[slot]+j.Weight <= keep) {
+			// No slot within the bound: the lightest open slot.
+			for k := 0; k < slots; k++ {
+				if s := (home + k) % slots; open(s) && load[s] < load[slot] {
 					slot = s
 				}
 			}
+		}
+		if slot < 0 {
+			slot = home // every slot excluded: cannot happen with Giants' limit
 		}
 		load[slot] += j.Weight
 		out[i] = slot
@@ -151,9 +165,9 @@ type Pin struct {
 // pinned in the previous placement (Prev >= 0), with their current weights.
 //
 // An account is a jumbo when its weight exceeds the JumboThreshold T of the
-// candidates, or, pinned before, when it still exceeds T/2 (hysteresis, so
-// an account near the threshold does not flip between pinned and hashed
-// every cycle). Ordinary accounts keep their hash slot; the jumbos are
+// candidates, or when it was pinned before, whatever its weight now: pins
+// are sticky, so an account near the threshold does not flip between pinned
+// and hashed, and a giant's former neighbours stay put when it leaves. Ordinary accounts keep their hash slot; the jumbos are
 // placed by Balance. It returns T and the pins, heaviest first, equal
 // weights by ID.
 func PlacePins(slotTotals []float64, sumSq float64, candidates []Jumbo, epsilon float64) (float64, []Pin) {
@@ -179,7 +193,7 @@ func PlacePins(slotTotals []float64, sumSq float64, candidates []Jumbo, epsilon 
 	copy(base, slotTotals)
 	var jumbos []Jumbo
 	for _, c := range sorted {
-		if c.Weight > threshold || c.Prev >= 0 && c.Weight > threshold/2 {
+		if c.Weight > threshold || c.Prev >= 0 {
 			if c.Home >= 0 && c.Home < len(base) {
 				base[c.Home] -= c.Weight
 			}
@@ -191,5 +205,161 @@ func PlacePins(slotTotals []float64, sumSq float64, candidates []Jumbo, epsilon 
 	for i, j := range jumbos {
 		pins[i] = Pin{ID: j.ID, Weight: j.Weight, Slot: slots[i]}
 	}
+	return threshold, pins
+}
+
+// Reserve is a slot kept for one giant account: an account heavier than
+// about half a mean slot, which no slot could take on top of its ordinary
+// accounts within the bound.
+type Reserve struct {
+	Slot int
+	ID   [16]byte
+}
+
+// giantShare is the weight, over the mean slot weight M, above which an
+// account is a giant: past (1/2 + epsilon/4) × M, JumboThreshold's room rule
+// could no longer leave it room in a slot of average ordinary weight.
+func giantShare(epsilon float64) float64 { return 0.5 + epsilon/4 }
+
+// Giants returns the slots PlacePinsReserved keeps for giant accounts,
+// heaviest first (equal weights by ID): a giant keeps its previous slot
+// (Prev) when no heavier giant took it, else takes the slot with the least
+// total weight. At most a quarter of the slots are kept. slotTotals and
+// candidates are PlacePins'.
+func Giants(slotTotals []float64, candidates []Jumbo, epsilon float64) []Reserve {
+	slots := len(slotTotals)
+	total := 0.0
+	for _, t := range slotTotals {
+		total += t
+	}
+	if slots == 0 || total <= 0 {
+		return nil
+	}
+	limit := giantShare(epsilon) * total / float64(slots)
+	var giants []Jumbo
+	for _, c := range candidates {
+		if c.Weight > limit {
+			giants = append(giants, c)
+		}
+	}
+	sort.Slice(giants, func(a, b int) bool {
+		if giants[a].Weight != giants[b].Weight {
+			return giants[a].Weight > giants[b].Weight
+		}
+		return bytes.Compare(giants[a].ID[:], giants[b].ID[:]) < 0
+	})
+	taken := make([]bool, slots)
+	var out []Reserve
+	for _, g := range giants {
+		if len(out) >= slots/4 {
+			break
+		}
+		slot := -1
+		if g.Prev >= 0 && g.Prev < slots && !taken[g.Prev] {
+			slot = g.Prev
+		} else {
+			for s := range slots {
+				if !taken[s] && (slot < 0 || slotTotals[s] < slotTotals[slot]) {
+					slot = s
+				}
+			}
+		}
+		taken[slot] = true
+		out = append(out, Reserve{Slot: slot, ID: g.ID})
+	}
+	return out
+}
+
+// PlacePinsReserved is PlacePins with giants: each giant of reserved (from
+// Giants) is pinned alone to its slot, and every other account hashed to a
+// reserved slot (evacuees: the caller lists them all, with their previous
+// slot) is placed elsewhere with the jumbos. The giant's slot then carries
+// the giant alone, so no slot exceeds max((1 + epsilon) × M, giant + the
+// little the walk could not place elsewhere). With no giants it is
+// PlacePins.
+func PlacePinsReserved(slotTotals []float64, sumSq float64, candidates, evacuees []Jumbo, reserved []Reserve, epsilon float64) (float64, []Pin) {
+	if len(reserved) == 0 {
+		return PlacePins(slotTotals, sumSq, candidates, epsilon)
+	}
+	slots := len(slotTotals)
+	giantSlot := map[[16]byte]int{}
+	excluded := make([]bool, slots)
+	for _, r := range reserved {
+		giantSlot[r.ID] = r.Slot
+		excluded[r.Slot] = true
+	}
+	total := 0.0
+	for _, t := range slotTotals {
+		total += t
+	}
+	base := make([]float64, slots)
+	copy(base, slotTotals)
+	var giants []Jumbo
+	var rest []Jumbo
+	for _, c := range candidates {
+		if _, ok := giantSlot[c.ID]; ok {
+			giants = append(giants, c)
+			continue
+		}
+		rest = append(rest, c)
+	}
+	// The threshold of what stays hashed, without the giants.
+	gTotal, gSq := 0.0, 0.0
+	for _, g := range giants {
+		gTotal += g.Weight
+		gSq += g.Weight * g.Weight
+		if g.Home >= 0 && g.Home < slots {
+			base[g.Home] -= g.Weight
+		}
+	}
+	sort.Slice(rest, func(a, b int) bool {
+		if rest[a].Weight != rest[b].Weight {
+			return rest[a].Weight > rest[b].Weight
+		}
+		return bytes.Compare(rest[a].ID[:], rest[b].ID[:]) < 0
+	})
+	desc := make([]float64, len(rest))
+	for i, c := range rest {
+		desc[i] = c.Weight
+	}
+	threshold := JumboThreshold(desc, total-gTotal, max(sumSq-gSq, 0), slots, epsilon)
+
+	var movers []Jumbo
+	seen := map[[16]byte]bool{}
+	for _, c := range rest {
+		if c.Weight > threshold || c.Prev >= 0 {
+			seen[c.ID] = true
+			movers = append(movers, c)
+		}
+	}
+	for _, e := range evacuees {
+		if _, giant := giantSlot[e.ID]; giant || seen[e.ID] {
+			continue
+		}
+		seen[e.ID] = true
+		movers = append(movers, e)
+	}
+	for _, m := range movers {
+		if m.Home >= 0 && m.Home < slots {
+			base[m.Home] -= m.Weight
+		}
+	}
+	for _, g := range giants {
+		base[giantSlot[g.ID]] += g.Weight
+	}
+	placed := balance(base, movers, epsilon, excluded)
+	pins := make([]Pin, 0, len(giants)+len(movers))
+	for _, g := range giants {
+		pins = append(pins, Pin{ID: g.ID, Weight: g.Weight, Slot: giantSlot[g.ID]})
+	}
+	for i, m := range movers {
+		pins = append(pins, Pin{ID: m.ID, Weight: m.Weight, Slot: placed[i]})
+	}
+	sort.SliceStable(pins, func(a, b int) bool {
+		if pins[a].Weight != pins[b].Weight {
+			return pins[a].Weight > pins[b].Weight
+		}
+		return bytes.Compare(pins[a].ID[:], pins[b].ID[:]) < 0
+	})
 	return threshold, pins
 }

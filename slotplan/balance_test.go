@@ -173,3 +173,100 @@ func FuzzBalance(f *testing.F) {
 		checkBalance(t, base, randomJumbos(rng, int(n%2048), slots, seed%2 == 0), epsilon)
 	})
 }
+
+// A giant (heavier than half a mean slot) gets a slot of its own: the
+// accounts hashed there are evacuated, so that slot carries the giant
+// alone and the others stay within (1 + epsilon) x the mean.
+func TestPlacePinsReservedGiant(t *testing.T) {
+	t.Parallel()
+	const slots, perSlot = 128, 100
+	rng := rand.New(rand.NewPCG(3, 4))
+	totals := make([]float64, slots)
+	byHome := make([][]Jumbo, slots)
+	var sumSq float64
+	var candidates []Jumbo
+	for s := range slots {
+		for i := range perSlot {
+			w := 1 + rng.Float64()
+			var id [16]byte
+			id[0], id[1], id[2] = byte(s), byte(i), byte(i>>8)
+			totals[s] += w
+			sumSq += w * w
+			byHome[s] = append(byHome[s], Jumbo{ID: id, Weight: w, Home: s, Prev: -1})
+		}
+	}
+	mean := func() float64 {
+		var t float64
+		for _, x := range totals {
+			t += x
+		}
+		return t / slots
+	}
+	giant := Jumbo{ID: [16]byte{0xff}, Weight: 2.5 * mean(), Home: 5, Prev: -1}
+	totals[5] += giant.Weight
+	sumSq += giant.Weight * giant.Weight
+	candidates = append(candidates, giant)
+	m := mean()
+
+	reserved := Giants(totals, candidates, 0.1)
+	require.Len(t, reserved, 1)
+	require.Equal(t, giant.ID, reserved[0].ID)
+	kept := reserved[0].Slot
+	evacuees := append([]Jumbo(nil), byHome[kept]...)
+	if kept == 5 {
+		evacuees = append(evacuees, giant)
+	}
+	_, pins := PlacePinsReserved(totals, sumSq, candidates, evacuees, reserved, 0.1)
+
+	load := make([]float64, slots)
+	pinned := map[[16]byte]int{}
+	for _, p := range pins {
+		pinned[p.ID] = p.Slot
+	}
+	for s := range slots {
+		for _, a := range byHome[s] {
+			slot := s
+			if p, ok := pinned[a.ID]; ok {
+				slot = p
+			}
+			require.False(t, slot == kept, "an ordinary account left in the giant's slot")
+			load[slot] += a.Weight
+		}
+	}
+	require.Equal(t, kept, pinned[giant.ID])
+	load[kept] += giant.Weight
+	w := giant.Weight / m
+	for s, l := range load {
+		require.LessOrEqual(t, l/m, max(1.1, w+0.1), "slot %d", s)
+	}
+	require.InDelta(t, w, load[kept]/m, 1e-9, "the giant's slot carries the giant alone")
+
+	// Next cycle, the giant gone: its slot's former accounts keep their
+	// pins (sticky), so nobody moves.
+	prevCandidates := []Jumbo{}
+	for _, p := range pins {
+		if p.ID == giant.ID {
+			continue
+		}
+		for s := range slots {
+			for _, a := range byHome[s] {
+				if a.ID == p.ID {
+					a.Prev = p.Slot
+					prevCandidates = append(prevCandidates, a)
+				}
+			}
+		}
+	}
+	totals[5] -= giant.Weight
+	sumSq -= giant.Weight * giant.Weight
+	require.Empty(t, Giants(totals, prevCandidates, 0.1))
+	_, again := PlacePinsReserved(totals, sumSq, prevCandidates, nil, nil, 0.1)
+	moved := 0
+	for _, p := range again {
+		if p.Slot != pinned[p.ID] {
+			moved++
+		}
+	}
+	require.Zero(t, moved)
+	require.Len(t, again, len(pins)-1)
+}

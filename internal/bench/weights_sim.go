@@ -103,7 +103,26 @@ func simulate(plan slotplan.Plan, accounts []simAccount, prev map[[16]byte]int, 
 		seen[a.id] = true
 		candidates = append(candidates, slotplan.Jumbo{ID: a.id, Weight: a.w, Home: plan.SlotOf(a.id), Prev: prevSlot})
 	}
-	threshold, pins := slotplan.PlacePins(p.hash, sumSq, candidates, epsilon)
+	// Giants get a slot of their own: every other account hashed to it is
+	// an evacuee, as the bootstrap lists them (internal/pinning).
+	reserved := slotplan.Giants(p.hash, candidates, epsilon)
+	var evacuees []slotplan.Jumbo
+	if len(reserved) > 0 {
+		kept := map[int]bool{}
+		for _, r := range reserved {
+			kept[r.Slot] = true
+		}
+		for _, a := range accounts {
+			if home := plan.SlotOf(a.id); kept[home] {
+				prevSlot, pinned := prev[a.id]
+				if !pinned {
+					prevSlot = -1
+				}
+				evacuees = append(evacuees, slotplan.Jumbo{ID: a.id, Weight: a.w, Home: home, Prev: prevSlot})
+			}
+		}
+	}
+	threshold, pins := slotplan.PlacePinsReserved(p.hash, sumSq, candidates, evacuees, reserved, epsilon)
 	p.threshold = threshold
 	copy(p.balanced, p.hash)
 	for _, pin := range pins {
@@ -180,7 +199,12 @@ type weightsQuality struct {
 // of them and places them again with the first placement's pins as the
 // previous ones.
 func measureWeights(plan slotplan.Plan, c weightCase, n int, epsilon float64) weightsQuality {
-	accounts := simAccounts(c, n, 1)
+	return measureWeightsSeed(plan, c, n, epsilon, 1)
+}
+
+// measureWeightsSeed is measureWeights on the accounts drawn from seed.
+func measureWeightsSeed(plan slotplan.Plan, c weightCase, n int, epsilon float64, seed uint64) weightsQuality {
+	accounts := simAccounts(c, n, seed)
 	before := simulate(plan, accounts, nil, epsilon)
 	q := weightsQuality{
 		hashMaxMean:     maxOverMean(before.hash),

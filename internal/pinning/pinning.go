@@ -117,7 +117,29 @@ func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.
 		return Outcome{}, fmt.Errorf("error selecting the heaviest accounts: %w", err)
 	}
 
-	threshold, pins := slotplan.PlacePins(slotTotals, sumSq, candidates, spec.WeightEpsilon)
+	// Giants get a slot of their own; every other account hashed to it is
+	// an evacuee, placed elsewhere with the jumbos.
+	reserved := slotplan.Giants(slotTotals, candidates, spec.WeightEpsilon)
+	var evacuees []slotplan.Jumbo
+	for _, r := range reserved {
+		lo, hi := spec.Plan.BucketRange(spec.Plan.Shift(r.Slot, -spec.Shift))
+		rows, err := tx.Query(ctx, q.RangeAccounts, lo, hi)
+		if err != nil {
+			return Outcome{}, fmt.Errorf("error listing the accounts of slot %d, kept for a giant account: %w", r.Slot, err)
+		}
+		if _, err := pgx.ForEachRow(rows, []any{&id, &bucket, &weight}, func() error {
+			prev := -1
+			if i, ok := byID[id]; ok {
+				prev = candidates[i].Prev
+			}
+			buckets[id] = bucket
+			evacuees = append(evacuees, slotplan.Jumbo{ID: id, Weight: weight, Home: homeSlot(bucket), Prev: prev})
+			return nil
+		}); err != nil {
+			return Outcome{}, fmt.Errorf("error listing the accounts of slot %d, kept for a giant account: %w", r.Slot, err)
+		}
+	}
+	threshold, pins := slotplan.PlacePinsReserved(slotTotals, sumSq, candidates, evacuees, reserved, spec.WeightEpsilon)
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{spec.Schema, taskspec.PinsTable}[skipEmpty(spec.Schema):],
 		[]string{"task", "plan", "cycle_start", "account_id", "bucket", "slot", "weight"},
 		pgx.CopyFromSlice(len(pins), func(i int) ([]any, error) {

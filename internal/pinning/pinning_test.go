@@ -24,8 +24,8 @@ func TestPlaceOnce(t *testing.T) {
 	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
 	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8 NOT NULL)")
 	require.NoError(t, err)
-	// 2,000 accounts of weight 1, 20 of weight 500: the heavy ones are pinned.
-	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 20 THEN 500 ELSE 1 END FROM generate_series(1, 2020) g")
+	// 2,000 accounts of weight 1, 60 of weight 150 (a fifth of a mean slot each: jumbos, not giants): the heavy ones are pinned.
+	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 60 THEN 150 ELSE 1 END FROM generate_series(1, 2060) g")
 	require.NoError(t, err)
 	for _, ddl := range taskspec.PinsDDL(schema) {
 		_, err := pool.Exec(ctx, ddl)
@@ -43,7 +43,7 @@ func TestPlaceOnce(t *testing.T) {
 		got, err := Place(ctx, tx, spec, start.Add(-time.Hour))
 		require.NoError(t, err)
 		require.False(t, got.Reused)
-		require.Equal(t, 20, got.Pinned)
+		require.Equal(t, 60, got.Pinned)
 		require.NoError(t, tx.Rollback(ctx))
 		require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pins))
 	})
@@ -55,7 +55,7 @@ func TestPlaceOnce(t *testing.T) {
 		got, err := Place(ctx, first, spec, start)
 		require.NoError(t, err)
 		require.False(t, got.Reused)
-		require.Equal(t, 20, got.Pinned)
+		require.Equal(t, 60, got.Pinned)
 
 		second, err := pool.Begin(ctx)
 		require.NoError(t, err)
@@ -82,13 +82,13 @@ func TestPlaceOnce(t *testing.T) {
 		o := <-done
 		require.True(t, o.Reused, "the second bootstrap reuses the committed pins")
 		require.NoError(t, second.Commit(ctx))
-		require.EqualValues(t, 20, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pins+" WHERE cycle_start = $1", start))
+		require.EqualValues(t, 60, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pins+" WHERE cycle_start = $1", start))
 	})
 }
 
 // TestPlaceIgnoresBadWeights gives accounts NULL, negative, NaN and
-// infinite weights beside 20 heavy ones: those count as 0, so exactly the
-// 20 heavy accounts are pinned and the threshold is finite.
+// infinite weights beside 60 heavy ones: those count as 0, so exactly the
+// 60 heavy accounts are pinned and the threshold is finite.
 func TestPlaceIgnoresBadWeights(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -97,7 +97,7 @@ func TestPlaceIgnoresBadWeights(t *testing.T) {
 	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
 	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8)")
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 20 THEN 500 ELSE 1 END FROM generate_series(1, 2020) g")
+	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 60 THEN 150 ELSE 1 END FROM generate_series(1, 2060) g")
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" VALUES (gen_random_uuid(), 'NaN'), (gen_random_uuid(), 'Infinity'), (gen_random_uuid(), NULL), (gen_random_uuid(), -1e9)")
 	require.NoError(t, err)
@@ -114,9 +114,69 @@ func TestPlaceIgnoresBadWeights(t *testing.T) {
 	defer tx.Rollback(ctx) //nolint:errcheck
 	got, err := Place(ctx, tx, spec, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	require.NoError(t, err)
-	require.Equal(t, 20, got.Pinned)
+	require.Equal(t, 60, got.Pinned)
 	require.InDelta(t, 1.0, got.Threshold, 0, "the heavy accounts are pinned above weight 1")
 	var heavy int64
-	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, taskspec.PinsTable}.Sanitize()+" WHERE weight = 500").Scan(&heavy))
-	require.EqualValues(t, 20, heavy, "the 20 heavy accounts are the pins")
+	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, taskspec.PinsTable}.Sanitize()+" WHERE weight = 150").Scan(&heavy))
+	require.EqualValues(t, 60, heavy, "the 60 heavy accounts are the pins")
+}
+
+// A giant account (heavier than half a mean slot) gets a slot of its own:
+// Place lists that slot's accounts from the table and pins them elsewhere,
+// so the giant's slot serves the giant alone.
+func TestPlaceGiant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
+	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8 NOT NULL)")
+	require.NoError(t, err)
+	// 3,200 accounts of weight 1 over 16 slots (a mean slot of 200 without
+	// the giant), one of weight 600.
+	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), 1 FROM generate_series(1, 3200); INSERT INTO "+accounts+" VALUES (gen_random_uuid(), 600)")
+	require.NoError(t, err)
+	for _, ddl := range taskspec.PinsDDL(schema) {
+		_, err := pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+	}
+	spec := riverslottest.Spec(t, "transactions", schema, "accounts", "", 16*time.Second, 100)
+	spec.Weight, spec.WeightEpsilon = "weight", 0.1
+	spec.BuildSQL()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = Place(ctx, tx, spec, start)
+	require.NoError(t, err)
+
+	// Per-slot load as the per-slot jobs will serve it: the pin's slot, else
+	// the hash slot (16 slots: bucket / 16).
+	pins := pgx.Identifier{schema, taskspec.PinsTable}.Sanitize()
+	rows, err := tx.Query(ctx, `SELECT coalesce(p.slot, get_byte(uuid_send(a.id), 15) / 16) AS slot, sum(a.weight), count(*) FILTER (WHERE a.weight = 600)
+		FROM `+accounts+` a LEFT JOIN `+pins+` p ON p.account_id = a.id GROUP BY 1 ORDER BY 1`)
+	require.NoError(t, err)
+	var total, heaviest, giantSlotLoad float64
+	giantSlots := 0
+	var loads []float64
+	for rows.Next() {
+		var slot int
+		var load float64
+		var giants int
+		require.NoError(t, rows.Scan(&slot, &load, &giants))
+		loads = append(loads, load)
+		total += load
+		heaviest = max(heaviest, load)
+		if giants > 0 {
+			giantSlots++
+			giantSlotLoad = load
+		}
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, loads, 16)
+	mean := total / 16
+	require.Equal(t, 1, giantSlots)
+	require.Equal(t, 600.0, giantSlotLoad, "the giant's slot serves the giant alone")
+	w := 600 / mean
+	require.LessOrEqual(t, heaviest/mean, max(1.1, w+0.1))
 }

@@ -63,6 +63,9 @@ type PinsSQL struct {
 	SlotWeights string
 	// Candidates returns (id, bucket, weight) of the $1 heaviest accounts.
 	Candidates string
+	// RangeAccounts returns (id, bucket, weight) of every account whose
+	// bucket is in [$1, $2]: the evacuees of a slot kept for a giant.
+	RangeAccounts string
 	// Previous returns (id, bucket, weight, slot) of the pins of the latest
 	// cycle of task $1 and plan $2 before $3 whose accounts still exist
 	// and match the filter, with their current weights.
@@ -117,6 +120,8 @@ func (s *Spec) buildPinsSQL() {
 			s.QualifiedTable + where + ") a GROUP BY 1",
 		Candidates: "SELECT " + s.QuotedID + ", " + bucket + ", " + weight + " AS w FROM " + s.QualifiedTable + where +
 			" ORDER BY w DESC, " + s.QuotedID + " LIMIT $1",
+		RangeAccounts: "SELECT " + s.QuotedID + ", " + bucket + ", " + weight + " AS w FROM " + s.QualifiedTable +
+			" WHERE " + sqlbucket.SlotPredicate(s.IDColumn, 1, 2) + s.FilterClause,
 		// The accounts in a derived table of their own, so the filter and
 		// weight never meet the pins table's columns.
 		Previous: "SELECT a.i, a.b, a.w, p.slot FROM (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable +
