@@ -17,7 +17,8 @@ import (
 )
 
 func TestSimulateJSON(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the simulations are CPU-bound and would starve the
+	// demo tests' real cycles; sequential tests run before the parallel ones.
 
 	code, stdout, stderr := runCmd(t, "simulate", "--accounts", "5000", "--cycle", "120s", "--cycles", "2", "--strategy", "naive,lrs,riverslot", "--json")
 	require.Equal(t, 0, code, stderr)
@@ -44,7 +45,8 @@ func TestSimulateJSON(t *testing.T) {
 
 // Same flags, same output: JSON (but wall_seconds) and every file in --out.
 func TestSimulateDeterministicOutputs(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the simulations are CPU-bound and would starve the
+	// demo tests' real cycles; sequential tests run before the parallel ones.
 
 	var outs []string
 	var dirs []string
@@ -75,7 +77,8 @@ func TestSimulateDeterministicOutputs(t *testing.T) {
 // --out writes CSV whose rows the SQLite file holds too, and charts that
 // parse as SVG and PNG.
 func TestSimulateOut(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the simulations are CPU-bound and would starve the
+	// demo tests' real cycles; sequential tests run before the parallel ones.
 
 	dir := t.TempDir()
 	code, _, stderr := runCmd(t, "simulate", "--accounts", "4000", "--cycle", "120s", "--strategy", "riverslot,naive", "--out", dir)
@@ -129,7 +132,8 @@ func TestSimulateOut(t *testing.T) {
 }
 
 func TestSimulateBadFlags(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the simulations are CPU-bound and would starve the
+	// demo tests' real cycles; sequential tests run before the parallel ones.
 
 	for _, tt := range []struct {
 		args []string
@@ -168,7 +172,8 @@ func TestSimulateBadFlags(t *testing.T) {
 
 // The table has no wall time: the same flags print the same bytes.
 func TestSimulateTableDeterministic(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the simulations are CPU-bound and would starve the
+	// demo tests' real cycles; sequential tests run before the parallel ones.
 
 	args := []string{"simulate", "--accounts", "3000", "--cycle", "64s", "--cycles", "2", "--strategy", "lrs,riverslot", "--fail-rate", "0.1"}
 	code, first, stderr := runCmd(t, args...)
