@@ -3,7 +3,7 @@ package slotplan
 import (
 	"bytes"
 	"math"
-	"sort"
+	"slices"
 )
 
 // WeightEpsilonDefault is the default load bound of weighted placement: no
@@ -109,12 +109,8 @@ func balance(base []float64, jumbos []Jumbo, epsilon float64, excluded []bool) [
 	keep := (1 + epsilon) * mean
 	place := (1 + epsilon/2) * mean
 
-	sort.SliceStable(order, func(a, b int) bool {
-		ja, jb := &jumbos[order[a]], &jumbos[order[b]]
-		if ja.Weight != jb.Weight {
-			return ja.Weight > jb.Weight
-		}
-		return bytes.Compare(ja.ID[:], jb.ID[:]) < 0
+	slices.SortStableFunc(order, func(a, b int) int {
+		return heavierFirst(jumbos[a].Weight, jumbos[b].Weight, jumbos[a].ID, jumbos[b].ID)
 	})
 	for _, i := range order {
 		j := &jumbos[i]
@@ -177,12 +173,7 @@ func PlacePins(slotTotals []float64, sumSq float64, candidates []Jumbo, epsilon 
 	}
 	sorted := make([]Jumbo, len(candidates))
 	copy(sorted, candidates)
-	sort.Slice(sorted, func(a, b int) bool {
-		if sorted[a].Weight != sorted[b].Weight {
-			return sorted[a].Weight > sorted[b].Weight
-		}
-		return bytes.Compare(sorted[a].ID[:], sorted[b].ID[:]) < 0
-	})
+	slices.SortFunc(sorted, func(a, b Jumbo) int { return heavierFirst(a.Weight, b.Weight, a.ID, b.ID) })
 	desc := make([]float64, len(sorted))
 	for i, c := range sorted {
 		desc[i] = c.Weight
@@ -242,12 +233,7 @@ func Giants(slotTotals []float64, candidates []Jumbo, epsilon float64) []Reserve
 			giants = append(giants, c)
 		}
 	}
-	sort.Slice(giants, func(a, b int) bool {
-		if giants[a].Weight != giants[b].Weight {
-			return giants[a].Weight > giants[b].Weight
-		}
-		return bytes.Compare(giants[a].ID[:], giants[b].ID[:]) < 0
-	})
+	slices.SortFunc(giants, func(a, b Jumbo) int { return heavierFirst(a.Weight, b.Weight, a.ID, b.ID) })
 	taken := make([]bool, slots)
 	var out []Reserve
 	for _, g := range giants {
@@ -312,12 +298,7 @@ func PlacePinsReserved(slotTotals []float64, sumSq float64, candidates, evacuees
 			base[g.Home] -= g.Weight
 		}
 	}
-	sort.Slice(rest, func(a, b int) bool {
-		if rest[a].Weight != rest[b].Weight {
-			return rest[a].Weight > rest[b].Weight
-		}
-		return bytes.Compare(rest[a].ID[:], rest[b].ID[:]) < 0
-	})
+	slices.SortFunc(rest, func(a, b Jumbo) int { return heavierFirst(a.Weight, b.Weight, a.ID, b.ID) })
 	desc := make([]float64, len(rest))
 	for i, c := range rest {
 		desc[i] = c.Weight
@@ -355,11 +336,19 @@ func PlacePinsReserved(slotTotals []float64, sumSq float64, candidates, evacuees
 	for i, m := range movers {
 		pins = append(pins, Pin{ID: m.ID, Weight: m.Weight, Slot: placed[i]})
 	}
-	sort.SliceStable(pins, func(a, b int) bool {
-		if pins[a].Weight != pins[b].Weight {
-			return pins[a].Weight > pins[b].Weight
-		}
-		return bytes.Compare(pins[a].ID[:], pins[b].ID[:]) < 0
-	})
+	slices.SortStableFunc(pins, func(a, b Pin) int { return heavierFirst(a.Weight, b.Weight, a.ID, b.ID) })
 	return threshold, pins
+}
+
+// heavierFirst orders accounts by weight, heaviest first, equal weights by
+// ID: the one order every placement step uses, so ties never depend on
+// input order.
+func heavierFirst(wa, wb float64, ida, idb [16]byte) int {
+	switch {
+	case wa > wb:
+		return -1
+	case wa < wb:
+		return 1
+	}
+	return bytes.Compare(ida[:], idb[:])
 }

@@ -677,21 +677,39 @@ func (w *signalWriter) String() string {
 func runWorkerUntilStarted(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 
+	stdout, stderr, stop := startWorkerCmd(t, args...)
+	code := stop()
+	return code, stdout.String(), stderr.String()
+}
+
+// startWorkerCmd runs `riverslot worker` with args in the test process until
+// it has started; stop interrupts it and returns its exit code.
+func startWorkerCmd(t *testing.T, args ...string) (stdout, stderr *signalWriter, stop func() int) {
+	t.Helper()
+
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stdout := &signalWriter{started: make(chan struct{})}
+	stdout = &signalWriter{started: make(chan struct{})}
 	started := stdout.started
-	stderr := &signalWriter{}
+	stderr = &signalWriter{}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, append([]string{"worker"}, args...), stdout, stderr) }()
 	select {
 	case <-started:
 	case code := <-done:
+		cancel()
 		t.Fatalf("worker exited with %d before starting:\n%s", code, stderr.String())
 	}
-	cancel()
-	code := <-done
-	return code, stdout.String(), stderr.String()
+	var once sync.Once
+	var code int
+	stop = func() int {
+		once.Do(func() {
+			cancel()
+			code = <-done
+		})
+		return code
+	}
+	t.Cleanup(func() { stop() }) // a failed assertion still stops the worker
+	return stdout, stderr, stop
 }
 
 // TestWorkerSeparateSchemas runs workers whose accounts live in another

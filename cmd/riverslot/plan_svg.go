@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"image/color"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -127,9 +125,5 @@ func writePlanSVG(path string, plan slotplan.Plan, tasks []planTask, highlight *
 		}
 	}
 	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = -1.15, 1.15, -1.15, 1.35
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"+filepath.Ext(path)) // Save picks the format by extension
-	if err := p.Save(7*vg.Inch, 7.5*vg.Inch, tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return savePlot(p, 7*vg.Inch, 7.5*vg.Inch, path)
 }

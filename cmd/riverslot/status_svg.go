@@ -53,10 +53,15 @@ func writeStatusSVG(path string, st *riverutil.TaskStatus) error {
 	if err != nil {
 		return err
 	}
-	// Written aside and renamed: a browser or a script reading the file
-	// during --watch never sees half of it.
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"+filepath.Ext(path)) // Save picks the format by extension
-	if err := p.Save(10*vg.Inch, 4*vg.Inch, tmp); err != nil {
+	return savePlot(p, 10*vg.Inch, 4*vg.Inch, path)
+}
+
+// savePlot writes p to path, aside and then renamed: a browser or a script
+// reading the file (status --watch rewrites it) never sees half of it. The
+// format follows path's extension, as plot.Save does.
+func savePlot(p *plot.Plot, w, h vg.Length, path string) error {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"+filepath.Ext(path))
+	if err := p.Save(w, h, tmp); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)

@@ -24,21 +24,8 @@ func TestWorkerMetrics(t *testing.T) {
 	schema := riverslottest.Schema(ctx, t, pool)
 	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 300)
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stdout := &signalWriter{started: make(chan struct{})}
-	started := stdout.started
-	stderr := &signalWriter{}
-	done := make(chan int, 1)
-	go func() {
-		done <- run(runCtx, []string{"worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
-			"--cycle", "16s", "--filter", "", "--max-conns", "4", "--metrics-addr", "127.0.0.1:0"}, stdout, stderr)
-	}()
-	select {
-	case <-started:
-	case code := <-done:
-		t.Fatalf("worker exited with %d before starting:\n%s", code, stderr.String())
-	}
+	stdout, stderr, stop := startWorkerCmd(t, "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
+		"--cycle", "16s", "--filter", "", "--max-conns", "4", "--metrics-addr", "127.0.0.1:0")
 	url := regexp.MustCompile(`metrics at (\S+)`).FindStringSubmatch(stdout.String())
 	require.NotNil(t, url, "stdout: %s", stdout.String())
 
@@ -61,8 +48,7 @@ func TestWorkerMetrics(t *testing.T) {
 	require.Regexp(t, `riverslot_slot_lag_seconds_count\{[^}]*task="demo"[^}]*\} [1-9]`, body)
 	require.Contains(t, body, "go_goroutines")
 
-	cancel()
-	require.Equal(t, 0, <-done, stderr.String())
+	require.Equal(t, 0, stop(), stderr.String())
 }
 
 func TestWorkerMetricsBadAddr(t *testing.T) {

@@ -2,10 +2,12 @@ package pinning
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/internal/riverslottest"
@@ -19,21 +21,8 @@ import (
 func TestPlaceOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := riverslottest.Pool(t)
-	schema := riverslottest.Schema(ctx, t, pool)
-	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
-	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8 NOT NULL)")
-	require.NoError(t, err)
-	// 2,000 accounts of weight 1, 60 of weight 150 (a fifth of a mean slot each: jumbos, not giants): the heavy ones are pinned.
-	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 60 THEN 150 ELSE 1 END FROM generate_series(1, 2060) g")
-	require.NoError(t, err)
-	for _, ddl := range taskspec.PinsDDL(schema) {
-		_, err := pool.Exec(ctx, ddl)
-		require.NoError(t, err)
-	}
-	spec := riverslottest.Spec(t, "transactions", schema, "accounts", "", 16*time.Second, 100)
-	spec.Weight, spec.WeightEpsilon = "weight", 0.1
-	spec.BuildSQL()
+	// The heavy ones are pinned.
+	pool, schema, spec := weightedTask(t, heavy60)
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	pins := pgx.Identifier{schema, taskspec.PinsTable}.Sanitize()
 
@@ -92,22 +81,8 @@ func TestPlaceOnce(t *testing.T) {
 func TestPlaceIgnoresBadWeights(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := riverslottest.Pool(t)
-	schema := riverslottest.Schema(ctx, t, pool)
-	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
-	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8)")
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 60 THEN 150 ELSE 1 END FROM generate_series(1, 2060) g")
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" VALUES (gen_random_uuid(), 'NaN'), (gen_random_uuid(), 'Infinity'), (gen_random_uuid(), NULL), (gen_random_uuid(), -1e9)")
-	require.NoError(t, err)
-	for _, ddl := range taskspec.PinsDDL(schema) {
-		_, err := pool.Exec(ctx, ddl)
-		require.NoError(t, err)
-	}
-	spec := riverslottest.Spec(t, "transactions", schema, "accounts", "", 16*time.Second, 100)
-	spec.Weight, spec.WeightEpsilon = "weight", 0.1
-	spec.BuildSQL()
+	pool, schema, spec := weightedTask(t, heavy60,
+		"INSERT INTO %s VALUES (gen_random_uuid(), 'NaN'), (gen_random_uuid(), 'Infinity'), (gen_random_uuid(), NULL), (gen_random_uuid(), -1e9)")
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
@@ -127,22 +102,11 @@ func TestPlaceIgnoresBadWeights(t *testing.T) {
 func TestPlaceGiant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := riverslottest.Pool(t)
-	schema := riverslottest.Schema(ctx, t, pool)
-	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
-	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8 NOT NULL)")
-	require.NoError(t, err)
 	// 3,200 accounts of weight 1 over 16 slots (a mean slot of 200 without
 	// the giant), one of weight 600.
-	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), 1 FROM generate_series(1, 3200); INSERT INTO "+accounts+" VALUES (gen_random_uuid(), 600)")
-	require.NoError(t, err)
-	for _, ddl := range taskspec.PinsDDL(schema) {
-		_, err := pool.Exec(ctx, ddl)
-		require.NoError(t, err)
-	}
-	spec := riverslottest.Spec(t, "transactions", schema, "accounts", "", 16*time.Second, 100)
-	spec.Weight, spec.WeightEpsilon = "weight", 0.1
-	spec.BuildSQL()
+	pool, schema, spec := weightedTask(t, "INSERT INTO %s SELECT gen_random_uuid(), 1 FROM generate_series(1, 3200)",
+		"INSERT INTO %s VALUES (gen_random_uuid(), 600)")
+	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
@@ -180,3 +144,33 @@ func TestPlaceGiant(t *testing.T) {
 	w := 600 / mean
 	require.LessOrEqual(t, heaviest/mean, max(1.1, w+0.1))
 }
+
+// weightedTask creates a schema with an accounts table (id, weight float8),
+// fills it by each of inserts (SQL with %s for the table), creates the pins
+// tables, and returns the pool, the schema and a weighted task spec over 16
+// slots (a 16 s cycle).
+func weightedTask(t *testing.T, inserts ...string) (*pgxpool.Pool, string, *taskspec.Spec) {
+	t.Helper()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
+	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8)")
+	require.NoError(t, err)
+	for _, insert := range inserts {
+		_, err := pool.Exec(ctx, fmt.Sprintf(insert, accounts))
+		require.NoError(t, err)
+	}
+	for _, ddl := range taskspec.PinsDDL(schema) {
+		_, err := pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+	}
+	spec := riverslottest.Spec(t, "transactions", schema, "accounts", "", 16*time.Second, 100)
+	spec.Weight, spec.WeightEpsilon = "weight", 0.1
+	spec.BuildSQL()
+	return pool, schema, spec
+}
+
+// heavy60 is 2,000 accounts of weight 1 and 60 of weight 150 (a fifth of a
+// mean slot each: jumbos, not giants).
+const heavy60 = "INSERT INTO %s SELECT gen_random_uuid(), CASE WHEN g <= 60 THEN 150 ELSE 1 END FROM generate_series(1, 2060) g"

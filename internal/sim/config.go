@@ -164,7 +164,8 @@ type Config struct {
 	FetchCooldown     time.Duration // default 100ms (River's)
 	// FetchLatency is how long a producer's fetch query takes, and
 	// NotifyLatency how long an insert notification takes to reach it.
-	// Defaults 3ms and 1ms, measured on the demo machine.
+	// Defaults 3ms and 1ms: assumed, not measured; with them TestFidelity
+	// matches a real demo cycle.
 	FetchLatency, NotifyLatency time.Duration
 	// JobOverhead is River's own time per job around the work (fetch to
 	// slot free). Default 1ms.
