@@ -109,10 +109,23 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 
-	var pins pinning.Outcome
-	if spec.Weighted() {
-		if pins, err = pinning.Place(ctx, tx, spec, job.Args.CycleStart); err != nil {
-			return fmt.Errorf("error placing the jumbo accounts of task %q: %w", spec.Name, err)
+	// The cycle's placement is decided here, once, and recorded in every
+	// per-slot job (perslot.NewArgs): its own pins for a weighted task, the
+	// pins of the task it is OppositeOf when that one is weighted (computed
+	// here if its own bootstrap has not yet: Place runs once per cycle).
+	var (
+		pins  pinning.Outcome
+		owner = spec
+	)
+	if spec.PinsFrom != nil {
+		owner = spec.PinsFrom
+	}
+	if spec.PinsRef() != nil {
+		if pins, err = pinning.Place(ctx, tx, owner, job.Args.CycleStart); err != nil {
+			return fmt.Errorf("error placing the jumbo accounts of task %q: %w", owner.Name, err)
+		}
+		if _, err := pinning.Prune(ctx, tx, owner, client.Schema(), job.Args.CycleStart); err != nil {
+			return fmt.Errorf("task %q: %w", owner.Name, err)
 		}
 	}
 	results, err := client.InsertManyTx(ctx, tx, perSlotParams(spec, job.Args.CycleStart))
@@ -126,8 +139,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return fmt.Errorf("error committing per-slot jobs: %w", err)
 	}
 
-	if spec.Weighted() {
-		pinning.Log(ctx, w.logger, spec, job.Args.CycleStart, pins)
+	if spec.PinsRef() != nil {
+		pinning.Log(ctx, w.logger, owner, job.Args.CycleStart, pins)
 	}
 	inserted := 0
 	for _, r := range results {

@@ -11,24 +11,60 @@ import (
 const Kind = "riverslot_perslot"
 
 // Args are the arguments of a per-slot job. One job exists per (task, cycle
-// start, slot, plan): it is inserted as a unique job by its args, in every
-// state, so a failed one is retried rather than replaced.
+// start, slot, plan): it is inserted as a unique job by those four fields,
+// in every state, so a failed one is retried rather than replaced.
+//
+// Placement, Pins and CycleEnd are the decisions of the cycle's bootstrap,
+// recorded in each of its per-slot jobs so that whichever node runs a
+// per-slot job follows its cycle, not its own configuration: a weighted
+// cycle finished by a node without Weight (a rolling deploy, a rollback)
+// still serves its pinned accounts in their pinned slots, and an unweighted
+// one finished by a weighted node still selects by hash.
 type Args struct {
-	Task       string    `json:"task"`
-	CycleStart time.Time `json:"cycle_start"`
-	Slot       int       `json:"slot"`
-	// Plan identifies the slot plan the job was made for (cycle, slots and
-	// seed). A per-slot job made under another plan is cancelled, not run.
-	Plan string `json:"plan"`
+	Task       string    `json:"task" river:"unique"`
+	CycleStart time.Time `json:"cycle_start" river:"unique"`
+	Slot       int       `json:"slot" river:"unique"`
+	// Plan identifies the slot plan the job was made for (cycle, slots,
+	// seed and shift). The job always runs under it.
+	Plan string `json:"plan" river:"unique"`
+
+	// Placement is the cycle's placement: PlacementHash or PlacementPinned.
+	// Empty in jobs made before placements were recorded: the node's own
+	// Weight decides.
+	Placement string `json:"placement,omitempty"`
+	// Pins names the pins the cycle follows when Placement is
+	// PlacementPinned.
+	Pins *taskspec.PinsRef `json:"pins,omitempty"`
+	// CycleEnd is when the cycle's successor on its grid starts (zero in
+	// older jobs: the node's schedule decides). The late policy's deadline
+	// and each sync's NotAfter come from it.
+	CycleEnd time.Time `json:"cycle_end,omitzero"`
 }
+
+// Placements a cycle's bootstrap records in its per-slot jobs.
+const (
+	// PlacementHash: every account in its hash slot.
+	PlacementHash = "hash"
+	// PlacementPinned: the accounts pinned by Args.Pins in their pinned
+	// slots, every other account in its hash slot.
+	PlacementPinned = "pinned"
+)
 
 // Kind returns Kind.
 func (Args) Kind() string { return Kind }
 
 // NewArgs returns the per-slot args of slot in spec's cycle starting at
-// cycleStart.
+// cycleStart, with the cycle's decisions: its end on its grid and its
+// placement (pins, when the task or the task it is OppositeOf is weighted).
 func NewArgs(spec *taskspec.Spec, cycleStart time.Time, slot int) Args {
-	return Args{Task: spec.Name, CycleStart: cycleStart.UTC(), Slot: slot, Plan: spec.PlanID}
+	args := Args{
+		Task: spec.Name, CycleStart: cycleStart.UTC(), Slot: slot, Plan: spec.PlanID,
+		Placement: PlacementHash, CycleEnd: spec.CycleEnd(cycleStart).UTC(),
+	}
+	if ref := spec.PinsRef(); ref != nil {
+		args.Placement, args.Pins = PlacementPinned, ref
+	}
+	return args
 }
 
 // fanOutCursor is the fan-out position persisted after every committed batch.

@@ -18,9 +18,10 @@ type placement struct {
 	skip   bool
 }
 
-// place returns the account's sync time in the cycle starting at cycleStart,
-// seen at now: taskspec.Spec.Place, the late policy the simulator shares.
-func place(spec *taskspec.Spec, now, cycleStart, slotStart time.Time, hash uint64) placement {
-	target, late, skip := spec.Place(now, cycleStart, slotStart, hash)
+// place returns the account's sync time in the cycle [cycleStart,
+// cycleEnd), seen at now: taskspec.Spec.PlaceIn, the late policy the
+// simulator shares.
+func place(spec *taskspec.Spec, now, cycleStart, cycleEnd, slotStart time.Time, hash uint64) placement {
+	target, late, skip := spec.PlaceIn(now, cycleStart, cycleEnd, slotStart, hash)
 	return placement{target: target, late: late, skip: skip}
 }

@@ -43,21 +43,21 @@ func TestPlace(t *testing.T) {
 
 	t.Run("OnTimeKeepsTarget", func(t *testing.T) {
 		t.Parallel()
-		p := place(spec, slot(2).Add(-5*time.Second), cycleStart, slot(2), hash)
+		p := place(spec, slot(2).Add(-5*time.Second), cycleStart, spec.CycleEnd(cycleStart), slot(2), hash)
 		require.False(t, p.skip)
 		require.Equal(t, slot(2).Add(7500*time.Millisecond), p.target)
 	})
 	t.Run("WithinGraceKeepsTarget", func(t *testing.T) {
 		t.Parallel()
 		now := slot(2).Add(7500*time.Millisecond + spec.LateGrace)
-		p := place(spec, now, cycleStart, slot(2), hash)
+		p := place(spec, now, cycleStart, spec.CycleEnd(cycleStart), slot(2), hash)
 		require.False(t, p.skip)
 		require.Equal(t, slot(2).Add(7500*time.Millisecond), p.target)
 	})
 	t.Run("LateIsSpreadOverTheCatchUpWindow", func(t *testing.T) {
 		t.Parallel()
 		now := slot(1).Add(25 * time.Second) // the slot is 25 s late: a 2-slot window of 30 s
-		p := place(spec, now, cycleStart, slot(1), hash)
+		p := place(spec, now, cycleStart, spec.CycleEnd(cycleStart), slot(1), hash)
 		require.False(t, p.skip)
 		require.Equal(t, now.Add(15*time.Second), p.target)
 	})
@@ -67,7 +67,7 @@ func TestPlace(t *testing.T) {
 		// slot start + 60 s, 20 s from now, so the sync lands at least half a
 		// cycle before the account's regular time in the next cycle.
 		now := slot(1).Add(40 * time.Second)
-		p := place(spec, now, cycleStart, slot(1), hash)
+		p := place(spec, now, cycleStart, spec.CycleEnd(cycleStart), slot(1), hash)
 		require.False(t, p.skip)
 		require.Equal(t, now.Add(10*time.Second), p.target)
 		next := slot(1).Add(120*time.Second + 7500*time.Millisecond)
@@ -75,21 +75,21 @@ func TestPlace(t *testing.T) {
 	})
 	t.Run("MoreThanHalfACycleLateIsSkipped", func(t *testing.T) {
 		t.Parallel()
-		p := place(spec, slot(0).Add(61*time.Second), cycleStart, slot(0), hash)
+		p := place(spec, slot(0).Add(61*time.Second), cycleStart, spec.CycleEnd(cycleStart), slot(0), hash)
 		require.True(t, p.skip)
 	})
 	t.Run("StaleCycleIsSkipped", func(t *testing.T) {
 		t.Parallel()
 		// A whole cycle and a half late: the next cycle's regular time has
 		// passed already.
-		p := place(spec, slot(0).Add(180*time.Second), cycleStart, slot(0), hash)
+		p := place(spec, slot(0).Add(180*time.Second), cycleStart, spec.CycleEnd(cycleStart), slot(0), hash)
 		require.True(t, p.skip)
 	})
 	t.Run("SkipPolicySkipsLate", func(t *testing.T) {
 		t.Parallel()
 		skip := *spec
 		skip.LatePolicy = taskspec.LatePolicySkip
-		p := place(&skip, slot(1).Add(40*time.Second), cycleStart, slot(1), hash)
+		p := place(&skip, slot(1).Add(40*time.Second), cycleStart, skip.CycleEnd(cycleStart), slot(1), hash)
 		require.True(t, p.skip)
 	})
 }
@@ -105,7 +105,7 @@ func TestRetryBackoff(t *testing.T) {
 	}
 }
 
-func TestSyncedByOlderPlan(t *testing.T) {
+func TestSyncedByOlderCycle(t *testing.T) {
 	t.Parallel()
 
 	oldPlan, err := slotplan.New(60 * time.Second) // 4 slots of 15 s
@@ -113,16 +113,33 @@ func TestSyncedByOlderPlan(t *testing.T) {
 	oldStart := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	id := uuid.MustParse("6ba7b810-9dad-41d1-80b4-00c04fd430c8") // bucket 0xc8: slot 3 of 4
 	oldTarget := oldPlan.Target(oldStart, 7, id)
-	o := overlap{plan: oldPlan, seed: 7, cycleStart: oldStart, slots: map[int]bool{3: true}}
+	o := &overlap{plan: oldPlan, seed: 7, cycleStart: oldStart, slots: map[int]bool{3: true}}
 	const cycle = 120 * time.Second // the new plan's
 
 	// The new cycle starts with the old one: the old sync is inside it.
-	require.True(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(100*time.Second), oldStart, cycle))
+	require.True(t, syncedByOlderCycle([]*overlap{o}, id, oldTarget.Add(100*time.Second), oldStart, cycle))
 	// A new cycle starting after the old sync: skipped only within half a cycle.
 	later := oldTarget.Add(time.Second)
-	require.True(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(59*time.Second), later, cycle))
-	require.False(t, syncedByOlderPlan([]overlap{o}, id, oldTarget.Add(61*time.Second), later, cycle), "far enough apart and in another cycle: both sync")
+	require.True(t, syncedByOlderCycle([]*overlap{o}, id, oldTarget.Add(59*time.Second), later, cycle))
+	require.False(t, syncedByOlderCycle([]*overlap{o}, id, oldTarget.Add(61*time.Second), later, cycle), "far enough apart and in another cycle: both sync")
 	o.slots = map[int]bool{0: true, 1: true, 2: true} // slot 3's old per-slot job was cancelled or discarded
-	require.False(t, syncedByOlderPlan([]overlap{o}, id, oldTarget, oldStart, cycle), "the old cycle does not sync it: this one must")
-	require.False(t, syncedByOlderPlan(nil, id, oldTarget, oldStart, cycle))
+	require.False(t, syncedByOlderCycle([]*overlap{o}, id, oldTarget, oldStart, cycle), "the old cycle does not sync it: this one must")
+	require.False(t, syncedByOlderCycle(nil, id, oldTarget, oldStart, cycle))
+
+	// Pinned in the old cycle to slot 0 (its hash slot is 3): judged at its
+	// pinned time, not its hash slot's.
+	o.slots = map[int]bool{0: true, 1: true, 2: true, 3: true}
+	o.pins = &taskspec.PinsRef{Task: "t", Plan: "p"}
+	o.pinned = map[uuid.UUID]int{id: 0}
+	pinnedTarget := oldPlan.SlotStart(oldStart, 0).Add(oldPlan.Offset(7, id))
+	require.True(t, syncedByOlderCycle([]*overlap{o}, id, pinnedTarget.Add(59*time.Second), pinnedTarget.Add(time.Second), cycle),
+		"within half a cycle of the pinned time")
+	newTarget, newStart := oldTarget.Add(50*time.Second), oldTarget.Add(time.Second)
+	require.False(t, syncedByOlderCycle([]*overlap{o}, id, newTarget, newStart, cycle),
+		"near the hash slot's time, which the pinned account is not synced at, and more than half a cycle after its pinned time")
+	o.pins = nil
+	require.True(t, syncedByOlderCycle([]*overlap{o}, id, newTarget, newStart, cycle), "the same account judged by hash")
+	o.pins = &taskspec.PinsRef{Task: "t", Plan: "p"}
+	o.slots = map[int]bool{3: true} // slot 0's job cancelled: the pinned account is not synced by the old cycle
+	require.False(t, syncedByOlderCycle([]*overlap{o}, id, pinnedTarget, oldStart, cycle))
 }

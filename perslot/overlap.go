@@ -14,47 +14,60 @@ import (
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
-// overlap is a cycle of the same task made for another plan, bootstrapped
-// before this job's cycle, whose syncs may fall near this cycle's: after a
-// change of Cycle or Seed, or while the nodes of a rolling deploy disagree.
+// overlap is another cycle of the same task, bootstrapped before this
+// job's cycle, whose syncs may fall near this cycle's: a cycle of another
+// plan (a change of Cycle or Seed, or nodes of a rolling deploy that
+// disagree) or of the same plan on another grid (a TriggerOffset change, a
+// cycle started by riverslot demo or EnqueueCycle off the node's grid).
+// Regular neighbours on the same grid are overlaps too, harmlessly: their
+// syncs are a whole cycle away.
 type overlap struct {
 	plan       slotplan.Plan
 	seed       uint64
 	shift      int
 	cycleStart time.Time
 	slots      map[int]bool // the other cycle's slots whose per-slot job is not cancelled or discarded
+	// pins is what the other cycle follows (nil: hash placement), and
+	// pinned the slots (in the pins' own task) of the current page's
+	// accounts pinned there.
+	pins    *taskspec.PinsRef
+	pinRead taskspec.PinRead
+	pinned  map[uuid.UUID]int
 }
 
-// overlapsSQL selects the per-slot jobs of other plans of the same task,
-// inserted before this job, of cycles that started at most two days before
-// this one (River keeps completed jobs about that long; see
-// riverutil.Scheduler.Configure).
-const overlapsSQL = `SELECT args->>'plan', (args->>'cycle_start')::timestamptz, (args->>'slot')::int
+// overlapsSQL selects the per-slot jobs of the same task, of any plan but
+// this job's cycle, inserted before this job, of cycles that started at
+// most two days before this one (River keeps completed jobs about that
+// long; see riverutil.Scheduler.Configure).
+const overlapsSQL = `SELECT args->>'plan', (args->>'cycle_start')::timestamptz, (args->>'slot')::int, coalesce(args->>'placement', ''), args->'pins'
 	FROM %s
-	WHERE kind = $1 AND args->>'task' = $2 AND coalesce(args->>'plan', '') NOT IN ('', $3)
+	WHERE kind = $1 AND args->>'task' = $2 AND coalesce(args->>'plan', '') <> ''
+	  AND NOT (args->>'plan' = $3 AND (args->>'cycle_start')::timestamptz = $7)
 	  AND state NOT IN ('cancelled', 'discarded') AND created_at < $4
 	  AND (args->>'cycle_start')::timestamptz > $5 AND (args->>'cycle_start')::timestamptz < $6`
 
-// overlaps loads the other plans' cycles that may sync this job's accounts
-// within half a cycle of it.
-func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args]) ([]overlap, error) {
+// overlaps loads the other cycles that may sync this job's accounts within
+// half a cycle of it.
+func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args]) ([]*overlap, error) {
 	start := job.Args.CycleStart
 	rows, err := w.pool.Query(ctx, fmt.Sprintf(overlapsSQL, sqlbucket.QualifiedTable(client.Schema(), "river_job")),
-		Kind, spec.Name, spec.PlanID, job.CreatedAt, start.Add(-48*time.Hour), start.Add(spec.Plan.Cycle+spec.Plan.Cycle/2))
+		Kind, spec.Name, spec.PlanID, job.CreatedAt, start.Add(-48*time.Hour), start.Add(spec.Plan.Cycle+spec.Plan.Cycle/2), start)
 	if err != nil {
-		return nil, fmt.Errorf("error looking up cycles of other plans: %w", err)
+		return nil, fmt.Errorf("error looking up overlapping cycles: %w", err)
 	}
 	type row struct {
 		Plan       string
 		CycleStart time.Time
 		Slot       int
+		Placement  string
+		Pins       *taskspec.PinsRef
 	}
 	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 	if err != nil {
-		return nil, fmt.Errorf("error looking up cycles of other plans: %w", err)
+		return nil, fmt.Errorf("error looking up overlapping cycles: %w", err)
 	}
 	byCycle := map[string]*overlap{}
-	var out []overlap
+	var out []*overlap
 	for _, r := range found {
 		key := r.Plan + "@" + r.CycleStart.UTC().Format(time.RFC3339Nano)
 		o, ok := byCycle[key]
@@ -63,29 +76,84 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			if err != nil {
 				continue // a plan this version cannot read: its own jobs are cancelled
 			}
-			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: r.CycleStart, slots: map[int]bool{}}
+			pins, err := cyclePins(other, Args{Task: spec.Name, Placement: r.Placement, Pins: r.Pins})
+			if err != nil {
+				continue // its own jobs are cancelled
+			}
+			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: r.CycleStart, slots: map[int]bool{}, pins: pins}
+			if pins != nil {
+				o.pinRead = spec.PinRead(pins.Schema)
+			}
 			byCycle[key] = o
+			out = append(out, o)
 		}
 		o.slots[r.Slot] = true
-	}
-	for _, o := range byCycle {
-		out = append(out, *o)
 	}
 	return out, nil
 }
 
-// syncedByOlderPlan reports whether a cycle of another plan, bootstrapped
-// earlier, syncs the account inside this cycle ([cycleStart, cycleStart +
-// cycle)) or less than half a cycle from target. That cycle runs under its
-// own plan; this one leaves the account to it, so across a plan change no
-// account is synced twice within a cycle, nor twice less than half a cycle
-// apart: it is synced by the old cycle and skips the overlapping new one.
-func syncedByOlderPlan(overlaps []overlap, id uuid.UUID, target, cycleStart time.Time, cycle time.Duration) bool {
-	for _, o := range overlaps {
-		if !o.slots[o.plan.Shift(o.plan.SlotOf(id), o.shift)] {
+// loadOverlapPins reads, for every overlapping cycle that follows pins, the
+// pinned slots of page's accounts there: one primary-key lookup per page
+// and cycle, bounded by the page.
+func (b *batch) loadOverlapPins(ctx context.Context, tx pgx.Tx, page []account) error {
+	var ids []uuid.UUID
+	for _, o := range b.overlaps {
+		if o.pins == nil {
 			continue
 		}
-		old := o.plan.ShiftedTarget(o.cycleStart, o.seed, id, o.shift)
+		if ids == nil {
+			ids = make([]uuid.UUID, len(page))
+			for i, a := range page {
+				ids[i] = a.ID
+			}
+		}
+		rows, err := tx.Query(ctx, o.pinRead.Slots, o.pins.Task, o.pins.Plan, o.cycleStart, ids)
+		if err != nil {
+			return fmt.Errorf("error reading the pins of the overlapping cycle %s: %w", o.cycleStart.UTC().Format(time.RFC3339), err)
+		}
+		o.pinned = make(map[uuid.UUID]int)
+		var (
+			id   uuid.UUID
+			slot int
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&id, &slot}, func() error {
+			o.pinned[id] = slot
+			return nil
+		}); err != nil {
+			return fmt.Errorf("error reading the pins of the overlapping cycle %s: %w", o.cycleStart.UTC().Format(time.RFC3339), err)
+		}
+	}
+	return nil
+}
+
+// target returns when the other cycle syncs the account, by its real
+// placement (pinned or hash slot), and whether it does (its slot's per-slot
+// job is not cancelled or discarded).
+func (o *overlap) target(id uuid.UUID) (time.Time, bool) {
+	slot := o.plan.Shift(o.plan.SlotOf(id), o.shift)
+	if o.pins != nil {
+		if pinned, ok := o.pinned[id]; ok && pinned >= 0 && pinned < o.plan.Slots {
+			slot = o.plan.Shift(pinned, o.pins.Shift)
+		}
+	}
+	if !o.slots[slot] {
+		return time.Time{}, false
+	}
+	return o.plan.SlotStart(o.cycleStart, slot).Add(o.plan.Offset(o.seed, id)), true
+}
+
+// syncedByOlderCycle reports whether another cycle, bootstrapped earlier,
+// syncs the account inside this cycle ([cycleStart, cycleStart + cycle)) or
+// less than half a cycle from target. That cycle runs under its own plan and
+// placement; this one leaves the account to it, so across a plan change, a
+// grid change or a rolling deploy no account is synced twice within a
+// cycle, nor twice less than half a cycle apart by their targets.
+func syncedByOlderCycle(overlaps []*overlap, id uuid.UUID, target, cycleStart time.Time, cycle time.Duration) bool {
+	for _, o := range overlaps {
+		old, ok := o.target(id)
+		if !ok {
+			continue
+		}
 		if d := target.Sub(old); d < cycle/2 && d > -cycle/2 {
 			return true
 		}

@@ -115,6 +115,15 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if job.Args.Slot < 0 || job.Args.Slot >= spec.Plan.Slots {
 		return river.JobCancel(fmt.Errorf("slot %d out of range for task %q with %d slots", job.Args.Slot, spec.Name, spec.Plan.Slots))
 	}
+	pins, err := cyclePins(spec, job.Args)
+	if err != nil {
+		return river.JobCancel(err)
+	}
+	if nodePins := nodeSpec.PinsRef(); job.Args.Placement != "" && (pins == nil) != (nodePins == nil) {
+		w.logger.InfoContext(ctx, "riverslot: per-slot job follows its cycle's placement, not this node's Weight (a rolling deploy or rollback changed it)",
+			slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
+			slog.String("cycle_placement", job.Args.Placement), slog.Bool("node_weighted", nodePins != nil), slog.Int64("job_id", job.ID))
+	}
 	if job.AttemptedAt != nil {
 		spec.Metrics.SlotStarted(ctx, spec.Name, job.Args.Slot, job.Attempt, job.ScheduledAt, *job.AttemptedAt)
 	}
@@ -124,7 +133,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 
 	river.ResumableStepCursor(ctx, stepFanOut, nil, func(ctx context.Context, cursor fanOutCursor) error {
-		err := w.fanOut(ctx, client, spec, job, cursor)
+		err := w.fanOut(ctx, client, spec, pins, job, cursor)
 		if err != nil {
 			w.logger.WarnContext(ctx, "riverslot: per-slot fan-out failed; River retries it from its last committed batch",
 				slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
@@ -136,24 +145,47 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	return nil
 }
 
-// batch is the state shared by the batches of one fan-out attempt.
-type batch struct {
-	spec                  *taskspec.Spec
-	client                *river.Client[pgx.Tx]
-	job                   *river.Job[Args]
-	lo, hi                int
-	cycleStart, slotStart time.Time
-	fenceSQL              string
-	params                []river.InsertManyParams
-	opts                  []river.InsertOpts
-	overlaps              []overlap
-	// pinned holds, for a weighted task, the accounts of the slot's bucket
-	// range pinned (to any slot) in the cycle: the range's pages skip
-	// them, and the slot's own pins come in the pinned phase.
-	pinned map[uuid.UUID]bool
+// cyclePins returns the pins the job's cycle follows (nil: hash placement),
+// as its bootstrap recorded them; jobs made before placements were
+// recorded follow the node's own configuration.
+func cyclePins(spec *taskspec.Spec, args Args) (*taskspec.PinsRef, error) {
+	switch args.Placement {
+	case PlacementHash:
+		return nil, nil
+	case PlacementPinned:
+		if args.Pins == nil || args.Pins.Task == "" || args.Pins.Plan == "" {
+			return nil, fmt.Errorf("per-slot job of task %q has placement %q but no pins (task and plan); it was not made by riverslot's bootstrap", args.Task, args.Placement)
+		}
+		return args.Pins, nil
+	case "":
+		return spec.PinsRef(), nil
+	}
+	return nil, fmt.Errorf("per-slot job of task %q has unknown placement %q (want %q or %q); it was made by a newer riverslot: upgrade this node", args.Task, args.Placement, PlacementHash, PlacementPinned)
 }
 
-func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args], cursor fanOutCursor) error {
+// batch is the state shared by the batches of one fan-out attempt.
+type batch struct {
+	spec                            *taskspec.Spec
+	client                          *river.Client[pgx.Tx]
+	job                             *river.Job[Args]
+	lo, hi                          int
+	cycleStart, cycleEnd, slotStart time.Time
+	fenceSQL                        string
+	params                          []river.InsertManyParams
+	opts                            []river.InsertOpts
+	overlaps                        []*overlap
+	// pins is what the cycle follows (nil: hash placement), pinRead its
+	// queries and pinArgs their leading (task, plan, cycle start): a
+	// range page skips its accounts pinned in the cycle, and the accounts
+	// pinned to this slot come in the pinned phase.
+	pins     *taskspec.PinsRef
+	pinRead  taskspec.PinRead
+	pinArgs  []any
+	pinSlot  int // the slot this job's slot is in the pins' own task
+	pinnedIn map[uuid.UUID]bool
+}
+
+func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, pins *taskspec.PinsRef, job *river.Job[Args], cursor fanOutCursor) error {
 	slot := job.Args.Slot
 	// The task's phase: slot k serves the buckets of slot k - Shift.
 	lo, hi := spec.Plan.BucketRange(spec.Plan.Shift(slot, -spec.Shift))
@@ -161,21 +193,26 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 		spec: spec, client: client, job: job,
 		lo: lo, hi: hi,
 		cycleStart: job.Args.CycleStart,
+		cycleEnd:   job.Args.CycleEnd,
 		slotStart:  spec.Plan.SlotStart(job.Args.CycleStart, slot),
+		pins:       pins,
 		fenceSQL:   "SELECT attempt, state FROM " + sqlbucket.QualifiedTable(client.Schema(), "river_job") + " WHERE id = $1 FOR UPDATE",
 		params:     make([]river.InsertManyParams, 0, spec.BatchSize),
 		opts:       make([]river.InsertOpts, spec.BatchSize),
+	}
+	if b.cycleEnd.IsZero() {
+		b.cycleEnd = spec.CycleEnd(b.cycleStart)
+	}
+	if pins != nil {
+		b.pinRead = spec.PinRead(pins.Schema)
+		b.pinArgs = []any{pins.Task, pins.Plan, b.cycleStart}
+		b.pinSlot = spec.Plan.Shift(slot, -pins.Shift)
 	}
 	overlaps, err := w.overlaps(ctx, client, spec, job)
 	if err != nil {
 		return err
 	}
 	b.overlaps = overlaps
-	if spec.Weighted() {
-		if b.pinned, err = w.rangePins(ctx, spec, job.Args.CycleStart, lo, hi); err != nil {
-			return err
-		}
-	}
 	resumed := cursor.Started
 	begun := time.Now()
 
@@ -191,7 +228,7 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 				slog.Int64("inserted", cursor.Inserted), slog.String("after_id", cursor.AfterID), slog.Int("after_bucket", cursor.Bucket))
 		}
 		if n < spec.BatchSize {
-			if spec.Weighted() && !cursor.Pinned {
+			if pins != nil && !cursor.Pinned {
 				// The bucket range is done; the accounts pinned to this
 				// slot follow. Persisted with their first batch: a retry
 				// before it finds the range done again.
@@ -255,12 +292,11 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 			return 0, fmt.Errorf("error parsing resume cursor %q: %w", cursor.AfterID, err)
 		}
 	}
-	pin := []any{spec.Name, spec.PlanID, b.cycleStart}
 	switch {
 	case cursor.Pinned && cursor.Started:
-		rows, err = tx.Query(ctx, spec.Pins.PinnedNextPage, append(pin, job.Args.Slot, spec.BatchSize, after)...)
+		rows, err = tx.Query(ctx, b.pinRead.PinnedNextPage, append(b.pinArgs[:3:3], b.pinSlot, spec.BatchSize, after)...)
 	case cursor.Pinned:
-		rows, err = tx.Query(ctx, spec.Pins.PinnedFirstPage, append(pin, job.Args.Slot, spec.BatchSize)...)
+		rows, err = tx.Query(ctx, b.pinRead.PinnedFirstPage, append(b.pinArgs[:3:3], b.pinSlot, spec.BatchSize)...)
 	case cursor.Started:
 		rows, err = tx.Query(ctx, spec.SQL.NextPage, b.lo, b.hi, spec.BatchSize, cursor.Bucket, after)
 	default:
@@ -279,6 +315,15 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 	if err := checkKeyset(accounts, b.lo, b.hi, *cursor, spec.BatchSize); err != nil {
 		return 0, err
 	}
+	var pinnedElsewhere map[uuid.UUID]bool
+	if b.pins != nil && !cursor.Pinned {
+		if pinnedElsewhere, err = pagePins(ctx, tx, b, accounts); err != nil {
+			return 0, err
+		}
+	}
+	if err := b.loadOverlapPins(ctx, tx, accounts); err != nil {
+		return 0, err
+	}
 
 	var (
 		now                 = time.Now()
@@ -287,17 +332,18 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		spread, lateSkipped int64 // for the metrics
 	)
 	for i, a := range accounts {
-		if !cursor.Pinned && b.pinned[a.ID] {
+		if pinnedElsewhere[a.ID] {
 			continue // pinned: served by the slot it is pinned to
 		}
-		p := place(spec, now, b.cycleStart, b.slotStart, slotplan.Hash(spec.Seed, a.ID))
+		hash := slotplan.Hash(spec.Seed, a.ID)
+		p := place(spec, now, b.cycleStart, b.cycleEnd, b.slotStart, hash)
 		switch {
 		case p.late && p.skip:
 			lateSkipped++
 		case p.late:
 			spread++
 		}
-		if !p.skip && syncedByOlderPlan(b.overlaps, a.ID, p.target, b.cycleStart, spec.Plan.Cycle) {
+		if !p.skip && syncedByOlderCycle(b.overlaps, a.ID, p.target, b.cycleStart, spec.Plan.Cycle) {
 			p.skip = true
 		}
 		if p.skip {
@@ -307,10 +353,11 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		opts := &b.opts[i]
 		*opts = spec.SyncOpts
 		opts.ScheduledAt = p.target
-		params = append(params, river.InsertManyParams{
-			Args:       syncjob.NewArgs(spec.Name, a.ID, b.cycleStart, job.Args.Slot),
-			InsertOpts: opts,
-		})
+		args := syncjob.NewArgs(spec.Name, a.ID, b.cycleStart, job.Args.Slot)
+		regular := b.slotStart.Add(slotplan.OffsetIn(hash, spec.Plan.SlotDuration))
+		args.NotAfter = spec.NotAfter(b.cycleStart, b.cycleEnd, regular).UTC()
+		args.Apart = spec.Plan.Cycle / 2
+		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
 	if len(params) > 0 {
 		if _, err := b.client.InsertManyFastTx(ctx, tx, params); err != nil {
@@ -375,18 +422,20 @@ func checkKeyset(page []account, lo, hi int, cursor fanOutCursor, limit int) err
 	return nil
 }
 
-// rangePins loads the accounts of buckets [lo, hi] pinned in the cycle. A
-// cycle's pins never change once its bootstrap has committed, which
-// happened before any of its per-slot jobs existed, so one load serves the
-// whole attempt.
-func (w *Worker) rangePins(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time, lo, hi int) (map[uuid.UUID]bool, error) {
-	rows, err := w.pool.Query(ctx, spec.Pins.RangePins, spec.Name, spec.PlanID, cycleStart, lo, hi)
+// pagePins returns the accounts of page (a page of the slot's bucket range)
+// pinned in the cycle, to any slot: the page skips them. One range scan of
+// the pins' bucket index between the page's first and last (bucket, id), so
+// memory and time stay bounded by the page, even for a giant's home range
+// whose every account is pinned elsewhere.
+func pagePins(ctx context.Context, tx pgx.Tx, b *batch, page []account) (map[uuid.UUID]bool, error) {
+	first, last := page[0], page[len(page)-1]
+	rows, err := tx.Query(ctx, b.pinRead.PageRange, append(b.pinArgs[:3:3], first.Bucket, first.ID, last.Bucket, last.ID)...)
 	if err != nil {
-		return nil, fmt.Errorf("error loading the pins of buckets %d-%d: %w", lo, hi, err)
+		return nil, fmt.Errorf("error loading the pins of buckets %d-%d: %w", first.Bucket, last.Bucket, err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return nil, fmt.Errorf("error loading the pins of buckets %d-%d: %w", lo, hi, err)
+		return nil, fmt.Errorf("error loading the pins of buckets %d-%d: %w", first.Bucket, last.Bucket, err)
 	}
 	pinned := make(map[uuid.UUID]bool, len(ids))
 	for _, id := range ids {

@@ -149,15 +149,17 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 	}
 	if pinsExist {
 		pin := []any{spec.Name, spec.PlanID, time.Time{}}
+		read := spec.PinRead(spec.Schema)
 		queries = append(queries, []struct {
 			name string
 			sql  string
 			args []any
 		}{
 			{"previous pins", spec.Pins.Previous, pin},
-			{"pins of a bucket range", spec.Pins.RangePins, append(pin, 0, 1)},
-			{"pinned first page", spec.Pins.PinnedFirstPage, append(pin, 0, 1)},
-			{"pinned next page", spec.Pins.PinnedNextPage, append(pin, 0, 1, uuid.Nil)},
+			{"pins of a page", read.PageRange, append(pin, 0, uuid.Nil, 1, uuid.Nil)},
+			{"pinned first page", read.PinnedFirstPage, append(pin, 0, 1)},
+			{"pinned next page", read.PinnedNextPage, append(pin, 0, 1, uuid.Nil)},
+			{"pins of accounts", read.Slots, append(pin, []uuid.UUID{})},
 		}...)
 	} else {
 		s.log().WarnContext(ctx, "riverslot: pins tables missing; the bootstrap of a weighted task fails until Scheduler.CreateIndexes creates them",

@@ -155,6 +155,18 @@ func (s *Scheduler) resolveOpposites(tasks []Task) []error {
 				errs = append(errs, fmt.Errorf("%sOppositeOf %q, which is itself OppositeOf %q (Tasks[%d]); give one of the two a Phase instead", prefix, u.Name, u.OppositeOf, j))
 			}
 		}
+		if other.Schedule.Offset != spec.Schedule.Offset || other.Schedule.Location.String() != spec.Schedule.Location.String() {
+			errs = append(errs, fmt.Errorf("%sTriggerOffset and Location must equal those of task %q (%s, %s) to stay opposite it (its cycles start then), got %s, %s; give both tasks the same",
+				prefix, other.Name, other.Schedule.Offset, other.Schedule.Location, spec.Schedule.Offset, spec.Schedule.Location))
+			continue
+		}
+		if spec.Weighted() {
+			errs = append(errs, fmt.Errorf("%sWeight cannot be set on a task that is OppositeOf another: it follows the placement of task %q (that task's pins shifted by half a cycle), so the two never meet on an account; remove Weight here and set it on %q", prefix, other.Name, other.Name))
+			continue
+		}
+		if other.Weighted() {
+			spec.PinsFrom = other
+		}
 		spec.Shift = spec.Plan.Shift(other.Shift, spec.Plan.Slots/2)
 		spec.PlanID = taskspec.PlanID(spec.Plan, spec.Seed, spec.Shift)
 	}

@@ -23,6 +23,19 @@ type Args struct {
 
 	// Slot is the account's slot in the cycle, numbered from 0.
 	Slot int `json:"slot"`
+
+	// NotAfter is the latest time the sync may start: half a cycle before
+	// the account's regular time in the next cycle. A sync that starts
+	// later (it waited in the queue through an outage, or its cycle was
+	// superseded) completes without calling Sync; the next cycle syncs the
+	// account. Zero in jobs made before it was recorded: no limit.
+	NotAfter time.Time `json:"not_after,omitzero"`
+
+	// Apart is the least time between two Sync calls of the task for the
+	// account (half a cycle): a sync job that starts less than Apart after
+	// another sync of the account started completes without calling Sync.
+	// Zero in jobs made before it was recorded: no check.
+	Apart time.Duration `json:"apart,omitempty"`
 }
 
 // Kind returns Kind.

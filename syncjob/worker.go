@@ -5,14 +5,37 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/sqlbucket"
 )
+
+// Reasons a sync job completes without calling Sync, recorded as its
+// output ({"riverslot_skipped": reason}) and in the riverslot.sync.skipped
+// metric.
+const (
+	// SkippedStale: the job started after its NotAfter, less than half a
+	// cycle before the account's next regular sync (it waited in the queue
+	// through an outage, or its cycle was superseded).
+	SkippedStale = "stale"
+	// SkippedTooSoon: another sync of the account by the task started less
+	// than Apart (half a cycle) before.
+	SkippedTooSoon = "too_soon"
+)
+
+// OutputSkipped is the key of a skipped sync job's output.
+const OutputSkipped = "riverslot_skipped"
+
+// apartSnooze is how long a sync job waits when another sync of its account
+// is running (it then completes as too_soon, or runs if that one failed).
+const apartSnooze = 5 * time.Second
 
 // SyncFunc is the application's work for one account. Returning an error
 // makes River retry the job with its usual backoff, up to the task's
@@ -26,6 +49,11 @@ type Worker struct {
 	logger *slog.Logger
 	pool   *pgxpool.Pool
 	tasks  map[string]workerTask
+
+	// logged holds the (task, cycle, slot, reason) whose skipped syncs were
+	// logged: once per slot, not per account.
+	loggedMu sync.Mutex
+	logged   map[string]bool
 }
 
 type workerTask struct {
@@ -35,7 +63,7 @@ type workerTask struct {
 
 // NewWorker returns a sync worker. riverutil builds it.
 func NewWorker(pool *pgxpool.Pool, logger *slog.Logger) *Worker {
-	return &Worker{logger: logger, pool: pool, tasks: make(map[string]workerTask)}
+	return &Worker{logger: logger, pool: pool, tasks: make(map[string]workerTask), logged: make(map[string]bool)}
 }
 
 // AddTask makes the worker serve the task of spec with sync.
@@ -56,8 +84,10 @@ func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
 	return 0
 }
 
-// Work checks that the account still exists and matches the filter, then
-// calls the task's SyncFunc.
+// Work checks that the account still exists and matches the filter, that
+// the sync is not stale (NotAfter) and that no other sync of the account
+// started less than Apart before (or runs now), then calls the task's
+// SyncFunc. A stale or too-soon sync completes without calling it.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	t, ok := w.tasks[job.Args.Task]
 	if !ok {
@@ -81,5 +111,96 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			slog.String("task", t.spec.Name), slog.String("account_id", job.Args.AccountID.String()))
 		return nil
 	}
+	started := time.Now()
+	if job.AttemptedAt != nil {
+		started = *job.AttemptedAt
+	}
+	if !job.Args.NotAfter.IsZero() && started.After(job.Args.NotAfter) {
+		return w.skip(ctx, t.spec, job, SkippedStale, "riverslot: stale sync jobs completed without calling Sync: they started less than half a cycle before their accounts' next regular sync, which covers them")
+	}
+	if job.Args.Apart > 0 {
+		verdict, err := w.apart(ctx, job, started)
+		if err != nil {
+			return err
+		}
+		switch verdict {
+		case apartTooSoon:
+			return w.skip(ctx, t.spec, job, SkippedTooSoon, "riverslot: sync jobs completed without calling Sync: another sync of the same account started less than half a cycle before (overlapping cycles of a plan or grid change)")
+		case apartWait:
+			return river.JobSnooze(apartSnooze)
+		}
+	}
 	return t.sync(ctx, job.Args.AccountID, job)
+}
+
+type apartVerdict int
+
+const (
+	apartRun apartVerdict = iota
+	apartTooSoon
+	apartWait
+)
+
+// apartSQL finds the other sync jobs of the task for the account that
+// started after $4 and called (or are calling) Sync: completed ones not
+// skipped, and running ones. River's GIN index on args finds them by the
+// account (the task alone would match most of the table).
+const apartSQL = `SELECT id, state FROM %s
+	WHERE kind = $1 AND args @> jsonb_build_object('account_id', $3::text) AND args->>'task' = $2
+	  AND attempted_at > $4 AND id <> $5 AND state IN ('completed', 'running')
+	  AND NOT coalesce(metadata->'output' ? '` + OutputSkipped + `', false)`
+
+// apart decides whether the job may call Sync: not if a sync of the
+// account completed that started less than Apart before this one; wait if
+// one with a smaller id is running (of two started together, the older job
+// runs and the younger then finds it completed).
+func (w *Worker) apart(ctx context.Context, job *river.Job[Args], started time.Time) (apartVerdict, error) {
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return apartRun, err
+	}
+	rows, err := w.pool.Query(ctx, fmt.Sprintf(apartSQL, sqlbucket.QualifiedTable(client.Schema(), "river_job")),
+		Kind, job.Args.Task, job.Args.AccountID.String(), started.Add(-job.Args.Apart), job.ID)
+	if err != nil {
+		return apartRun, fmt.Errorf("error looking up the recent syncs of account %s of task %q: %w", job.Args.AccountID, job.Args.Task, err)
+	}
+	verdict := apartRun
+	var (
+		id    int64
+		state string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+		switch {
+		case state == "completed":
+			verdict = apartTooSoon
+		case id < job.ID && verdict == apartRun:
+			verdict = apartWait
+		}
+		return nil
+	}); err != nil {
+		return apartRun, fmt.Errorf("error looking up the recent syncs of account %s of task %q: %w", job.Args.AccountID, job.Args.Task, err)
+	}
+	return verdict, nil
+}
+
+// skip completes the job without calling Sync: it records the reason as
+// the job's output and in the metrics, and logs once per slot and reason.
+func (w *Worker) skip(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args], reason, msg string) error {
+	spec.Metrics.SyncSkipped(ctx, spec.Name, reason)
+	key := spec.Name + "|" + job.Args.CycleStart.UTC().Format(time.RFC3339Nano) + "|" + fmt.Sprint(job.Args.Slot) + "|" + reason
+	w.loggedMu.Lock()
+	first := !w.logged[key]
+	if first {
+		if len(w.logged) >= 10_000 {
+			clear(w.logged)
+		}
+		w.logged[key] = true
+	}
+	w.loggedMu.Unlock()
+	if first {
+		w.logger.WarnContext(ctx, msg, slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart),
+			slog.Int("slot", job.Args.Slot), slog.String("reason", reason), slog.Time("not_after", job.Args.NotAfter),
+			slog.String("first_account_id", job.Args.AccountID.String()))
+	}
+	return river.RecordOutput(ctx, map[string]string{OutputSkipped: reason})
 }

@@ -214,6 +214,9 @@ func (d *demo) run(ctx context.Context) error {
 	if d.opts.reciprocal {
 		opposite := task
 		opposite.Name, opposite.OppositeOf = d.opts.tasks()[1], task.Name
+		// A task OppositeOf a weighted task follows its pins (shifted by
+		// half a cycle) and has no Weight of its own.
+		opposite.Weight = ""
 		tasks = append(tasks, opposite)
 	}
 	scheduler, err := riverutil.New(d.pool, &riverutil.Config{

@@ -159,34 +159,25 @@ func (r *Runner) weightedSelection(ctx context.Context, plan slotplan.Plan, acco
 	}
 
 	// selectSlot pages through one slot as the per-slot job does: the
-	// bucket range's pages (leaving out, for the weighted task, the range's
-	// pins, loaded once), then the accounts pinned to the slot. It returns
-	// the accounts selected and the time.
+	// bucket range's pages (leaving out, for the weighted task, each
+	// page's pinned accounts, read by the page's key range), then the
+	// accounts pinned to the slot. It returns the accounts selected and
+	// the time.
 	selectSlot := func(s *taskspec.Spec, slot int) (int, time.Duration, error) {
 		lo, hi := plan.BucketRange(slot)
 		pin := []any{s.Name, s.PlanID, cycleStart}
+		read := s.PinRead(s.Schema)
 		begun := time.Now()
-		var pinned map[uuid.UUID]bool
-		if s.Weighted() {
-			rows, err := r.cfg.Pool.Query(ctx, s.Pins.RangePins, append(pin, lo, hi)...)
-			if err != nil {
-				return 0, 0, err
-			}
-			ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-			if err != nil {
-				return 0, 0, err
-			}
-			pinned = make(map[uuid.UUID]bool, len(ids))
-			for _, id := range ids {
-				pinned[id] = true
-			}
-		}
 		total := 0
 		var (
 			bucket int
 			after  uuid.UUID
 			page   []any
 		)
+		type row struct {
+			ID     uuid.UUID
+			Bucket int
+		}
 		for phase := 0; phase < 2; phase++ {
 			started := false
 			for {
@@ -196,31 +187,44 @@ func (r *Runner) weightedSelection(ctx context.Context, plan slotplan.Plan, acco
 				case phase == 0:
 					page = []any{s.SQL.FirstPage, lo, hi, s.BatchSize}
 				case started:
-					page = append([]any{s.Pins.PinnedNextPage}, append(pin, slot, s.BatchSize, after)...)
+					page = append([]any{read.PinnedNextPage}, append(pin[:3:3], slot, s.BatchSize, after)...)
 				default:
-					page = append([]any{s.Pins.PinnedFirstPage}, append(pin, slot, s.BatchSize)...)
+					page = append([]any{read.PinnedFirstPage}, append(pin[:3:3], slot, s.BatchSize)...)
 				}
 				rows, err := r.cfg.Pool.Query(ctx, page[0].(string), page[1:]...)
 				if err != nil {
 					return 0, 0, err
 				}
-				k := 0
-				for rows.Next() {
-					if err := rows.Scan(&after, &bucket); err != nil {
-						rows.Close()
+				got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+				if err != nil {
+					return 0, 0, err
+				}
+				var pinned map[uuid.UUID]bool
+				if phase == 0 && s.Weighted() && len(got) > 0 {
+					first, last := got[0], got[len(got)-1]
+					rows, err := r.cfg.Pool.Query(ctx, read.PageRange, append(pin[:3:3], first.Bucket, first.ID, last.Bucket, last.ID)...)
+					if err != nil {
 						return 0, 0, err
 					}
-					k++
-					if phase == 1 || !pinned[after] {
+					ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+					if err != nil {
+						return 0, 0, err
+					}
+					pinned = make(map[uuid.UUID]bool, len(ids))
+					for _, id := range ids {
+						pinned[id] = true
+					}
+				}
+				for _, a := range got {
+					if !pinned[a.ID] {
 						total++
 					}
 				}
-				rows.Close()
-				if err := rows.Err(); err != nil {
-					return 0, 0, err
+				if len(got) > 0 {
+					after, bucket = got[len(got)-1].ID, got[len(got)-1].Bucket
 				}
 				started = true
-				if k < s.BatchSize {
+				if len(got) < s.BatchSize {
 					break
 				}
 			}

@@ -27,6 +27,7 @@ const (
 	SyncLateness   = "riverslot.sync.lateness"
 	SlotLag        = "riverslot.slot.lag"
 	SlotRetries    = "riverslot.slot.retries"
+	SyncSkipped    = "riverslot.sync.skipped"
 )
 
 // Instruments are riverslot's metrics. The zero value is not usable; a nil
@@ -40,6 +41,7 @@ type Instruments struct {
 	syncLateness   metric.Float64Histogram
 	slotLag        metric.Float64Histogram
 	slotRetries    metric.Int64Counter
+	syncSkipped    metric.Int64Counter
 }
 
 // latenessBuckets suit start lateness: River polls every second by default
@@ -54,7 +56,7 @@ func New(provider metric.MeterProvider) (*Instruments, error) {
 	}
 	m := provider.Meter(ScopeName)
 	in := &Instruments{}
-	var errs [8]error
+	var errs [9]error
 	in.fanOutDuration, errs[0] = m.Float64Histogram(FanOutDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time one per-slot fan-out attempt took to enqueue its slot's sync jobs."),
 		metric.WithExplicitBucketBoundaries(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
@@ -75,6 +77,8 @@ func New(provider metric.MeterProvider) (*Instruments, error) {
 		metric.WithExplicitBucketBoundaries(latenessBuckets...))
 	in.slotRetries, errs[7] = m.Int64Counter(SlotRetries, metric.WithUnit("{attempt}"),
 		metric.WithDescription("Per-slot fan-out attempts after the first (a failed, timed-out or rescued fan-out resuming from its cursor)."))
+	in.syncSkipped, errs[8] = m.Int64Counter(SyncSkipped, metric.WithUnit("{job}"),
+		metric.WithDescription("Sync jobs completed without calling Sync, by reason: stale (started past half a cycle before the account's next regular sync) or too_soon (the account's previous sync started less than half a cycle before)."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -131,4 +135,13 @@ func (in *Instruments) SyncStarted(ctx context.Context, task string, scheduledAt
 		return
 	}
 	in.syncLateness.Record(ctx, max(now.Sub(scheduledAt), 0).Seconds(), taskAttr(task))
+}
+
+// SyncSkipped records a sync job completed without calling Sync, for
+// reason ("stale" or "too_soon").
+func (in *Instruments) SyncSkipped(ctx context.Context, task, reason string) {
+	if in == nil {
+		return
+	}
+	in.syncSkipped.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("task", task), attribute.String("reason", reason))))
 }

@@ -18,9 +18,10 @@ import (
 	"github.com/riverslot/riverslot/slotplan"
 )
 
-// pinsKept is how many cycles of pins are kept, this one included, and
-// pinsKeptMin the least time they are kept: a per-slot job of a cycle whose
-// pins are gone (retried that late) runs with hash placement only.
+// pinsKept is how many cycles of pins are kept at least, this one
+// included, and pinsKeptMin the least time they are kept (for status and
+// plan --account); older ones are pruned once no per-slot job can still
+// read them (see Prune).
 const (
 	pinsKept    = 3
 	pinsKeptMin = time.Hour
@@ -156,13 +157,25 @@ func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.
 	if _, err := tx.Exec(ctx, q.Record, spec.Name, spec.PlanID, cycleStart, stored, len(pins)); err != nil {
 		return Outcome{}, fmt.Errorf("error recording the pinned cycle: %w", err)
 	}
-	before := cycleStart.Add(-max(time.Duration(pinsKept-1)*spec.Plan.Cycle, pinsKeptMin))
-	for _, prune := range q.Prune {
-		if _, err := tx.Exec(ctx, prune, spec.Name, before); err != nil {
-			return Outcome{}, fmt.Errorf("error pruning old pins: %w", err)
-		}
-	}
 	return Outcome{Pinned: len(pins), Threshold: threshold}, nil
+}
+
+// Prune deletes, in tx, the pin cycles of spec's task that started more
+// than max(two cycles, an hour) before both cycleStart and now and that no
+// per-slot job in riverSchema's river_job can still read
+// (taskspec.PruneSQL): a change of Cycle, or EnqueueCycle far ahead, never
+// removes the pins of a cycle that is still running.
+func Prune(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, riverSchema string, cycleStart time.Time) (int64, error) {
+	from := cycleStart
+	if now := time.Now(); now.Before(from) {
+		from = now
+	}
+	before := from.Add(-max(time.Duration(pinsKept-1)*spec.Plan.Cycle, pinsKeptMin))
+	tag, err := tx.Exec(ctx, taskspec.PruneSQL(spec.Schema, riverSchema), spec.Name, before)
+	if err != nil {
+		return 0, fmt.Errorf("error pruning old pins: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // skipEmpty is 1 when schema is empty, so the identifier is unqualified.

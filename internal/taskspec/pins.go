@@ -76,18 +76,57 @@ type PinsSQL struct {
 	Claim string
 	// Record stores the threshold $4 and pin count $5 on that row.
 	Record string
-	// Prune deletes the pins and pin cycles of task $1 that started before
-	// $2.
-	Prune []string
-	// RangePins returns the ids of the accounts pinned in the cycle ($1
-	// task, $2 plan, $3 cycle start) whose bucket is in [$4, $5]: a
-	// per-slot job leaves them out of its bucket range's pages, which stay
-	// Spec.SQL's plain index-only pages.
-	RangePins string
+}
+
+// PinsRef names the pins a cycle's per-slot jobs follow: those the
+// bootstrap computed for the cycle of task Task and plan Plan, in the pins
+// tables of Schema. An account pinned to slot p is served in slot p + Shift:
+// a task OppositeOf a weighted task follows that task's pins shifted by
+// half the slots, so the two never meet on an account, giants included.
+type PinsRef struct {
+	Task   string `json:"task"`
+	Plan   string `json:"plan"`
+	Schema string `json:"schema,omitempty"`
+	Shift  int    `json:"shift,omitempty"`
+}
+
+// PinRead holds the queries a per-slot job runs on the pins a cycle
+// follows (a PinsRef), built for that ref's schema. Every node can run
+// them, weighted or not: a per-slot job follows its cycle's decision, not
+// its node's Weight.
+type PinRead struct {
+	// PageRange returns the ids of the accounts pinned in the cycle ($1
+	// task, $2 plan, $3 cycle start) whose (bucket, id) is in [($4, $5),
+	// ($6, $7)]: the pinned accounts of one page of a bucket range, which
+	// that page skips. Bounded by the page, whatever the fleet.
+	PageRange string
 	// PinnedFirstPage selects the accounts pinned to slot $4 in the cycle
 	// ($1 task, $2 plan, $3 cycle start) by id, $5 limit; rows are (id,
 	// bucket). PinnedNextPage continues after id $6.
 	PinnedFirstPage, PinnedNextPage string
+	// Slots returns (id, slot) of the accounts of ids $4 pinned in the
+	// cycle ($1 task, $2 plan, $3 cycle start).
+	Slots string
+}
+
+// PinRead returns the pin queries of this task's accounts table against the
+// pins tables of schema.
+func (s *Spec) PinRead(schema string) PinRead {
+	pins := sqlbucket.QualifiedTable(schema, PinsTable)
+	bucket := sqlbucket.Expr(s.IDColumn)
+	// Each pin of the slot, in id order, looked up by (bucket, id) in a
+	// subquery of its own, so the filter sees only the accounts table.
+	pinnedHead := "SELECT a.i, a.b FROM " + pins + " p CROSS JOIN LATERAL (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b FROM " +
+		s.QualifiedTable + " WHERE " + bucket + " = p.bucket AND " + s.QuotedID + " = p.account_id" + s.FilterClause + ") a" +
+		" WHERE p.task = $1 AND p.plan = $2 AND p.cycle_start = $3 AND p.slot = $4"
+	pinnedTail := " ORDER BY p.account_id LIMIT $5"
+	cycle := " WHERE task = $1 AND plan = $2 AND cycle_start = $3"
+	return PinRead{
+		PageRange:       "SELECT account_id FROM " + pins + cycle + " AND (bucket, account_id) >= ($4::int, $5::uuid) AND (bucket, account_id) <= ($6::int, $7::uuid)",
+		PinnedFirstPage: pinnedHead + pinnedTail,
+		PinnedNextPage:  pinnedHead + " AND p.account_id > $6" + pinnedTail,
+		Slots:           "SELECT account_id, slot FROM " + pins + cycle + " AND account_id = ANY($4::uuid[])",
+	}
 }
 
 // PinOfSQL returns the query for one account's pin in the pins tables of
@@ -101,6 +140,33 @@ func PinOfSQL(schema string) string {
 		" WHERE c.task = $1 AND c.plan = $2 ORDER BY c.cycle_start DESC LIMIT 1"
 }
 
+// PruneSQL returns the statement that deletes the pin cycles (and their
+// pins) of task $1 that started before $2 and that no cycle can still need:
+// the latest pinned cycle of each plan is kept (the next cycle's hysteresis
+// starts from it), and so is every cycle with a per-slot job that reads its
+// pins (its own, or an OppositeOf task's) in any state but completed, in
+// River's river_job of riverSchema: a running, retryable, scheduled,
+// cancelled or discarded per-slot job can still run, by River or an
+// operator, so its cycle keeps its pins while River keeps the job. The
+// per-slot jobs are found through River's GIN index on args.
+func PruneSQL(schema, riverSchema string) string {
+	pins := sqlbucket.QualifiedTable(schema, PinsTable)
+	cycles := sqlbucket.QualifiedTable(schema, PinCyclesTable)
+	jobs := sqlbucket.QualifiedTable(riverSchema, "river_job")
+	return "WITH gone AS (DELETE FROM " + cycles + " c WHERE c.task = $1 AND c.cycle_start < $2" +
+		" AND c.cycle_start < (SELECT max(l.cycle_start) FROM " + cycles + " l WHERE l.task = c.task AND l.plan = c.plan)" +
+		" AND NOT EXISTS (SELECT 1 FROM " + jobs + " j WHERE j.kind = '" + PerSlotKind + "' AND j.state <> 'completed'" +
+		" AND (j.args @> jsonb_build_object('pins', jsonb_build_object('task', c.task, 'plan', c.plan))" +
+		" OR (j.args @> jsonb_build_object('task', c.task, 'plan', c.plan) AND NOT j.args ? 'placement'))" +
+		" AND (j.args->>'cycle_start')::timestamptz = c.cycle_start)" +
+		" RETURNING c.task, c.plan, c.cycle_start)" +
+		" DELETE FROM " + pins + " p USING gone g WHERE p.task = g.task AND p.plan = g.plan AND p.cycle_start = g.cycle_start"
+}
+
+// PerSlotKind is perslot.Kind, the River kind of per-slot jobs (perslot
+// imports this package, not the reverse).
+const PerSlotKind = "riverslot_perslot"
+
 // buildPinsSQL fills s.Pins for a weighted task.
 func (s *Spec) buildPinsSQL() {
 	pins := sqlbucket.QualifiedTable(s.Schema, PinsTable)
@@ -109,12 +175,6 @@ func (s *Spec) buildPinsSQL() {
 	weight := s.WeightExpr()
 	where := " WHERE true" + s.FilterClause
 	prevCycle := "(SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3)"
-	// Each pin of the slot, in id order, looked up by (bucket, id) in a
-	// subquery of its own, so the filter sees only the accounts table.
-	pinnedHead := "SELECT a.i, a.b FROM " + pins + " p CROSS JOIN LATERAL (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b FROM " +
-		s.QualifiedTable + " WHERE " + bucket + " = p.bucket AND " + s.QuotedID + " = p.account_id" + s.FilterClause + ") a" +
-		" WHERE p.task = $1 AND p.plan = $2 AND p.cycle_start = $3 AND p.slot = $4"
-	pinnedTail := " ORDER BY p.account_id LIMIT $5"
 	s.Pins = PinsSQL{
 		SlotWeights: "SELECT " + bucket + ", sum(w), sum(w * w) FROM (SELECT " + s.QuotedID + ", " + weight + " AS w FROM " +
 			s.QualifiedTable + where + ") a GROUP BY 1",
@@ -129,13 +189,6 @@ func (s *Spec) buildPinsSQL() {
 			") a JOIN " + pins + " p ON p.account_id = a.i AND p.task = $1 AND p.plan = $2 AND p.cycle_start = " + prevCycle,
 		Claim:  "INSERT INTO " + cycles + " (task, plan, cycle_start) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING true",
 		Record: "UPDATE " + cycles + " SET threshold = $4, pinned = $5 WHERE task = $1 AND plan = $2 AND cycle_start = $3",
-		Prune: []string{
-			"DELETE FROM " + pins + " WHERE task = $1 AND cycle_start < $2",
-			"DELETE FROM " + cycles + " WHERE task = $1 AND cycle_start < $2",
-		},
-		RangePins:       "SELECT account_id FROM " + pins + " WHERE task = $1 AND plan = $2 AND cycle_start = $3 AND bucket BETWEEN $4 AND $5",
-		PinnedFirstPage: pinnedHead + pinnedTail,
-		PinnedNextPage:  pinnedHead + " AND p.account_id > $6" + pinnedTail,
 	}
 }
 

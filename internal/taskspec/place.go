@@ -31,6 +31,13 @@ func CatchUpWindow(now, slotStart time.Time, slotDuration, cycle time.Duration) 
 // left and its late accounts are skipped: the next cycle covers them,
 // within half a cycle.
 func (s *Spec) Place(now, cycleStart, slotStart time.Time, hash uint64) (target time.Time, late, skip bool) {
+	return s.PlaceIn(now, cycleStart, s.CycleEnd(cycleStart), slotStart, hash)
+}
+
+// PlaceIn is Place for a cycle that ends (its successor on its grid starts)
+// at cycleEnd, as the cycle's bootstrap recorded it: the late deadline is
+// the cycle's own, whatever the schedule of the node that runs the fan-out.
+func (s *Spec) PlaceIn(now, cycleStart, cycleEnd, slotStart time.Time, hash uint64) (target time.Time, late, skip bool) {
 	target = slotStart.Add(slotplan.OffsetIn(hash, s.Plan.SlotDuration))
 	if now.Sub(target) <= s.LateGrace {
 		return target, false, false
@@ -40,12 +47,34 @@ func (s *Spec) Place(now, cycleStart, slotStart time.Time, hash uint64) (target 
 	}
 	// The next cycle's start minus half a cycle: on a wall-clock schedule
 	// the next cycle may start 23 h or 25 h later.
-	deadline := s.Schedule.Next(cycleStart).Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2)
+	deadline := cycleEnd.Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2)
 	window := min(CatchUpWindow(now, slotStart, s.Plan.SlotDuration, s.Plan.Cycle), deadline.Sub(now))
 	if window <= 0 {
 		return time.Time{}, true, true
 	}
 	return now.Add(slotplan.OffsetIn(hash, window)).Truncate(time.Microsecond), true, false
+}
+
+// CycleEnd returns when the cycle starting at cycleStart ends, that is when
+// its successor on the same grid starts: the schedule's next start for a
+// cycle start of the task's schedule (23 h or 25 h later across a DST
+// change), else cycleStart + Cycle (a cycle on another grid, such as one
+// made under another TriggerOffset or by riverslot demo). The bootstrap
+// records it in the cycle's per-slot jobs.
+func (s *Spec) CycleEnd(cycleStart time.Time) time.Time {
+	if s.Schedule.Start(cycleStart).Equal(cycleStart) {
+		return s.Schedule.Next(cycleStart)
+	}
+	return cycleStart.Add(s.Plan.Cycle)
+}
+
+// NotAfter returns the latest start of the sync of an account whose regular
+// target in the cycle [cycleStart, cycleEnd) is target: half a cycle before
+// its regular time in the next cycle. A sync that starts later (it waited
+// in the queue through an outage) is stale: the next cycle syncs the
+// account soon enough, so the sync job completes without calling Sync.
+func (s *Spec) NotAfter(cycleStart, cycleEnd, target time.Time) time.Time {
+	return cycleEnd.Add(target.Sub(cycleStart) - s.Plan.Cycle/2)
 }
 
 // FromTasks validates riverutil tasks into their specs, exactly as

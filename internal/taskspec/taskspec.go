@@ -54,6 +54,11 @@ type Spec struct {
 	Weight        string
 	WeightEpsilon float64
 
+	// PinsFrom is, for a task OppositeOf a weighted task, that task's spec:
+	// this task follows its pins, shifted by half the slots, so the two
+	// tasks never meet on an account, pinned or not. Nil otherwise.
+	PinsFrom *Spec
+
 	BatchSize  int
 	LatePolicy LatePolicy
 	LateGrace  time.Duration
@@ -101,6 +106,20 @@ func PlanID(plan slotplan.Plan, seed uint64, shift int) string {
 		id += "/+" + strconv.Itoa(shift)
 	}
 	return id
+}
+
+// PinsRef returns the pins a cycle of this task follows: its own for a
+// weighted task, the task's it is OppositeOf (shifted by the difference of
+// their shifts, half the slots) when that one is weighted, else nil (hash
+// placement).
+func (s *Spec) PinsRef() *PinsRef {
+	switch {
+	case s.PinsFrom != nil:
+		return &PinsRef{Task: s.PinsFrom.Name, Plan: s.PinsFrom.PlanID, Schema: s.PinsFrom.Schema, Shift: s.Plan.Shift(s.Shift, -s.PinsFrom.Shift)}
+	case s.Weighted():
+		return &PinsRef{Task: s.Name, Plan: s.PlanID, Schema: s.Schema}
+	}
+	return nil
 }
 
 // BuildSQL fills s.QualifiedTable, s.QuotedID, s.FilterClause and s.SQL from
@@ -216,6 +235,11 @@ func (s *Spec) ForPlan(planID string, cycleStart time.Time) (*Spec, error) {
 	}
 	other := *s
 	other.Plan, other.Schedule, other.Seed, other.Shift, other.PlanID = plan, schedule, seed, shift, planID
+	if other.PinsFrom != nil && other.PinsFrom.Plan.Cycle != plan.Cycle {
+		// The task it is OppositeOf has no cycle of this plan's length to
+		// follow: the bootstrap of such a cycle places by hash.
+		other.PinsFrom = nil
+	}
 	other.Lead = min(s.Lead, plan.SlotDuration/2)
 	other.LateGrace = min(s.LateGrace, cycle)
 	return &other, nil
