@@ -1,0 +1,153 @@
+package syncjob_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// TestSkippedSyncs runs sync jobs through a real River client and checks
+// which complete without calling Sync: a stale one (started after its
+// NotAfter), and one whose account's previous sync by the task started less
+// than Apart before (completed, or still running: the younger job waits for
+// the older, then finds it done). Another task's sync of the same account,
+// and jobs without NotAfter or Apart (made before they were recorded), run.
+func TestSkippedSyncs(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 4)
+	stale, fresh, twice, together := ids[0], ids[1], ids[2], ids[3]
+
+	var (
+		mu      sync.Mutex
+		calls   = map[string]int{}
+		holding = make(chan struct{})
+		release = make(chan struct{})
+	)
+	record := func(task string) syncjob.SyncFunc {
+		return func(ctx context.Context, id uuid.UUID, _ *river.Job[syncjob.Args]) error {
+			mu.Lock()
+			calls[task+"/"+id.String()]++
+			mu.Unlock()
+			if id == together {
+				close(holding)
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		}
+	}
+	w := syncjob.NewWorker(pool, riverslottest.Logger(t))
+	for _, task := range []string{"reports", "billing"} {
+		w.AddTask(riverslottest.Spec(t, task, schema, "accounts", "active", 2*time.Minute, 100), record(task))
+	}
+	workers := river.NewWorkers()
+	require.NoError(t, w.Register(workers))
+	client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
+		Schema:  schema,
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
+		Workers: workers,
+	})
+	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	args := func(task string, id uuid.UUID, notAfter time.Time, apart time.Duration) syncjob.Args {
+		a := syncjob.NewArgs(task, id, start, 0)
+		a.NotAfter, a.Apart = notAfter, apart
+		return a
+	}
+	insert := func(a syncjob.Args) int64 {
+		res, err := client.Insert(ctx, a, &river.InsertOpts{MaxAttempts: 1})
+		require.NoError(t, err)
+		return res.Job.ID
+	}
+	waitDone := func(ids ...int64) {
+		t.Helper()
+		want := map[int64]bool{}
+		for _, id := range ids {
+			want[id] = true
+		}
+		timeout := time.After(60 * time.Second)
+		for len(want) > 0 {
+			select {
+			case ev := <-events:
+				if want[ev.Job.ID] {
+					require.Equal(t, river.EventKindJobCompleted, ev.Kind, "job %d", ev.Job.ID)
+					delete(want, ev.Job.ID)
+				}
+			case <-timeout:
+				t.Fatalf("jobs %v unfinished after 60s", want)
+			}
+		}
+	}
+	skipped := func(id int64) string {
+		t.Helper()
+		var reason *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT metadata->'output'->>'"+syncjob.OutputSkipped+"' FROM "+jobs+" WHERE id = $1", id).Scan(&reason))
+		if reason == nil {
+			return ""
+		}
+		return *reason
+	}
+	hour := time.Hour
+
+	staleJob := insert(args("reports", stale, time.Now().Add(-time.Minute), hour))
+	freshJob := insert(args("reports", fresh, time.Now().Add(hour), hour))
+	legacyJob := insert(syncjob.NewArgs("reports", stale, start, 0)) // no NotAfter, no Apart
+	waitDone(staleJob, freshJob, legacyJob)
+	require.Equal(t, syncjob.SkippedStale, skipped(staleJob))
+	require.Empty(t, skipped(freshJob))
+
+	// twice: the second sync within Apart of the first is skipped; another
+	// task's is not.
+	first := insert(args("reports", twice, time.Time{}, hour))
+	waitDone(first)
+	second := insert(args("reports", twice, time.Time{}, hour))
+	other := insert(args("billing", twice, time.Time{}, hour))
+	waitDone(second, other)
+	require.Empty(t, skipped(first))
+	require.Equal(t, syncjob.SkippedTooSoon, skipped(second))
+	require.Empty(t, skipped(other))
+
+	// together: two jobs of one account at once; the younger waits for the
+	// older (running) and then skips.
+	older := insert(args("reports", together, time.Time{}, hour))
+	<-holding
+	younger := insert(args("reports", together, time.Time{}, hour))
+	// It is scheduled again (River's snooze) without calling Sync.
+	var snoozes int64
+	for deadline := time.Now().Add(30 * time.Second); snoozes == 0; time.Sleep(50 * time.Millisecond) {
+		require.NoError(t, pool.QueryRow(ctx, "SELECT coalesce((metadata->>'snoozes')::int, 0) FROM "+jobs+" WHERE id = $1", younger).Scan(&snoozes))
+		require.True(t, time.Now().Before(deadline), "the younger job snoozes while the older runs")
+	}
+	close(release)
+	waitDone(older)
+	_, err := pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = now() WHERE id = $1", younger) // skip the rest of the snooze
+	require.NoError(t, err)
+	waitDone(younger)
+	require.Equal(t, syncjob.SkippedTooSoon, skipped(younger))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int{
+		"reports/" + stale.String():    1, // the legacy job only
+		"reports/" + fresh.String():    1,
+		"reports/" + twice.String():    1,
+		"billing/" + twice.String():    1,
+		"reports/" + together.String(): 1,
+	}, calls)
+}
