@@ -1,0 +1,9 @@
+package taskspec_test
+
+import (
+	"testing"
+
+	"github.com/riverslot/riverslot/internal/riverslottest"
+)
+
+func TestMain(m *testing.M) { riverslottest.RunTests(m) }
