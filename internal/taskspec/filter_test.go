@@ -19,7 +19,7 @@ import (
 
 // escapes are filters that leave their parentheses in Postgres. Each was
 // accepted by an earlier CheckFilter, which read every string constant as
-// '..' with '' for a quote; each is a plain boolean condition of the
+// '..' with ” for a quote; each is a plain boolean condition of the
 // probe's column x, so Postgres plans the escaped query (TestProbeCatches
 // shows the probe sees it).
 var escapes = []struct{ name, filter string }{
