@@ -18,10 +18,10 @@ import (
 )
 
 // escapes are filters that leave their parentheses in Postgres. Each was
-// accepted by an earlier CheckFilter, which read every string constant as
-// '..' with ” for a quote; each is a plain boolean condition of the
-// probe's column x, so Postgres plans the escaped query (TestProbeCatches
-// shows the probe sees it).
+// accepted by an earlier CheckFilter, which read every string constant as a
+// standard '..' string and '$' as a dollar quote wherever it stood; each is
+// a plain boolean condition of the probe's column x, so Postgres plans the
+// escaped query (TestProbeCatches shows the probe sees it).
 var escapes = []struct{ name, filter string }{
 	// Inside E'..' a backslash escapes the quote: E'\' ' is one string.
 	{"EString", `x <> E'\' ') OR (true) OR (x = E'\' ' OR x = ''`},
