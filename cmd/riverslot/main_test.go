@@ -629,6 +629,7 @@ func TestWorkerRejectsBadTask(t *testing.T) {
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := riverslottest.Schema(ctx, t, pool)
+	markDemoSchema(ctx, t, pool, schema)
 	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 10)
 	base := []string{"worker", "--database-url", riverslottest.DatabaseURL(), "--schema", schema}
 
@@ -722,6 +723,7 @@ func TestWorkerSeparateSchemas(t *testing.T) {
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	riverSchema := riverslottest.Schema(ctx, t, pool)
+	markDemoSchema(ctx, t, pool, riverSchema)
 	accountsSchema := riverslottest.EmptySchema(ctx, t, pool)
 	riverslottest.CreateAccounts(ctx, t, pool, accountsSchema, "customers", 10)
 	args := []string{"--database-url", riverslottest.DatabaseURL(), "--schema", riverSchema,

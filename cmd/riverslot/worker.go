@@ -15,10 +15,15 @@ import (
 	"github.com/riverslot/riverslot/riverutil"
 )
 
-const workerAbout = `Runs one River client with one riverslot task over an existing schema until
-SIGINT or SIGTERM: River's tables in --schema (riverslot demo prepares them)
+const workerAbout = `Runs one River client with one riverslot task over a demo's schema until
+SIGINT or SIGTERM: River's tables in --schema, which riverslot demo created,
 and an accounts table (--accounts-schema, --table) with a uuid column id.
 Several workers on one schema form a cluster.
+
+The worker's sync only records (below), so it refuses (exit 2) a --schema
+that riverslot demo did not create: on an app's schema it would complete the
+app's sync jobs without running the app's Sync. Run the app's own workers
+there, and observe them with riverslot status or the app's metrics.
 
 The node runs the periodic trigger that bootstraps each cycle (River's
 leader fires it once per cluster, so every node can run it), as an app
@@ -89,6 +94,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer pool.Close()
+	if err := checkWorkerSchema(ctx, pool, *schema); err != nil {
+		return err
+	}
 
 	// riverslot's own lines (a cycle bootstrapped, a failed slot) at info;
 	// River's at --log-level.
@@ -176,4 +184,29 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "worker %s stopped\n", client.ID())
 	return nil
+}
+
+// checkWorkerSchema refuses (exit 2) a River schema that riverslot demo did
+// not create (demoSchemaComment), before the worker starts anything. The
+// worker's built-in sync records a row or does nothing: its River client
+// would fetch an app's queued riverslot_sync jobs and complete them without
+// the app's Sync ever running.
+func checkWorkerSchema(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, schema string) error {
+	state, err := querySchemaState(ctx, q, schema)
+	if err != nil {
+		return err
+	}
+	switch state {
+	case schemaOwned:
+		return nil
+	case schemaAbsent:
+		return usageErr("--schema %s: schema %q does not exist; nothing was started. "+
+			"Create it with riverslot demo --schema %s (the worker runs only on a schema the demo created)", schema, schema, schema)
+	default:
+		return usageErr("--schema %s: schema %q was not created by riverslot demo; nothing was started. "+
+			"The worker's built-in sync only records syncs for the demo, so on an app's schema it would complete the app's sync jobs without running them. "+
+			"Run the app's own workers (Scheduler.Configure) to work its jobs, and riverslot status --schema %s or the app's metrics to observe them", schema, schema, schema)
+	}
 }

@@ -22,6 +22,7 @@ func TestWorkerMetrics(t *testing.T) {
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := riverslottest.Schema(ctx, t, pool)
+	markDemoSchema(ctx, t, pool, schema)
 	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 300)
 
 	stdout, stderr, stop := startWorkerCmd(t, "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
