@@ -248,6 +248,10 @@ func RunTests(m *testing.M) {
 		if err := goleak.Find(
 			goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 			goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
+			// An idle pooled connection's background reader, left blocked
+			// after a large write (COPY) until the connection is next used
+			// or closed.
+			goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"),
 		); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
