@@ -41,6 +41,25 @@ func TestPlace(t *testing.T) {
 	const hash = uint64(1) << 63 // offset: half of any window
 	slot := func(i int) time.Time { return cycleStart.Add(time.Duration(i) * 15 * time.Second) }
 
+	t.Run("OffGridCycleKeepsItsOwnDeadline", func(t *testing.T) {
+		t.Parallel()
+		// A cycle starting 13 s off the node's grid (riverslot demo, another
+		// TriggerOffset) ends a whole cycle after its start: slot 2, 50 s
+		// late, still has 10 s of its half-cycle window and is spread. The
+		// node's schedule would end the cycle at the next grid point, 107 s
+		// after its start, and skip the slot's accounts.
+		off := cycleStart.Add(13 * time.Second)
+		require.Equal(t, off.Add(120*time.Second), spec.CycleEnd(off))
+		require.Equal(t, cycleStart.Add(120*time.Second), spec.Schedule.Next(off), "the node's grid")
+		slot2 := off.Add(2 * 15 * time.Second)
+		now := slot2.Add(50 * time.Second)
+		p := place(spec, now, off, spec.CycleEnd(off), slot2, hash)
+		require.True(t, p.late)
+		require.False(t, p.skip, "spread within the cycle's own half-cycle deadline")
+		require.True(t, p.target.Before(slot2.Add(60*time.Second)), "before half a cycle after the slot's start: %s", p.target)
+		p = place(spec, now, off, spec.Schedule.Next(off), slot2, hash)
+		require.True(t, p.skip, "with the node's grid as the cycle's end the deadline has passed")
+	})
 	t.Run("OnTimeKeepsTarget", func(t *testing.T) {
 		t.Parallel()
 		p := place(spec, slot(2).Add(-5*time.Second), cycleStart, spec.CycleEnd(cycleStart), slot(2), hash)

@@ -148,6 +148,13 @@ func TestNewValidation(t *testing.T) {
 		require.Equal(t, 96, r.Shift, "half the 128 slots further round")
 		require.Contains(t, r.PlanID, "/+96", "the shift is part of the plan")
 
+		// Opposite a weighted task: accepted, and it follows that task's pins
+		// (Weight on the opposite task itself is refused below).
+		weighted := payments
+		weighted.Weight = "weight"
+		_, err = riverutil.New(lazyPool(t), &riverutil.Config{Tasks: []riverutil.Task{weighted, reports}})
+		require.NoError(t, err)
+
 		for _, tt := range []struct {
 			name   string
 			tasks  func() []riverutil.Task
@@ -164,6 +171,15 @@ func TestNewValidation(t *testing.T) {
 				p.Phase, p.OppositeOf = 0, "reports"
 				return []riverutil.Task{p, reports}
 			}, `OppositeOf "payments", which is itself OppositeOf "reports"`},
+			{"OtherTriggerOffset", func() []riverutil.Task { r := reports; r.TriggerOffset = time.Hour; return []riverutil.Task{payments, r} },
+				`Tasks[1] "reports": TriggerOffset and Location must equal those of task "payments" (0s, UTC) to stay opposite it`},
+			{"OtherLocation", func() []riverutil.Task { r := reports; r.Location = time.FixedZone("X", 3600); return []riverutil.Task{payments, r} },
+				`Tasks[1] "reports": TriggerOffset and Location must equal those of task "payments"`},
+			{"WeightOnOpposite", func() []riverutil.Task {
+				p, r := payments, reports
+				p.Weight, r.Weight = "weight", "weight"
+				return []riverutil.Task{p, r}
+			}, `Tasks[1] "reports": Weight cannot be set on a task that is OppositeOf another: it follows the placement of task "payments"`},
 		} {
 			_, err := riverutil.New(lazyPool(t), &riverutil.Config{Tasks: tt.tasks()})
 			require.ErrorContains(t, err, tt.wanted, tt.name)
