@@ -171,9 +171,17 @@ func TestNewValidation(t *testing.T) {
 				p.Phase, p.OppositeOf = 0, "reports"
 				return []riverutil.Task{p, reports}
 			}, `OppositeOf "payments", which is itself OppositeOf "reports"`},
-			{"OtherTriggerOffset", func() []riverutil.Task { r := reports; r.TriggerOffset = time.Hour; return []riverutil.Task{payments, r} },
+			{"OtherTriggerOffset", func() []riverutil.Task {
+				r := reports
+				r.TriggerOffset = time.Hour
+				return []riverutil.Task{payments, r}
+			},
 				`Tasks[1] "reports": TriggerOffset and Location must equal those of task "payments" (0s, UTC) to stay opposite it`},
-			{"OtherLocation", func() []riverutil.Task { r := reports; r.Location = time.FixedZone("X", 3600); return []riverutil.Task{payments, r} },
+			{"OtherLocation", func() []riverutil.Task {
+				r := reports
+				r.Location = time.FixedZone("X", 3600)
+				return []riverutil.Task{payments, r}
+			},
 				`Tasks[1] "reports": TriggerOffset and Location must equal those of task "payments"`},
 			{"WeightOnOpposite", func() []riverutil.Task {
 				p, r := payments, reports
