@@ -31,6 +31,7 @@ type demoSummary struct {
 	Synced              int64           `json:"synced"`
 	Missed              int64           `json:"missed"`
 	Duplicates          int64           `json:"duplicates"`
+	SkippedSyncs        int64           `json:"skipped_syncs"`
 	PeakQueueDepth      int64           `json:"peak_queue_depth"`
 	LatenessP50Seconds  float64         `json:"lateness_p50_seconds"`
 	LatenessP99Seconds  float64         `json:"lateness_p99_seconds"`
@@ -66,6 +67,7 @@ type demoTaskRow struct {
 	Synced             int64   `json:"synced"`
 	Missed             int64   `json:"missed"`
 	Duplicates         int64   `json:"duplicates"`
+	SkippedSyncs       int64   `json:"skipped_syncs"`
 	PeakQueueDepth     int64   `json:"peak_queue_depth"`
 	LatenessP50Seconds float64 `json:"lateness_p50_seconds"`
 	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
@@ -130,6 +132,7 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 		s.Synced += c.SyncedOnce
 		s.Missed += c.Missed
 		s.Duplicates += c.Duplicated
+		s.SkippedSyncs += c.Skipped
 		s.PerCycle = append(s.PerCycle, &demoCycleRow{
 			CycleStart: c.CycleStart.Format(time.RFC3339), Accounts: c.Accounts,
 			Synced: c.SyncedOnce, Missed: c.Missed, Duplicates: c.Duplicated, PeakPending: c.PeakPending,
@@ -154,6 +157,7 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 			row.Synced += c.SyncedOnce
 			row.Missed += c.Missed
 			row.Duplicates += c.Duplicated
+			row.SkippedSyncs += c.Skipped
 		}
 		s.Tasks = append(s.Tasks, name)
 		s.PerTask = append(s.PerTask, row)

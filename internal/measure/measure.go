@@ -43,6 +43,10 @@ type Cycle struct {
 	Missed int64 `json:"missed"`
 	// Duplicated counts accounts with more than one sync job in the cycle.
 	Duplicated int64 `json:"duplicated"`
+	// Skipped counts sync jobs completed without calling Sync because they
+	// were stale or too soon after another sync of the account (their
+	// output's riverslot_skipped); they are counted in SyncedOnce too.
+	Skipped int64 `json:"skipped"`
 	// PeakPending is the largest number of the cycle's sync jobs that were
 	// inserted but not yet started at any one moment.
 	PeakPending int64 `json:"peak_pending"`
@@ -75,7 +79,8 @@ func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleS
 	// Sync jobs of this cycle. cycle_start is compared as timestamptz so the
 	// JSON text form does not matter.
 	cte := `WITH s AS (
-		SELECT (args->>'account_id')::uuid AS account_id, state, created_at, attempted_at, scheduled_at
+		SELECT (args->>'account_id')::uuid AS account_id, state, created_at, attempted_at, scheduled_at,
+			coalesce(metadata->'output' ? 'riverslot_skipped', false) AS skipped
 		FROM ` + jobs + `
 		WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = $3
 	)`
@@ -89,9 +94,10 @@ func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleS
 		(SELECT count(*) FROM per WHERE n = 1),
 		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL),
 		(SELECT count(*) FROM per WHERE n > 1),
+		(SELECT count(*) FROM s WHERE skipped),
 `+latenessAndPeakSQL,
 		target.SyncKind, target.Task, cycleStart).Scan(
-		&c.Accounts, &c.SyncJobs, &c.Completed, &c.SyncedOnce, &c.Missed, &c.Duplicated,
+		&c.Accounts, &c.SyncJobs, &c.Completed, &c.SyncedOnce, &c.Missed, &c.Duplicated, &c.Skipped,
 		(*seconds)(&c.LatenessP50), (*seconds)(&c.LatenessP99), &c.PeakPending)
 	if err != nil {
 		return nil, fmt.Errorf("error measuring cycle %s: %w", cycleStart.Format(time.RFC3339), err)
