@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/bootstrap"
-	"github.com/riverslot/riverslot/internal/riverslottest"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
@@ -158,59 +156,4 @@ func TestDuplicateTriggers(t *testing.T) {
 	require.EqualValues(t, 1, uniqueBootstraps)
 	require.EqualValues(t, plan.Slots, perSlot)
 	require.EqualValues(t, plan.Slots, distinct)
-}
-
-// TestLeastPrivilege runs a cycle with a role that has only DML on River's
-// tables and SELECT on the accounts table (see README, "Least privilege").
-func TestLeastPrivilege(t *testing.T) {
-	t.Parallel()
-
-	ctx, b := setup(t, 200)
-	role := b.schema + "_app"
-	ident := func(parts ...string) string { return pgx.Identifier(parts).Sanitize() }
-	for _, stmt := range []string{
-		"CREATE ROLE " + ident(role) + " LOGIN",
-		"GRANT USAGE ON SCHEMA " + ident(b.schema) + " TO " + ident(role),
-		// River's tables and sequences.
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + ident(b.schema) + " TO " + ident(role),
-		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA " + ident(b.schema) + " TO " + ident(role),
-		// The accounts table: read only.
-		"REVOKE INSERT, UPDATE, DELETE ON " + ident(b.schema, "accounts") + " FROM " + ident(role),
-	} {
-		_, err := b.pool.Exec(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
-	t.Cleanup(func() {
-		_, _ = b.pool.Exec(context.Background(), "DROP OWNED BY "+ident(role))
-		_, _ = b.pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+ident(role))
-	})
-
-	cfg := b.pool.Config().Copy()
-	cfg.ConnConfig.User = role
-	cfg.ConnConfig.Password = ""
-	appPool, err := riverslottest.NewPool(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(appPool.Close) // after the client stops (cleanups run last-in first-out)
-
-	// The role cannot write the accounts table.
-	_, err = appPool.Exec(ctx, "DELETE FROM "+ident(b.schema, "accounts"))
-	require.ErrorContains(t, err, "permission denied")
-
-	app := &testBundle{ids: b.ids, pool: appPool, schema: b.schema}
-	scheduler := newScheduler(t, app, riverutil.Task{
-		Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active", Sync: app.recordSync(),
-	})
-	require.NoError(t, scheduler.Check(ctx))
-	client := startClient(ctx, t, app, scheduler, false, river.QueueDefault)
-	schedule := taskInfo(t, scheduler, "transactions").Schedule
-	start := schedule.Next(time.Now().Add(8 * time.Second))
-	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)
-	require.NoError(t, err)
-
-	synced := pgx.Identifier{b.schema, "synced"}.Sanitize()
-	waitFor(t, 60*time.Second, "every account synced by the least-privileged role", func() bool {
-		return b.count(ctx, t, "SELECT count(DISTINCT account_id) FROM "+synced) == int64(len(b.ids))
-	})
-	m := b.measure(ctx, t, "transactions", start)
-	require.EqualValues(t, len(b.ids), m.SyncedOnce)
 }
