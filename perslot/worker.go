@@ -178,11 +178,10 @@ type batch struct {
 	// queries and pinArgs their leading (task, plan, cycle start): a
 	// range page skips its accounts pinned in the cycle, and the accounts
 	// pinned to this slot come in the pinned phase.
-	pins     *taskspec.PinsRef
-	pinRead  taskspec.PinRead
-	pinArgs  []any
-	pinSlot  int // the slot this job's slot is in the pins' own task
-	pinnedIn map[uuid.UUID]bool
+	pins    *taskspec.PinsRef
+	pinRead taskspec.PinRead
+	pinArgs []any
+	pinSlot int // the slot this job's slot is in the pins' own task
 }
 
 func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, pins *taskspec.PinsRef, job *river.Job[Args], cursor fanOutCursor) error {
