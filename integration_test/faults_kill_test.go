@@ -43,6 +43,7 @@ func TestKillMidFanOut(t *testing.T) {
 		// others).
 		t.Run(fmt.Sprintf("Trial%dKillAfter%d", i+1, killAfter), func(t *testing.T) {
 			ctx, b := setup(t, 0)
+			markSchemaAsDemos(ctx, t, b.pool, b.schema) // riverslot worker serves only the demo's schemas
 			// Cycle 16s: 16 slots, slot 0 = buckets 0..15.
 			insertAccountsInSlot(ctx, t, b, accounts, 0, 15)
 			args := []string{"--cycle", "16s", "--batch-size", fmt.Sprint(batchSize), "--sync-queue", "parked", "--work-sync=false",

@@ -40,6 +40,7 @@ func TestKillMidFanOutWeighted(t *testing.T) {
 	for i, killAfter := range []int64{2_000, 5_000, 5_050} {
 		t.Run(fmt.Sprintf("Trial%dKillAfter%d", i+1, killAfter), func(t *testing.T) {
 			ctx, b := setup(t, 0)
+			markSchemaAsDemos(ctx, t, b.pool, b.schema) // riverslot worker serves only the demo's schemas
 			accounts := pgx.Identifier{b.schema, "accounts"}.Sanitize()
 			_, err := b.pool.Exec(ctx, "ALTER TABLE "+accounts+" ADD COLUMN weight double precision NOT NULL DEFAULT 1")
 			require.NoError(t, err)

@@ -29,6 +29,7 @@ func TestThreeNodes(t *testing.T) {
 		cycle    = 40 * time.Second
 	)
 	ctx, b := setup(t, accounts)
+	markSchemaAsDemos(ctx, t, b.pool, b.schema) // riverslot worker serves only the demo's schemas
 	schedule, err := slotplan.NewSchedule(cycle, 0, nil)
 	require.NoError(t, err)
 	plan, _ := slotplan.New(cycle)
