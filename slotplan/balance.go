@@ -8,7 +8,8 @@ import (
 
 // WeightEpsilonDefault is the default load bound of weighted placement: no
 // slot carries more than (1 + epsilon) times the mean slot weight, unless
-// one account alone is heavier than that.
+// one account alone is heavier than that (PlacePinsReserved says when the
+// bound is guaranteed).
 const WeightEpsilonDefault = 0.10
 
 // Jumbo is an account heavy enough to be pinned to a slot by Balance.
@@ -80,19 +81,32 @@ func JumboThreshold(desc []float64, total, sumSq float64, slots int, epsilon flo
 // walking up from Home (wrapping around), whose total stays within
 // (1 + epsilon/2) × M, and when none is left, to the lightest slot (first
 // on the walk among equals). So no slot exceeds (1 + epsilon) × M unless
-// the ordinary accounts already put it there, or a single jumbo is heavier
-// than what any slot has left.
+// the ordinary accounts already put it there, or a jumbo found no slot
+// with room for it (see PlacePinsReserved for when that can happen).
 func Balance(base []float64, jumbos []Jumbo, epsilon float64) []int {
-	return balance(base, jumbos, epsilon, nil)
+	slots, _ := balance(base, jumbos, epsilon, nil, nil)
+	return slots
 }
 
-// balance is Balance never placing a jumbo in an excluded slot (nil: none).
-func balance(base []float64, jumbos []Jumbo, epsilon float64, excluded []bool) []int {
+// balance is Balance with two more inputs. giant (nil: none) marks the
+// slots kept for giants: a jumbo hashed to one of them (an evacuee) never
+// goes to any of them, while other jumbos may use what room a giant
+// leaves. release (nil: none) marks the jumbos pinned before that no
+// longer need a pin. Such a jumbo, in the same heaviest-first order, drops
+// its pin when it was pinned to its hash slot and that slot stays within
+// (1 + epsilon) × M (nothing moves); else it returns to its hash slot if
+// that stays within (1 + epsilon/2) × M and the released weight that
+// changed slot so far stays within epsilon/2 × M; else it keeps its
+// previous slot like any jumbo; else, as it moves anyway, it returns to its
+// hash slot if that has room, and walks otherwise. balance also returns
+// which jumbos ended in their hash slot that way: released, they need no
+// pin.
+func balance(base []float64, jumbos []Jumbo, epsilon float64, giant, release []bool) ([]int, []bool) {
 	slots := len(base)
-	open := func(s int) bool { return excluded == nil || !excluded[s] }
 	out := make([]int, len(jumbos))
+	released := make([]bool, len(jumbos))
 	if slots == 0 {
-		return out
+		return out, released
 	}
 	load := make([]float64, slots)
 	copy(load, base)
@@ -108,42 +122,66 @@ func balance(base []float64, jumbos []Jumbo, epsilon float64, excluded []bool) [
 	mean := total / float64(slots)
 	keep := (1 + epsilon) * mean
 	place := (1 + epsilon/2) * mean
+	kept := func(s int) bool { return giant != nil && giant[s] }
 
 	slices.SortStableFunc(order, func(a, b int) int {
 		return heavierFirst(jumbos[a].Weight, jumbos[b].Weight, jumbos[a].ID, jumbos[b].ID)
 	})
+	moving := epsilon / 2 * mean // released weight that may still change slot
 	for _, i := range order {
 		j := &jumbos[i]
 		home := ((j.Home % slots) + slots) % slots
+		evacuee := kept(home)
+		fits := func(s int, bound float64) bool {
+			return s >= 0 && !(evacuee && kept(s)) && load[s]+j.Weight <= bound
+		}
+		prev := -1
+		if j.Prev >= 0 && j.Prev < slots {
+			prev = j.Prev
+		}
+		free := release != nil && release[i]
 		slot := -1
-		if j.Prev >= 0 && j.Prev < slots && open(j.Prev) && load[j.Prev]+j.Weight <= keep {
-			slot = j.Prev
+		switch {
+		case free && prev == home && fits(home, keep):
+			slot = home // already served there: dropping the pin moves nothing
+		case free && j.Weight <= moving && fits(home, place):
+			slot = home
+			moving -= j.Weight
+		case fits(prev, keep):
+			slot = prev
+		case free && fits(home, place):
+			slot = home // it moves anyway: home rather than a new pin
 		}
-		for k := 0; slot < 0 && k < slots; k++ {
-			if s := (home + k) % slots; open(s) && load[s]+j.Weight <= place {
-				slot = s
+		if slot < 0 && fits(home, place) {
+			slot = home
+		}
+		for s := 0; slot < 0 && !evacuee && s < slots; s++ {
+			if kept(s) && fits(s, place) {
+				slot = s // the room a giant leaves, which its evacuees cannot use
 			}
 		}
-		for k := 0; k < slots && slot < 0; k++ {
-			if s := (home + k) % slots; open(s) {
+		for k := 1; slot < 0 && k < slots; k++ {
+			if s := (home + k) % slots; fits(s, place) {
 				slot = s
-			}
-		}
-		if slot >= 0 && !(load[slot]+j.Weight <= place) && !(slot == j.Prev && load[slot]+j.Weight <= keep) {
-			// No slot within the bound: the lightest open slot.
-			for k := 0; k < slots; k++ {
-				if s := (home + k) % slots; open(s) && load[s] < load[slot] {
-					slot = s
-				}
 			}
 		}
 		if slot < 0 {
-			slot = home // every slot excluded: cannot happen with Giants' limit
+			// No slot within the bound: the lightest it may use, first on
+			// the walk among equals.
+			for k := range slots {
+				if s := (home + k) % slots; fits(s, math.Inf(1)) && (slot < 0 || load[s] < load[slot]) {
+					slot = s
+				}
+			}
+			if slot < 0 {
+				slot = home // every slot kept for a giant: not with Giants' limit
+			}
 		}
 		load[slot] += j.Weight
 		out[i] = slot
+		released[i] = free && slot == home
 	}
-	return out
+	return out, released
 }
 
 // Pin is a jumbo account's placement: the slot that serves it, whatever its
@@ -154,6 +192,15 @@ type Pin struct {
 	Slot   int
 }
 
+// pinHold is the hysteresis of pinning: an account pinned in the previous
+// placement stays a jumbo while its weight is above pinHold × T, T the
+// cycle's JumboThreshold, and is released back to its hash slot once it is
+// at most that. A weight drawn around a mean near T does not flip between
+// pinned and hashed each cycle, and the pins stay about the accounts above
+// pinHold × T (and the neighbours of the current giants): a bounded set,
+// however long weights drift.
+const pinHold = 0.8
+
 // PlacePins chooses and places the jumbo accounts of one cycle. slotTotals
 // is the total weight of every account by hash slot (so len(slotTotals) is
 // the number of slots), sumSq the sum of every weight squared, and
@@ -161,42 +208,17 @@ type Pin struct {
 // pinned in the previous placement (Prev >= 0), with their current weights.
 //
 // An account is a jumbo when its weight exceeds the JumboThreshold T of the
-// candidates, or when it was pinned before, whatever its weight now: pins
-// are sticky, so an account near the threshold does not flip between pinned
-// and hashed, and a giant's former neighbours stay put when it leaves. Ordinary accounts keep their hash slot; the jumbos are
+// candidates. An account pinned before stays one while its weight is above
+// 0.8 × T (hysteresis), and is released at or below: it goes back to its
+// hash slot when that slot has room, at most epsilon/2 × M of released
+// weight changing slot per placement (heaviest first; an account pinned to
+// its own hash slot just drops its pin), and keeps its pin otherwise. Pins
+// rarely move: a jumbo keeps its previous slot while that stays within
+// (1 + epsilon) × M. Ordinary accounts keep their hash slot; the jumbos are
 // placed by Balance. It returns T and the pins, heaviest first, equal
 // weights by ID.
 func PlacePins(slotTotals []float64, sumSq float64, candidates []Jumbo, epsilon float64) (float64, []Pin) {
-	total := 0.0
-	for _, t := range slotTotals {
-		total += t
-	}
-	sorted := make([]Jumbo, len(candidates))
-	copy(sorted, candidates)
-	slices.SortFunc(sorted, func(a, b Jumbo) int { return heavierFirst(a.Weight, b.Weight, a.ID, b.ID) })
-	desc := make([]float64, len(sorted))
-	for i, c := range sorted {
-		desc[i] = c.Weight
-	}
-	threshold := JumboThreshold(desc, total, sumSq, len(slotTotals), epsilon)
-
-	base := make([]float64, len(slotTotals))
-	copy(base, slotTotals)
-	var jumbos []Jumbo
-	for _, c := range sorted {
-		if c.Weight > threshold || c.Prev >= 0 {
-			if c.Home >= 0 && c.Home < len(base) {
-				base[c.Home] -= c.Weight
-			}
-			jumbos = append(jumbos, c)
-		}
-	}
-	slots := Balance(base, jumbos, epsilon)
-	pins := make([]Pin, len(jumbos))
-	for i, j := range jumbos {
-		pins[i] = Pin{ID: j.ID, Weight: j.Weight, Slot: slots[i]}
-	}
-	return threshold, pins
+	return placePins(slotTotals, sumSq, candidates, nil, nil, epsilon)
 }
 
 // Reserve is a slot kept for one giant account: an account heavier than
@@ -257,22 +279,45 @@ func Giants(slotTotals []float64, candidates []Jumbo, epsilon float64) []Reserve
 }
 
 // PlacePinsReserved is PlacePins with giants: each giant of reserved (from
-// Giants) is pinned alone to its slot, and every other account hashed to a
+// Giants) is pinned to its slot, and every other account hashed to a
 // reserved slot (evacuees: the caller lists them all, with their previous
-// slot) is placed elsewhere with the jumbos. The giant's slot then carries
-// the giant alone, so no slot exceeds max((1 + epsilon) × M, giant + the
-// little the walk could not place elsewhere). With no giants it is
+// slot) is pinned elsewhere, with the jumbos. Other jumbos may use the room
+// a giant leaves in its slot (after their own hash slot), so a giant
+// lighter than a mean slot does not push the other slots up. While a giant
+// keeps its slot, its evacuees keep theirs; once it is gone they are
+// released like any pin no longer heavy enough. With no giants it is
 // PlacePins.
+//
+// The load bound: let S be the number of slots, M the mean slot weight, and
+// take the placed accounts (jumbos, earlier pins, evacuees) heaviest first.
+// Each finds a slot within (1 + epsilon/2) × M whenever the slots it may use
+// average at most (1 + epsilon/2) × M minus its weight before it. Without
+// giants, that holds when it weighs at most epsilon/2 × M plus 1/S of the
+// weight of itself and the accounts placed after it (the slots then hold all
+// weight but that): every account up to epsilon/2 × M × S/(S-1) does, and
+// JumboThreshold's room rule makes the heaviest jumbo do (unless it is a
+// giant Giants had no slot for). When every placed account finds such a
+// slot, every slot ends at most max((1 + epsilon) × M, its base): its giant,
+// or its ordinary accounts. So no slot exceeds max(1 + epsilon, w) × M, w
+// the heaviest account over M, unless the ordinary accounts of a slot alone
+// exceed (1 + epsilon) × M (3 standard deviations of the hashed part or
+// more, or more accounts would need a pin than the candidates hold), or an
+// account finds no room (few slots, more giants than Giants keeps slots for,
+// or evacuees of giants lighter than M that the other jumbos did not
+// relieve): it goes to the lightest slot it may use (with no giants, that
+// slot then carries at most M + its weight).
 func PlacePinsReserved(slotTotals []float64, sumSq float64, candidates, evacuees []Jumbo, reserved []Reserve, epsilon float64) (float64, []Pin) {
-	if len(reserved) == 0 {
-		return PlacePins(slotTotals, sumSq, candidates, epsilon)
-	}
+	return placePins(slotTotals, sumSq, candidates, evacuees, reserved, epsilon)
+}
+
+// placePins is PlacePinsReserved; reserved may be empty.
+func placePins(slotTotals []float64, sumSq float64, candidates, evacuees []Jumbo, reserved []Reserve, epsilon float64) (float64, []Pin) {
 	slots := len(slotTotals)
 	giantSlot := map[[16]byte]int{}
-	excluded := make([]bool, slots)
+	kept := make([]bool, slots)
 	for _, r := range reserved {
 		giantSlot[r.ID] = r.Slot
-		excluded[r.Slot] = true
+		kept[r.Slot] = true
 	}
 	total := 0.0
 	for _, t := range slotTotals {
@@ -306,12 +351,19 @@ func PlacePinsReserved(slotTotals []float64, sumSq float64, candidates, evacuees
 	threshold := JumboThreshold(desc, total-gTotal, max(sumSq-gSq, 0), slots, epsilon)
 
 	var movers []Jumbo
+	var release []bool
 	seen := map[[16]byte]bool{}
 	for _, c := range rest {
-		if c.Weight > threshold || c.Prev >= 0 {
-			seen[c.ID] = true
-			movers = append(movers, c)
+		switch {
+		case c.Weight > threshold:
+			release = append(release, false)
+		case c.Prev >= 0:
+			release = append(release, c.Weight <= pinHold*threshold)
+		default:
+			continue
 		}
+		seen[c.ID] = true
+		movers = append(movers, c)
 	}
 	for _, e := range evacuees {
 		if _, giant := giantSlot[e.ID]; giant || seen[e.ID] {
@@ -319,6 +371,7 @@ func PlacePinsReserved(slotTotals []float64, sumSq float64, candidates, evacuees
 		}
 		seen[e.ID] = true
 		movers = append(movers, e)
+		release = append(release, false)
 	}
 	for _, m := range movers {
 		if m.Home >= 0 && m.Home < slots {
@@ -328,13 +381,15 @@ func PlacePinsReserved(slotTotals []float64, sumSq float64, candidates, evacuees
 	for _, g := range giants {
 		base[giantSlot[g.ID]] += g.Weight
 	}
-	placed := balance(base, movers, epsilon, excluded)
+	placed, released := balance(base, movers, epsilon, kept, release)
 	pins := make([]Pin, 0, len(giants)+len(movers))
 	for _, g := range giants {
 		pins = append(pins, Pin{ID: g.ID, Weight: g.Weight, Slot: giantSlot[g.ID]})
 	}
 	for i, m := range movers {
-		pins = append(pins, Pin{ID: m.ID, Weight: m.Weight, Slot: placed[i]})
+		if !released[i] {
+			pins = append(pins, Pin{ID: m.ID, Weight: m.Weight, Slot: placed[i]})
+		}
 	}
 	slices.SortStableFunc(pins, func(a, b Pin) int { return heavierFirst(a.Weight, b.Weight, a.ID, b.ID) })
 	return threshold, pins
