@@ -47,7 +47,11 @@ func (s *Spec) PlaceIn(now, cycleStart, cycleEnd, slotStart time.Time, hash uint
 	}
 	// The next cycle's start minus half a cycle: on a wall-clock schedule
 	// the next cycle may start 23 h or 25 h later.
-	deadline := cycleEnd.Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2)
+	// Cut a margin before it (the larger of LateGrace and an eighth of the
+	// cycle): a spread sync's NotAfter is its regular time plus half a
+	// cycle, so one placed right at the deadline would be stale as soon as
+	// River started it a little late, and its account would lose the cycle.
+	deadline := cycleEnd.Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2 - max(s.LateGrace, s.Plan.Cycle/8))
 	window := min(CatchUpWindow(now, slotStart, s.Plan.SlotDuration, s.Plan.Cycle), deadline.Sub(now))
 	if window <= 0 {
 		return time.Time{}, true, true
