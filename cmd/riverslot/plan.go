@@ -22,7 +22,10 @@ import (
 const planAbout = `Prints a cycle's slots and, with --account, the account's bucket, slot,
 offset and next three sync times. It needs no database; with --database-url
 it also reads whether a weighted task (Task.Weight) pinned the account to
-another slot in its latest cycle.
+another slot, and then prints the times of the slot it is served in: the
+pinned slot of each cycle whose pins exist, and for later cycles the pin of
+the latest pinned cycle (pins are sticky). With --opposite, the second task
+follows the first one's pins shifted by half the slots, as the library does.
 `
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -120,18 +123,26 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("error writing --svg %s: %w", *svg, err)
 		}
 	}
-	if *account != "" {
-		for i := range tasks {
-			if tasks[i].syncs, err = nextSyncs(ctx, schedule, plan, tasks[i].seed, tasks[i].shift, id, at, 3); err != nil {
-				return err
-			}
-		}
-	}
-
 	var pin *pinLookup
 	if *account != "" && *databaseURL != "" {
-		if pin, err = lookupPin(ctx, *databaseURL, *pinsSchema, tasks[0].name, taskspec.PlanID(plan, s, shift), id); err != nil {
+		starts, err := cycleStarts(ctx, schedule, at, syncsShown+1)
+		if err != nil {
 			return err
+		}
+		if pin, err = lookupPin(ctx, *databaseURL, *pinsSchema, tasks[0].name, taskspec.PlanID(plan, s, shift), id, starts); err != nil {
+			return err
+		}
+		if err := pin.check(plan, id); err != nil {
+			return err
+		}
+	}
+	if *account != "" {
+		for i := range tasks {
+			pt := &tasks[i]
+			slotIn := func(start time.Time) int { return pin.servedSlot(plan, tasks[0], *pt, id, start).slot }
+			if pt.syncs, err = nextSyncsIn(ctx, schedule, plan, pt.seed, id, at, syncsShown, slotIn); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -163,32 +174,60 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "\naccount        %s\n", id)
 	fmt.Fprintf(stdout, "bucket         %d (0x%02x)\n", id[15], id[15])
-	for _, pt := range tasks {
+	asked := *databaseURL != ""
+	for i, pt := range tasks {
 		slot := plan.Shift(plan.SlotOf(id), pt.shift)
 		off := plan.Offset(pt.seed, id)
 		if len(tasks) > 1 || pt.shift != 0 {
 			fmt.Fprintf(stdout, "task           %s (slots shifted by %d)\n", pt.name, pt.shift)
 		}
-		fmt.Fprintf(stdout, "slot           %d of %d (slots numbered from 0)\n", slot, plan.Slots)
-		if pt.name == tasks[0].name {
-			fmt.Fprintf(stdout, "pinned         %s\n", pin.describe(*databaseURL != "", plan, off))
+		if pin.pinned() {
+			fmt.Fprintf(stdout, "slot           %d of %d (slots numbered from 0): its hash slot, but it is pinned\n", slot, plan.Slots)
+		} else {
+			fmt.Fprintf(stdout, "slot           %d of %d (slots numbered from 0)\n", slot, plan.Slots)
+		}
+		due := slot
+		if i == 0 {
+			fmt.Fprintf(stdout, "pinned         %s\n", pin.describe(asked, plan, off))
+		} else if pin.pinned() {
+			fmt.Fprintf(stdout, "pinned         %s\n", pin.describeOpposite(plan, tasks[0], pt, off))
+		}
+		if pin.pinned() {
+			due = plan.Shift(int(*pin.slot), pt.shift-tasks[0].shift)
+			fmt.Fprintf(stdout, "pinned slot    %d: +%s to +%s after each cycle start, while the pin of %s holds\n",
+				due, clock(time.Duration(due)*plan.SlotDuration), clock(time.Duration(due+1)*plan.SlotDuration), pin.cycleStart.UTC().Format(time.RFC3339))
 		}
 		fmt.Fprintf(stdout, "offset         %s into the slot (seed %d)\n", off, pt.seed)
-		fmt.Fprintf(stdout, "due            +%s after each cycle start\n", clock(time.Duration(slot)*plan.SlotDuration+off))
+		fmt.Fprintf(stdout, "due            +%s after each cycle start\n", clock(time.Duration(due)*plan.SlotDuration+off))
 		fmt.Fprintln(stdout, "next syncs (due time; River starts it within a few seconds):")
-		for _, due := range pt.syncs {
-			fmt.Fprintf(stdout, "  %s\n", due.Format(time.RFC3339Nano))
+		for _, sync := range pt.syncs {
+			fmt.Fprintf(stdout, "  %s\n", sync.due.Format(time.RFC3339Nano))
+			if asked && pin.err == "" {
+				where := pin.servedSlot(plan, tasks[0], pt, id, sync.cycleStart)
+				start := plan.SlotStart(sync.cycleStart, where.slot)
+				fmt.Fprintf(stdout, "    slot %d, %s to %s: %s\n", where.slot, start.Format(time.RFC3339Nano),
+					start.Add(plan.SlotDuration).Format(time.RFC3339Nano), where.why)
+			}
 		}
 	}
 	return nil
 }
+
+// syncsShown is how many next syncs plan prints.
+const syncsShown = 3
 
 // planTask is one task plan prints an account's times for.
 type planTask struct {
 	name  string
 	seed  uint64
 	shift int
-	syncs []time.Time
+	syncs []planSync
+}
+
+// planSync is one of an account's next syncs: its due time, in the cycle
+// starting at cycleStart.
+type planSync struct {
+	due, cycleStart time.Time
 }
 
 // cycleSchedule is what plan needs of a slotplan.Schedule.
@@ -218,16 +257,34 @@ func cycleAround(schedule cycleSchedule, at time.Time) (time.Time, time.Time, er
 	return start, next, nil
 }
 
-// nextSyncs returns the account's first n due times after at, one per cycle.
-// It always finishes: it stops on ctx, fails if the schedule does not
-// advance, and looks at no more than n+1 cycles (only the current cycle's due
-// time can be at or before at).
+// nextSyncs returns the account's first n due times after at, one per cycle,
+// in its hash slot shifted by shift. It always finishes (see nextSyncsIn).
 func nextSyncs(ctx context.Context, schedule cycleSchedule, plan slotplan.Plan, seed uint64, shift int, id uuid.UUID, at time.Time, n int) ([]time.Time, error) {
+	hash := plan.Shift(plan.SlotOf(id), shift)
+	syncs, err := nextSyncsIn(ctx, schedule, plan, seed, id, at, n, func(time.Time) int { return hash })
+	if err != nil {
+		return nil, err
+	}
+	due := make([]time.Time, len(syncs))
+	for i, s := range syncs {
+		due[i] = s.due
+	}
+	return due, nil
+}
+
+// nextSyncsIn returns the account's first n syncs after at, one per cycle,
+// in the slot slotIn gives for each cycle start: the slot's start plus the
+// account's offset, as the per-slot job schedules it. It always finishes:
+// it stops on ctx, fails if the schedule does not advance, and looks at no
+// more than n+1 cycles (only the current cycle's due time can be at or
+// before at).
+func nextSyncsIn(ctx context.Context, schedule cycleSchedule, plan slotplan.Plan, seed uint64, id uuid.UUID, at time.Time, n int, slotIn func(cycleStart time.Time) int) ([]planSync, error) {
 	start, _, err := cycleAround(schedule, at)
 	if err != nil {
 		return nil, err
 	}
-	syncs := make([]time.Time, 0, n)
+	off := plan.Offset(seed, id)
+	syncs := make([]planSync, 0, n)
 	for cycles := 0; len(syncs) < n; cycles++ {
 		if ctx.Err() != nil {
 			return nil, &exitError{code: 130, msg: "interrupted"}
@@ -236,8 +293,8 @@ func nextSyncs(ctx context.Context, schedule cycleSchedule, plan slotplan.Plan, 
 			return nil, fmt.Errorf("found %d of %d sync times in %d cycles after %s; this is a bug in riverslot's slotplan, please report it with this command line",
 				len(syncs), n, cycles, at.UTC().Format(time.RFC3339))
 		}
-		if due := plan.ShiftedTarget(start, seed, id, shift); due.After(at) {
-			syncs = append(syncs, due)
+		if due := plan.SlotStart(start, slotIn(start)).Add(off); due.After(at) {
+			syncs = append(syncs, planSync{due: due, cycleStart: start})
 		}
 		next := schedule.Next(start)
 		if !next.After(start) {
@@ -246,6 +303,28 @@ func nextSyncs(ctx context.Context, schedule cycleSchedule, plan slotplan.Plan, 
 		start = next
 	}
 	return syncs, nil
+}
+
+// cycleStarts returns the starts of the n cycles from the one holding at:
+// those nextSyncsIn looks at, at most.
+func cycleStarts(ctx context.Context, schedule cycleSchedule, at time.Time, n int) ([]time.Time, error) {
+	start, _, err := cycleAround(schedule, at)
+	if err != nil {
+		return nil, err
+	}
+	starts := make([]time.Time, 0, n)
+	for range n {
+		if ctx.Err() != nil {
+			return nil, &exitError{code: 130, msg: "interrupted"}
+		}
+		starts = append(starts, start)
+		next := schedule.Next(start)
+		if !next.After(start) {
+			return nil, errScheduleStuck("first cycle start after", start, next)
+		}
+		start = next
+	}
+	return starts, nil
 }
 
 // parseClock parses HH:MM or HH:MM:SS into a duration after midnight.
@@ -270,24 +349,39 @@ func clock(d time.Duration) string {
 	return out
 }
 
-// pinLookup is what the pins tables say about one account.
+// pinLookup is what the pins tables say about one account. A nil
+// *pinLookup (pins not read) places the account by hash.
 type pinLookup struct {
 	cycleStart *time.Time // the latest pinned cycle; nil: none
 	slot       *int32     // nil: not pinned in that cycle
 	weight     *float64
 	schema     string
 	err        string // the pins tables do not exist
+	// cycles holds, for each cycle plan looks at that has pins (by its
+	// start's Unix nanoseconds), the account's pinned slot there, or -1
+	// when it keeps its hash slot.
+	cycles map[int64]int
+}
+
+// cyclePinsSQL returns the account's pin ($3) in each cycle of task $1 and
+// plan $2 among $4 that has pins, in the pins tables of schema: (cycle
+// start, slot), slot -1 when it is not pinned in that cycle.
+func cyclePinsSQL(schema string) string {
+	return "SELECT c.cycle_start, coalesce(p.slot, -1) FROM " + sqlbucket.QualifiedTable(schema, taskspec.PinCyclesTable) + " c LEFT JOIN " +
+		sqlbucket.QualifiedTable(schema, taskspec.PinsTable) +
+		" p ON p.task = c.task AND p.plan = c.plan AND p.cycle_start = c.cycle_start AND p.account_id = $3" +
+		" WHERE c.task = $1 AND c.plan = $2 AND c.cycle_start = ANY($4)"
 }
 
 // lookupPin reads the account's pin in the latest pinned cycle of task under
-// planID.
-func lookupPin(ctx context.Context, databaseURL, schema, task, planID string, id uuid.UUID) (*pinLookup, error) {
+// planID, and in each cycle of starts that has pins.
+func lookupPin(ctx context.Context, databaseURL, schema, task, planID string, id uuid.UUID, starts []time.Time) (*pinLookup, error) {
 	pool, err := connect(ctx, databaseURL, 1)
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
-	l := &pinLookup{schema: cmp.Or(schema, "search_path")}
+	l := &pinLookup{schema: cmp.Or(schema, "search_path"), cycles: map[int64]int{}}
 	var exists bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", sqlbucket.QualifiedTable(schema, taskspec.PinCyclesTable)).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("error looking up the pins tables: %w", err)
@@ -305,7 +399,76 @@ func lookupPin(ctx context.Context, databaseURL, schema, task, planID string, id
 		return nil, fmt.Errorf("error reading the account's pin: %w", err)
 	}
 	l.cycleStart = &start
+	rows, err := pool.Query(ctx, cyclePinsSQL(schema), task, planID, id, starts)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the account's pins: %w", err)
+	}
+	var slot int
+	if _, err := pgx.ForEachRow(rows, []any{&start, &slot}, func() error {
+		l.cycles[start.UnixNano()] = slot
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("error reading the account's pins: %w", err)
+	}
 	return l, nil
+}
+
+// check refuses a pin outside the plan's slots: the cycle's per-slot jobs
+// would never select the account, and plan would print times that no job
+// keeps.
+func (l *pinLookup) check(plan slotplan.Plan, id uuid.UUID) error {
+	if l == nil {
+		return nil
+	}
+	bad := func(slot int, start time.Time) error {
+		return fmt.Errorf("the pins table pins account %s to slot %d in the cycle of %s, outside the plan's %d slots: no per-slot job selects it there; this is a bug in riverslot, please report it",
+			id, slot, start.UTC().Format(time.RFC3339), plan.Slots)
+	}
+	if l.pinned() && (*l.slot < 0 || int(*l.slot) >= plan.Slots) {
+		return bad(int(*l.slot), *l.cycleStart)
+	}
+	for at, slot := range l.cycles {
+		if slot < -1 || slot >= plan.Slots {
+			return bad(slot, time.Unix(0, at))
+		}
+	}
+	return nil
+}
+
+// pinned reports whether the account is pinned in the latest pinned cycle.
+func (l *pinLookup) pinned() bool {
+	return l != nil && l.err == "" && l.cycleStart != nil && l.slot != nil
+}
+
+// served is the slot a task serves the account in during one cycle, and
+// why.
+type served struct {
+	slot int
+	why  string
+}
+
+// servedSlot returns where task pt serves the account in the cycle starting
+// at start, the pins being those of task base (pt itself, or the task pt is
+// OppositeOf, whose pins pt follows shifted by the difference of their
+// shifts): the cycle's own pin when its pins exist, else the pin of the
+// latest pinned cycle (pins are sticky), else the hash slot.
+func (l *pinLookup) servedSlot(plan slotplan.Plan, base, pt planTask, id uuid.UUID, start time.Time) served {
+	hash := plan.Shift(plan.SlotOf(id), pt.shift)
+	follow := func(pinned int) int { return plan.Shift(pinned, pt.shift-base.shift) }
+	if l == nil || l.err != "" || l.cycleStart == nil {
+		return served{hash, "hash slot"}
+	}
+	latest := l.cycleStart.UTC().Format(time.RFC3339)
+	if slot, ok := l.cycles[start.UnixNano()]; ok {
+		if slot < 0 {
+			return served{hash, "hash slot: not pinned in that cycle"}
+		}
+		return served{follow(slot), "pinned in that cycle"}
+	}
+	if l.slot != nil {
+		return served{follow(int(*l.slot)), "that cycle has no pins yet: the pin of " + latest + ", if it holds"}
+	}
+	return served{hash, "hash slot: that cycle has no pins yet, and it was not pinned in " + latest}
 }
 
 // describe is plan's "pinned" line.
@@ -320,6 +483,16 @@ func (l *pinLookup) describe(asked bool, plan slotplan.Plan, off time.Duration) 
 	case l.slot == nil:
 		return "no: it keeps its hash slot in the latest pinned cycle, " + l.cycleStart.UTC().Format(time.RFC3339)
 	}
-	return fmt.Sprintf("yes: to slot %d in the cycle of %s (weight %g), due +%s after that cycle's start",
+	return fmt.Sprintf("yes: to slot %d in the cycle of %s (weight %g), due +%s after that cycle's start: synced there, not in its hash slot",
 		*l.slot, l.cycleStart.UTC().Format(time.RFC3339), *l.weight, clock(time.Duration(*l.slot)*plan.SlotDuration+off))
+}
+
+// describeOpposite is the "pinned" line of the --opposite task when the
+// account is pinned for the first task: the opposite task follows that pin
+// shifted by the difference of their shifts.
+func (l *pinLookup) describeOpposite(plan slotplan.Plan, base, pt planTask, off time.Duration) string {
+	slot := plan.Shift(int(*l.slot), pt.shift-base.shift)
+	return fmt.Sprintf("yes: follows the pin of task %s to slot %d in the cycle of %s, shifted by %d: slot %d, due +%s after that cycle's start",
+		base.name, *l.slot, l.cycleStart.UTC().Format(time.RFC3339), plan.Shift(pt.shift-base.shift, 0), slot,
+		clock(time.Duration(slot)*plan.SlotDuration+off))
 }
