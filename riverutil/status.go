@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +15,7 @@ import (
 	"github.com/riverslot/riverslot/bootstrap"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 	"github.com/riverslot/riverslot/syncjob"
 )
@@ -39,6 +42,19 @@ type TaskStatus struct {
 type CycleStatus struct {
 	CycleStart time.Time
 	Slots      int
+	// Plan is the plan id the cycle runs under, as its jobs carry it (see
+	// TaskInfo.PlanID): the task's own, or the one its latest cycle was
+	// made under when that differs (a task OppositeOf another described
+	// without it, as riverslot status does; a change of Cycle or Seed).
+	Plan string
+	// Placement is the cycle's placement as its bootstrap recorded it in
+	// the per-slot jobs: PlacementHash or PlacementPinned. PinsTask is the
+	// task whose pins a pinned cycle follows (the task itself, or the
+	// weighted task it is OppositeOf), PinsShift the slots those pins are
+	// shifted by (half the slots for an OppositeOf task).
+	Placement string
+	PinsTask  string
+	PinsShift int
 	// PerSlot has one entry per slot, in slot order.
 	PerSlot []SlotStatus
 
@@ -52,16 +68,43 @@ type CycleStatus struct {
 	Pending, Running, Retryable     int64
 	Completed, Discarded, Cancelled int64
 	AccountsExpected                int64
-	LatenessP50, LatenessP99        time.Duration
-	LatenessSample                  int
-	NextSlot                        int // -1 when every slot has started
-	NextSlotAt                      time.Time
-	Verdict                         string
-	OnTrack                         bool
-	BehindSlots                     int
-	FailedSlot                      int // -1 when none failed
-	FailedError                     string
+	// SkippedStale and SkippedTooSoon are the sync jobs of the cycle that
+	// completed without calling Sync (they are among Completed), by reason:
+	// stale (started past its NotAfter, less than half a cycle before the
+	// account's next regular sync) or too soon (another sync of the account
+	// started less than half a cycle before). Each is counted up to
+	// SkippedCountMax.
+	SkippedStale, SkippedTooSoon int64
+	LatenessP50, LatenessP99     time.Duration
+	LatenessSample               int
+	NextSlot                     int // -1 when every slot has started
+	NextSlotAt                   time.Time
+	Verdict                      string
+	OnTrack                      bool
+	BehindSlots                  int
+	// OffSlots counts the done slots whose fan-out selected (enqueued plus
+	// skipped as late) a number of accounts other than Expected, by more
+	// than max(10, Expected / 10): accounts added or removed since the
+	// fan-out on a large scale, or a placement status does not explain.
+	// OffSlot is the first of them, -1 when none.
+	OffSlots    int
+	OffSlot     int
+	FailedSlot  int // -1 when none failed
+	FailedError string
 }
+
+// Placements of a cycle in CycleStatus.Placement.
+const (
+	// PlacementHash: every account in its hash slot.
+	PlacementHash = perslot.PlacementHash
+	// PlacementPinned: the accounts pinned in the cycle (Task.Weight) in
+	// their pinned slots, every other account in its hash slot.
+	PlacementPinned = perslot.PlacementPinned
+)
+
+// SkippedCountMax bounds each count of CycleStatus.SkippedStale and
+// SkippedTooSoon: a count that reaches it means at least that many.
+const SkippedCountMax = 100_000
 
 // SlotStatus is one slot's fan-out.
 type SlotStatus struct {
@@ -73,8 +116,13 @@ type SlotStatus struct {
 	// skipped as late so far; Batches the transactions it committed.
 	Enqueued, Skipped int64
 	Batches           int
-	// Expected is the accounts the slot selects today.
-	Expected int64
+	// Expected is the accounts the slot selects today under the cycle's
+	// placement: those of its hash slot that are not pinned in the cycle
+	// (PinnedOut are), plus those pinned to it (PinnedIn), from the pins its
+	// cycle's per-slot jobs name. PinnedIn and PinnedOut count only accounts
+	// that still exist and match the task's filter.
+	Expected            int64
+	PinnedIn, PinnedOut int64
 	// Error is River's last recorded error of a failed or retrying slot.
 	Error string
 }
@@ -83,14 +131,38 @@ type SlotStatus struct {
 // for lateness percentiles.
 const latenessSample = 2000
 
+// latestCycleSQL finds the task's latest cycle by its bootstrap jobs (one
+// per cycle and plan, kept as long as River keeps completed jobs), under
+// any plan: the configured plan first among cycles that start together.
+const latestCycleSQL = `SELECT args->>'plan', (args->>'cycle_start')::timestamptz FROM %s
+	WHERE kind = $1 AND args->>'task' = $2 AND coalesce(args->>'plan', '') <> ''
+	ORDER BY 2 DESC, args->>'plan' = $3 DESC, id DESC LIMIT 1`
+
+// cyclePlanSQL finds the plan of the task's cycle starting at $3 from its
+// bootstrap or per-slot jobs (through River's kind index, as the per-slot
+// jobs are read below; River's GIN index on args would list the cycle's
+// sync jobs too): the configured plan $4 when the cycle has jobs under it.
+const cyclePlanSQL = `SELECT args->>'plan' FROM %s
+	WHERE kind = ANY($1) AND args->>'task' = $2 AND args->>'cycle_start' = $3
+	  AND coalesce(args->>'plan', '') <> ''
+	ORDER BY args->>'plan' = $4 DESC, id DESC LIMIT 1`
+
 // Status returns where the named task's current cycle (the latest with a
-// bootstrap job) and the one before it stand. It reads River's job table
-// through River's indexes (the cycle's per-slot jobs, the unfinished sync
-// jobs, which slot scheduling keeps few, and recently finished ones) and
-// counts the accounts per slot through the bucket index; it never scans
-// every sync job. Lateness percentiles come from the cycle's most recently
-// completed sync jobs, at most 2,000. The accounts per slot are counted at
-// most once a minute per task (a count of a million accounts takes a few
+// bootstrap job) and the one before it stand. The cycle is found under any
+// plan and shown under the plan its jobs carry (CycleStatus.Plan), with the
+// placement they carry: a task OppositeOf another is found even by a tool
+// that describes it alone, and a pinned cycle's accounts are expected in
+// their pinned slots. It reads River's job table through River's indexes
+// (the cycle's per-slot jobs, the unfinished sync jobs, which slot
+// scheduling keeps few, and recently finished ones) and counts the accounts
+// per slot through the bucket index; it never scans every sync job.
+// Lateness percentiles come from the cycle's most recently completed sync
+// jobs, at most 2,000. Sync jobs completed without calling Sync are found
+// through River's GIN index on metadata (none in a healthy fleet; after an
+// outage or a plan change, the skipped jobs River still keeps), each count
+// stopping at SkippedCountMax. The accounts per slot, and those the cycle's
+// pins move (one bucket-index lookup per pin), are counted at most once a
+// minute per task and cycle (a count of a million accounts takes a few
 // hundred milliseconds).
 func (s *Scheduler) Status(ctx context.Context, taskName string) (*TaskStatus, error) {
 	spec, err := s.spec(taskName)
@@ -100,18 +172,26 @@ func (s *Scheduler) Status(ctx context.Context, taskName string) (*TaskStatus, e
 	if !s.configured {
 		return nil, errNoRiverSchema
 	}
-	var latest *time.Time
-	if err := s.pool.QueryRow(ctx, "SELECT max((args->>'cycle_start')::timestamptz) FROM "+s.riverTable(spec)+
-		" WHERE kind = $1 AND args->>'task' = $2 AND args->>'plan' = $3", bootstrap.Kind, spec.Name, spec.PlanID).Scan(&latest); err != nil {
+	var (
+		plan   string
+		latest time.Time
+	)
+	err = s.pool.QueryRow(ctx, fmt.Sprintf(latestCycleSQL, s.riverTable(spec)), bootstrap.Kind, spec.Name, spec.PlanID).Scan(&plan, &latest)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("task %q has no cycle yet: no bootstrap job of the task (under its plan %s or any other) in River's job table", spec.Name, spec.PlanID)
+	case err != nil:
 		return nil, fmt.Errorf("error finding the task's latest cycle: %w", err)
 	}
-	if latest == nil {
-		return nil, fmt.Errorf("task %q has no cycle yet: no bootstrap job of its plan %s in River's job table", spec.Name, spec.PlanID)
+	latest = latest.UTC()
+	if spec, err = planSpec(spec, plan, latest); err != nil {
+		return nil, err
 	}
-	return s.statusAt(ctx, spec, latest.UTC())
+	return s.statusAt(ctx, spec, latest)
 }
 
-// StatusAt is Status for the cycle starting at cycleStart.
+// StatusAt is Status for the cycle starting at cycleStart, under the plan
+// its jobs carry (the task's own when it has jobs under it or none at all).
 func (s *Scheduler) StatusAt(ctx context.Context, taskName string, cycleStart time.Time) (*TaskStatus, error) {
 	spec, err := s.spec(taskName)
 	if err != nil {
@@ -124,16 +204,45 @@ func (s *Scheduler) StatusAt(ctx context.Context, taskName string, cycleStart ti
 		return nil, fmt.Errorf("cycleStart %s is not a cycle start of task %q; the cycle containing it starts at %s",
 			cycleStart.UTC().Format(time.RFC3339), taskName, start.UTC().Format(time.RFC3339))
 	}
-	return s.statusAt(ctx, spec, cycleStart.UTC())
+	cycleStart = cycleStart.UTC()
+	var plan string
+	err = s.pool.QueryRow(ctx, fmt.Sprintf(cyclePlanSQL, s.riverTable(spec)), []string{bootstrap.Kind, perslot.Kind},
+		spec.Name, cycleStart.Format(time.RFC3339Nano), spec.PlanID).Scan(&plan)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		plan = spec.PlanID
+	case err != nil:
+		return nil, fmt.Errorf("error finding the plan of the task's cycle: %w", err)
+	}
+	if spec, err = planSpec(spec, plan, cycleStart); err != nil {
+		return nil, err
+	}
+	return s.statusAt(ctx, spec, cycleStart)
+}
+
+// planSpec returns the spec the task's cycle at cycleStart runs under when
+// its jobs carry planID (taskspec.Spec.ForPlan, as the per-slot worker
+// does), keeping the task's schedule when the plan has its cycle (a
+// wall-clock schedule's DST days).
+func planSpec(spec *taskspec.Spec, planID string, cycleStart time.Time) (*taskspec.Spec, error) {
+	other, err := spec.ForPlan(planID, cycleStart)
+	if err != nil {
+		return nil, fmt.Errorf("task %q: its cycle %s was made under plan %q, which this version cannot read: %w",
+			spec.Name, cycleStart.Format(time.RFC3339), planID, err)
+	}
+	if other != spec && other.Plan.Cycle == spec.Plan.Cycle && spec.Schedule.Start(cycleStart).Equal(cycleStart) {
+		other.Schedule = spec.Schedule
+	}
+	return other, nil
 }
 
 func (s *Scheduler) statusAt(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) (*TaskStatus, error) {
-	expected, err := s.expectedPerSlot(ctx, spec)
+	counts, err := s.hashCounts(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	current, err := s.cycleStatus(ctx, spec, cycleStart, expected, now)
+	current, err := s.cycleStatus(ctx, spec, cycleStart, counts, now)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +251,7 @@ func (s *Scheduler) statusAt(ctx context.Context, spec *taskspec.Spec, cycleStar
 	if spec.Schedule.Location != nil {
 		prevStart = spec.Schedule.Start(cycleStart.Add(-time.Nanosecond)).UTC()
 	}
-	prev, err := s.cycleStatus(ctx, spec, prevStart, expected, now)
+	prev, err := s.cycleStatus(ctx, spec, prevStart, counts, now)
 	if err != nil {
 		return nil, err
 	}
@@ -156,9 +265,9 @@ func (s *Scheduler) riverTable(*taskspec.Spec) string {
 	return sqlbucket.QualifiedTable(s.riverSchema, "river_job")
 }
 
-// expectedTTL is how long Status reuses its count of the accounts per slot:
-// counting a million accounts takes a few hundred milliseconds, and the
-// count moves slowly.
+// expectedTTL is how long Status reuses its count of the accounts per slot
+// and of the accounts a cycle's pins move: counting a million accounts takes
+// a few hundred milliseconds, and the counts move slowly.
 const expectedTTL = time.Minute
 
 type expectedCount struct {
@@ -166,51 +275,152 @@ type expectedCount struct {
 	counts []int64
 }
 
-// expectedPerSlot counts the accounts each slot selects, through the bucket
-// index, at most once per expectedTTL per task.
-func (s *Scheduler) expectedPerSlot(ctx context.Context, spec *taskspec.Spec) ([]int64, error) {
+// cachedCounts returns the counts stored under key less than expectedTTL
+// ago, else those of count, stored. Expired entries are dropped on the way,
+// so the cache holds the few tasks and cycles of the last minute.
+func (s *Scheduler) cachedCounts(key string, count func() ([]int64, error)) ([]int64, error) {
 	s.expectedMu.Lock()
-	cached, ok := s.expected[spec.Name]
+	cached, ok := s.expected[key]
 	s.expectedMu.Unlock()
 	if ok && time.Since(cached.at) < expectedTTL {
 		return cached.counts, nil
 	}
-	counts, err := s.countPerSlot(ctx, spec)
+	counts, err := count()
 	if err != nil {
 		return nil, err
 	}
 	s.expectedMu.Lock()
+	defer s.expectedMu.Unlock()
 	if s.expected == nil {
 		s.expected = make(map[string]expectedCount)
 	}
-	s.expected[spec.Name] = expectedCount{at: time.Now(), counts: counts}
-	s.expectedMu.Unlock()
+	for k, c := range s.expected {
+		if time.Since(c.at) >= expectedTTL {
+			delete(s.expected, k)
+		}
+	}
+	s.expected[key] = expectedCount{at: time.Now(), counts: counts}
 	return counts, nil
 }
 
-func (s *Scheduler) countPerSlot(ctx context.Context, spec *taskspec.Spec) ([]int64, error) {
-	rows, err := s.pool.Query(ctx, "SELECT "+sqlbucket.Expr(spec.IDColumn)+" / $1 AS bucket_slot, count(*) FROM "+spec.QualifiedTable+
-		" WHERE true"+spec.FilterClause+" GROUP BY 1", spec.Plan.BucketsPerSlot)
-	if err != nil {
-		return nil, fmt.Errorf("error counting accounts per slot: %w", err)
-	}
-	out := make([]int64, spec.Plan.Slots)
-	var slot int
-	var n int64
-	if _, err := pgx.ForEachRow(rows, []any{&slot, &n}, func() error {
-		out[spec.Plan.Shift(slot, spec.Shift)] = n
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("error counting accounts per slot: %w", err)
-	}
-	return out, nil
+// hashCounts counts the accounts of each hash slot (the bucket slot
+// shifted by the plan's shift), through the bucket index, at most once per
+// expectedTTL per task and plan.
+func (s *Scheduler) hashCounts(ctx context.Context, spec *taskspec.Spec) ([]int64, error) {
+	return s.cachedCounts("hash\x00"+spec.Name+"\x00"+spec.PlanID, func() ([]int64, error) {
+		rows, err := s.pool.Query(ctx, "SELECT "+sqlbucket.Expr(spec.IDColumn)+" / $1 AS bucket_slot, count(*) FROM "+spec.QualifiedTable+
+			" WHERE true"+spec.FilterClause+" GROUP BY 1", spec.Plan.BucketsPerSlot)
+		if err != nil {
+			return nil, fmt.Errorf("error counting accounts per slot: %w", err)
+		}
+		out := make([]int64, spec.Plan.Slots)
+		var slot int
+		var n int64
+		if _, err := pgx.ForEachRow(rows, []any{&slot, &n}, func() error {
+			out[spec.Plan.Shift(slot, spec.Shift)] = n
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("error counting accounts per slot: %w", err)
+		}
+		return out, nil
+	})
 }
 
-func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time, expected []int64, now time.Time) (*CycleStatus, error) {
-	c := &CycleStatus{CycleStart: cycleStart, Slots: spec.Plan.Slots, NextSlot: -1, FailedSlot: -1, PerSlot: make([]SlotStatus, spec.Plan.Slots)}
+// pinMovesSQL counts, by bucket and pinned slot, the accounts pinned in a
+// cycle ($1 task, $2 plan, $3 cycle start) in the pins tables of schema that
+// the task's filter still selects: each pin looked up by (bucket, id) in
+// the bucket index in a subquery of its own (LIMIT 1 keeps it a lookup per
+// pin, never a merge join along the whole index), as the per-slot job's
+// pinned pages do, so the count costs one index lookup per pin and never
+// scans the accounts table.
+//
+//	SELECT p.bucket, p.slot, count(*) FROM riverslot_pins p
+//	CROSS JOIN LATERAL (SELECT 1 FROM accounts
+//	    WHERE get_byte(uuid_send(id), 15) = p.bucket AND id = p.account_id AND (filter) LIMIT 1) a
+//	WHERE p.task = $1 AND p.plan = $2 AND p.cycle_start = $3
+//	GROUP BY 1, 2
+func pinMovesSQL(spec *taskspec.Spec, schema string) string {
+	return "SELECT p.bucket, p.slot, count(*) FROM " + sqlbucket.QualifiedTable(schema, taskspec.PinsTable) + " p" +
+		" CROSS JOIN LATERAL (SELECT 1 FROM " + spec.QualifiedTable + " WHERE " + sqlbucket.Expr(spec.IDColumn) + " = p.bucket AND " +
+		spec.QuotedID + " = p.account_id" + spec.FilterClause + " LIMIT 1) a" +
+		" WHERE p.task = $1 AND p.plan = $2 AND p.cycle_start = $3" +
+		" GROUP BY 1, 2"
+}
+
+// pinMoves returns, per slot of the task's cycle at cycleStart that
+// follows the pins ref, the accounts pinned to it (in) and those of its
+// hash slot pinned in the cycle (out; an account pinned to its own hash
+// slot is in both), as the cycle's per-slot jobs serve them: an account
+// pinned to slot p is served in slot p + ref.Shift, and one pinned to a
+// slot out of range is served nowhere. Nil slices for hash placement.
+func (s *Scheduler) pinMoves(ctx context.Context, spec *taskspec.Spec, ref *taskspec.PinsRef, cycleStart time.Time) (in, out []int64, err error) {
+	if ref == nil {
+		return nil, nil, nil
+	}
+	slots := spec.Plan.Slots
+	key := strings.Join([]string{"pins", spec.Name, spec.PlanID, ref.Schema, ref.Task, ref.Plan, strconv.Itoa(ref.Shift), cycleStart.Format(time.RFC3339Nano)}, "\x00")
+	counts, err := s.cachedCounts(key, func() ([]int64, error) {
+		rows, err := s.pool.Query(ctx, pinMovesSQL(spec, ref.Schema), ref.Task, ref.Plan, cycleStart)
+		if err != nil {
+			return nil, fmt.Errorf("error counting the accounts pinned in the cycle (pins of task %q, plan %s): %w", ref.Task, ref.Plan, err)
+		}
+		counts := make([]int64, 2*slots) // in, then out
+		var (
+			bucket, slot int
+			n            int64
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&bucket, &slot, &n}, func() error {
+			if bucket < 0 || bucket >= slotplan.Buckets {
+				return nil
+			}
+			counts[slots+spec.Plan.Shift(bucket/spec.Plan.BucketsPerSlot, spec.Shift)] += n
+			if slot >= 0 && slot < slots {
+				counts[spec.Plan.Shift(slot, ref.Shift)] += n
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("error counting the accounts pinned in the cycle (pins of task %q, plan %s): %w", ref.Task, ref.Plan, err)
+		}
+		return counts, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return counts[:slots], counts[slots:], nil
+}
+
+// skippedSQL counts, up to $7 each, the completed sync jobs of the cycle
+// ($2 task, $3 cycle start, finalized since $4) whose output ($8 is
+// syncjob.OutputSkipped) says they completed without calling Sync for
+// reason $5 and for reason $6. River's GIN index on metadata finds the
+// skipped jobs (of every task and cycle River keeps; their args filter them
+// after), never every sync job; the args are not matched through their own
+// GIN index, which would list the whole cycle.
+const skippedSQL = `SELECT
+	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('output', jsonb_build_object($8::text, $5::text))
+		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $7) stale),
+	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('output', jsonb_build_object($8::text, $6::text))
+		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $7) too_soon)`
+
+// Off slots: a done slot whose selected accounts differ from Expected by
+// more than max(offSlotMin, Expected / offSlotDivisor).
+const (
+	offSlotMin     = 10
+	offSlotDivisor = 10
+)
+
+func offSlot(selected, expected int64) bool {
+	d := selected - expected
+	if d < 0 {
+		d = -d
+	}
+	return d > max(offSlotMin, expected/offSlotDivisor)
+}
+
+func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time, counts []int64, now time.Time) (*CycleStatus, error) {
+	c := &CycleStatus{CycleStart: cycleStart, Slots: spec.Plan.Slots, Plan: spec.PlanID, NextSlot: -1, OffSlot: -1, FailedSlot: -1, PerSlot: make([]SlotStatus, spec.Plan.Slots)}
 	for i := range c.PerSlot {
-		c.PerSlot[i] = SlotStatus{Slot: i, Start: spec.Plan.SlotStart(cycleStart, i), State: SlotMissing, Expected: expected[i]}
-		c.AccountsExpected += expected[i]
+		c.PerSlot[i] = SlotStatus{Slot: i, Start: spec.Plan.SlotStart(cycleStart, i), State: SlotMissing}
 		if c.NextSlot < 0 && c.PerSlot[i].Start.After(now) {
 			c.NextSlot, c.NextSlotAt = i, c.PerSlot[i].Start
 		}
@@ -219,26 +429,41 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	cycleKey := cycleStart.Format(time.RFC3339Nano)
 
 	// The cycle's per-slot jobs (through the kind index: a few hundred).
-	rows, err := s.pool.Query(ctx, "SELECT (args->>'slot')::int, state, attempt, metadata, errors, created_at FROM "+table+
+	rows, err := s.pool.Query(ctx, "SELECT (args->>'slot')::int, state, attempt, metadata, errors, created_at, coalesce(args->>'placement', ''), args->'pins' FROM "+table+
 		" WHERE kind = $1 AND args->>'task' = $2 AND args->>'plan' = $3 AND args->>'cycle_start' = $4",
 		perslot.Kind, spec.Name, spec.PlanID, cycleKey)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the cycle's per-slot jobs: %w", err)
 	}
 	var (
-		slot     int
-		state    string
-		attempt  int
-		metadata []byte
-		errs     []json.RawMessage
-		created  time.Time
+		slot      int
+		state     string
+		attempt   int
+		metadata  []byte
+		errs      []json.RawMessage
+		created   time.Time
+		placement string
+		pins      *taskspec.PinsRef
 		// since bounds the cycle's jobs' finalized_at from below: no sync
 		// job of the cycle exists before its first per-slot job.
 		since = cycleStart
+		// ref is the pins the cycle follows, as its per-slot jobs record
+		// them; jobs made before placements were recorded (and a cycle
+		// without jobs) follow the task's configuration, as a per-slot
+		// worker does.
+		ref     = spec.PinsRef()
+		decided bool
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&slot, &state, &attempt, &metadata, &errs, &created}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&slot, &state, &attempt, &metadata, &errs, &created, &placement, &pins}, func() error {
 		if created.Before(since) {
 			since = created
+		}
+		switch {
+		case decided:
+		case placement == perslot.PlacementHash:
+			ref, decided = nil, true
+		case placement == perslot.PlacementPinned && pins != nil && pins.Task != "" && pins.Plan != "":
+			ref, decided = pins, true
 		}
 		if slot < 0 || slot >= len(c.PerSlot) {
 			return nil
@@ -276,7 +501,7 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 		case "discarded", "cancelled":
 			p.State = SlotFailed
 			c.SlotsFailed++
-			if c.FailedSlot < 0 {
+			if c.FailedSlot < 0 || slot < c.FailedSlot {
 				c.FailedSlot, c.FailedError = slot, p.Error
 			}
 		case "running", "retryable":
@@ -289,6 +514,25 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("error reading the cycle's per-slot jobs: %w", err)
+	}
+
+	// The accounts each slot selects under the cycle's placement.
+	c.Placement = PlacementHash
+	if ref != nil {
+		c.Placement, c.PinsTask, c.PinsShift = PlacementPinned, ref.Task, ref.Shift
+	}
+	in, out, err := s.pinMoves(ctx, spec, ref, cycleStart)
+	if err != nil {
+		return nil, err
+	}
+	for i := range c.PerSlot {
+		p := &c.PerSlot[i]
+		p.Expected = counts[i]
+		if in != nil {
+			p.PinnedIn, p.PinnedOut = in[i], out[i]
+			p.Expected += in[i] - out[i]
+		}
+		c.AccountsExpected += p.Expected
 	}
 
 	// Unfinished sync jobs (few, by design: through River's fetching index)
@@ -311,6 +555,10 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 		return nil, fmt.Errorf("error counting the cycle's failed sync jobs: %w", err)
 	}
 	c.Completed = max(c.Enqueued-c.Pending-c.Running-c.Retryable-c.Discarded-c.Cancelled, 0)
+	if err := s.pool.QueryRow(ctx, fmt.Sprintf(skippedSQL, table), syncjob.Kind, spec.Name, cycleKey, since,
+		syncjob.SkippedStale, syncjob.SkippedTooSoon, SkippedCountMax, syncjob.OutputSkipped).Scan(&c.SkippedStale, &c.SkippedTooSoon); err != nil {
+		return nil, fmt.Errorf("error counting the cycle's skipped sync jobs: %w", err)
+	}
 
 	var p50, p99 float64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*),
@@ -326,10 +574,17 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	c.LatenessP50 = time.Duration(p50 * float64(time.Second))
 	c.LatenessP99 = time.Duration(p99 * float64(time.Second))
 
-	// Behind: slots past their middle whose fan-out has not finished.
+	// Behind: slots past their middle whose fan-out has not finished. Off:
+	// done slots that selected other accounts than the placement expects.
 	for _, p := range c.PerSlot {
 		if p.State != SlotDone && p.State != SlotFailed && !now.Before(p.Start.Add(spec.Plan.SlotDuration/2)) {
 			c.BehindSlots++
+		}
+		if p.State == SlotDone && offSlot(p.Enqueued+p.Skipped, p.Expected) {
+			c.OffSlots++
+			if c.OffSlot < 0 {
+				c.OffSlot = p.Slot
+			}
 		}
 	}
 	switch {
@@ -337,6 +592,10 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 		c.Verdict = fmt.Sprintf("failed slot %d: %s", c.FailedSlot, c.FailedError)
 	case c.BehindSlots > 0:
 		c.Verdict = fmt.Sprintf("behind by %d slots", c.BehindSlots)
+	case c.OffSlots > 0:
+		p := c.PerSlot[c.OffSlot]
+		c.Verdict = fmt.Sprintf("slot %d selected %d accounts, %d expected (%d done slots off by more than max(%d, 1/%d))",
+			p.Slot, p.Enqueued+p.Skipped, p.Expected, c.OffSlots, offSlotMin, offSlotDivisor)
 	default:
 		c.OnTrack, c.Verdict = true, "on track"
 	}

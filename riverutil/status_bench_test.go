@@ -2,6 +2,7 @@ package riverutil_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -10,14 +11,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 // BenchmarkStatus measures Scheduler.Status on a 24 h task (128 slots) over
 // 1,000,000 accounts, halfway through a cycle: 64 slots fanned out (500,000
-// completed sync jobs of the cycle, 500,000 of the cycle before), one slot's
-// worth (7,800) still scheduled. The accounts per slot are counted once a
+// completed sync jobs of the cycle, 500,000 of the cycle before, 6,000 of
+// them completed without calling Sync), one slot's worth (7,800) still
+// scheduled. Both cycles are pinned as a giant's would be: their per-slot
+// jobs name the pins, which move slot 5's accounts (about 7,800) to other
+// slots. The accounts per slot, and those the pins move, are counted once a
 // minute, so the loop measures the calls in between; the first call's time
 // is logged. Run it with
 //
@@ -28,6 +33,7 @@ func BenchmarkStatus(b *testing.B) {
 	schema := riverslottest.Schema(ctx, b, pool)
 	table := pgx.Identifier{schema, "accounts"}.Sanitize()
 	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	pins := pgx.Identifier{schema, "riverslot_pins"}.Sanitize()
 
 	s, err := riverutil.New(pool, &riverutil.Config{Tasks: []riverutil.Task{{
 		Name: "transactions", Cycle: 24 * time.Hour, Schema: schema, Table: "accounts", Filter: "active", Sync: noopSync,
@@ -38,6 +44,13 @@ func BenchmarkStatus(b *testing.B) {
 	require.NoError(b, err)
 	start := info.Schedule.Start(time.Now())
 	prev := start.Add(-24 * time.Hour)
+	ref, err := json.Marshal(taskspec.PinsRef{Task: "transactions", Plan: info.PlanID, Schema: schema})
+	require.NoError(b, err)
+	pinsRef := string(ref)
+	for _, ddl := range taskspec.PinsDDL(schema) {
+		_, err := pool.Exec(ctx, ddl)
+		require.NoError(b, err)
+	}
 
 	for _, stmt := range []struct {
 		sql  string
@@ -52,17 +65,24 @@ func BenchmarkStatus(b *testing.B) {
 				'completed', now(), now(), now(), now() - interval '1 day'
 			FROM unnest(ARRAY[$2::text, $3::text]) c`,
 			[]any{info.PlanID, prev.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano)}},
-		// Per-slot jobs: the previous cycle done, this one half done.
+		// Per-slot jobs: the previous cycle done, this one half done; both
+		// follow the task's pins.
 		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, attempted_at, finalized_at, metadata, created_at)
-			SELECT jsonb_build_object('task', 'transactions', 'cycle_start', c, 'slot', s, 'plan', $1::text), 'riverslot_perslot', 25, 1, 'default',
+			SELECT jsonb_build_object('task', 'transactions', 'cycle_start', c, 'slot', s, 'plan', $1::text, 'placement', 'pinned', 'pins', $4::jsonb), 'riverslot_perslot', 25, 1, 'default',
 				'completed', now(), now(), now(), '{"output": {"accounts": 7812, "inserted": 7812, "skipped": 0, "batches": 4}}', now() - interval '1 day'
 			FROM unnest(ARRAY[$2::text, $3::text]) c, generate_series(0, 127) s WHERE c = $2 OR s < 64`,
-			[]any{info.PlanID, prev.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano)}},
+			[]any{info.PlanID, prev.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano), pinsRef}},
 		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, created_at)
-			SELECT jsonb_build_object('task', 'transactions', 'cycle_start', $2::text, 'slot', s, 'plan', $1::text), 'riverslot_perslot', 25, 1, 'default',
+			SELECT jsonb_build_object('task', 'transactions', 'cycle_start', $2::text, 'slot', s, 'plan', $1::text, 'placement', 'pinned', 'pins', $3::jsonb), 'riverslot_perslot', 25, 1, 'default',
 				'scheduled', now() + interval '1 hour', now() - interval '1 hour'
 			FROM generate_series(64, 127) s`,
-			[]any{info.PlanID, start.UTC().Format(time.RFC3339Nano)}},
+			[]any{info.PlanID, start.UTC().Format(time.RFC3339Nano), pinsRef}},
+		// The pins of both cycles: slot 5's accounts (buckets 10-11) pinned
+		// round the other slots.
+		{`INSERT INTO ` + pins + ` (task, plan, cycle_start, account_id, bucket, slot, weight)
+			SELECT 'transactions', $1::text, c::timestamptz, id, get_byte(uuid_send(id), 15), 6 + (row_number() OVER (PARTITION BY c ORDER BY id))::int % 122, 1
+			FROM ` + table + `, unnest(ARRAY[$2::text, $3::text]) c WHERE get_byte(uuid_send(id), 15) BETWEEN 10 AND 11 AND active`,
+			[]any{info.PlanID, prev.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano)}},
 		// Sync jobs: 500,000 completed in each cycle, 7,800 scheduled.
 		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, attempted_at, finalized_at, attempt, created_at)
 			SELECT jsonb_build_object('task', 'transactions', 'account_id', gen_random_uuid(), 'cycle_start', c, 'slot', g % 64), 'riverslot_sync', 5, 2, 'default',
@@ -74,7 +94,12 @@ func BenchmarkStatus(b *testing.B) {
 				'scheduled', now() + interval '5 minutes', now()
 			FROM generate_series(1, 7800) g`,
 			[]any{start.UTC().Format(time.RFC3339Nano)}},
+		// 5,000 stale and 1,000 too-soon syncs among the cycle's completed.
+		{`UPDATE ` + jobs + ` SET metadata = jsonb_build_object('output', jsonb_build_object('riverslot_skipped', CASE WHEN id % 6 = 0 THEN 'too_soon' ELSE 'stale' END))
+			WHERE id IN (SELECT id FROM ` + jobs + ` WHERE kind = 'riverslot_sync' AND state = 'completed' AND args->>'cycle_start' = $1 ORDER BY id LIMIT 6000)`,
+			[]any{start.UTC().Format(time.RFC3339Nano)}},
 		{"ANALYZE " + table, nil},
+		{"ANALYZE " + pins, nil},
 		{"ANALYZE " + jobs, nil},
 	} {
 		_, err := pool.Exec(ctx, stmt.sql, stmt.args...)
@@ -87,6 +112,11 @@ func BenchmarkStatus(b *testing.B) {
 	b.Logf("first Status (counts the 1,000,000 accounts per slot): %s", time.Since(begun).Round(time.Millisecond))
 	require.Equal(b, 64, st.Current.SlotsDone)
 	require.EqualValues(b, 7800, st.Current.Pending)
+	require.EqualValues(b, 5000, st.Current.SkippedStale)
+	require.EqualValues(b, 1000, st.Current.SkippedTooSoon)
+	require.Equal(b, riverutil.PlacementPinned, st.Current.Placement)
+	require.Positive(b, st.Current.PerSlot[5].PinnedOut)
+	require.Zero(b, st.Current.PerSlot[5].Expected, "slot 5's accounts are all pinned away")
 
 	b.ResetTimer()
 	for b.Loop() {

@@ -17,10 +17,14 @@ import (
 )
 
 const statusAbout = `Shows where a task's cycle stands, read from River's job table: each
-slot's fan-out (scheduled, running, done, failed), the sync jobs by state,
-lateness, accounts expected against enqueued, and one verdict: on track,
-behind by N slots, or failed slot K with River's error. Give the task as the
-app configures it (--cycle, --trigger-offset, --table, --filter, ...).
+slot's fan-out (scheduled, running, done, failed), the sync jobs by state
+(and those completed without calling Sync: stale, too soon), lateness,
+accounts expected against enqueued under the cycle's placement (hash, or the
+pins its per-slot jobs follow), and one verdict: on track, behind by N
+slots, failed slot K with River's error, or slot K selected N accounts, M
+expected. Give the task as the app configures it (--cycle, --trigger-offset,
+--table, --filter, ...); the cycle is found under the plan its jobs carry, so
+a task OppositeOf another needs no flag for it, nor a weighted task --weight.
 
 Exit codes: 0 on track, 1 behind or failed, 2 bad input.
 `
@@ -29,6 +33,10 @@ Exit codes: 0 on track, 1 behind or failed, 2 bad input.
 type statusJSON struct {
 	Task               string           `json:"task"`
 	CycleStart         string           `json:"cycle_start"`
+	Plan               string           `json:"plan"`
+	Placement          string           `json:"placement"`
+	PinsTask           string           `json:"pins_task,omitempty"`
+	PinsShift          int              `json:"pins_shift,omitempty"`
 	Slots              int              `json:"slots"`
 	SlotsDone          int              `json:"slots_done"`
 	SlotsFailed        int              `json:"slots_failed"`
@@ -41,25 +49,30 @@ type statusJSON struct {
 	SyncCompleted      int64            `json:"sync_completed"`
 	SyncFailed         int64            `json:"sync_failed"`
 	SyncCancelled      int64            `json:"sync_cancelled"`
+	SyncSkippedStale   int64            `json:"sync_skipped_stale"`
+	SyncSkippedTooSoon int64            `json:"sync_skipped_too_soon"`
 	LatenessP50Seconds float64          `json:"lateness_p50_seconds"`
 	LatenessP99Seconds float64          `json:"lateness_p99_seconds"`
 	NextSlot           *int             `json:"next_slot"`
 	NextSlotAt         *string          `json:"next_slot_at"`
 	Verdict            string           `json:"verdict"`
 	OnTrack            bool             `json:"on_track"`
+	OffSlots           int              `json:"off_slots"`
 	PerSlot            []statusSlotJSON `json:"per_slot"`
 }
 
 type statusSlotJSON struct {
-	Slot     int    `json:"slot"`
-	Start    string `json:"start"`
-	State    string `json:"state"`
-	Attempts int    `json:"attempts"`
-	Expected int64  `json:"accounts_expected"`
-	Enqueued int64  `json:"enqueued"`
-	Skipped  int64  `json:"skipped"`
-	Batches  int    `json:"batches"`
-	Error    string `json:"error,omitempty"`
+	Slot      int    `json:"slot"`
+	Start     string `json:"start"`
+	State     string `json:"state"`
+	Attempts  int    `json:"attempts"`
+	Expected  int64  `json:"accounts_expected"`
+	PinnedIn  int64  `json:"pinned_in"`
+	PinnedOut int64  `json:"pinned_out"`
+	Enqueued  int64  `json:"enqueued"`
+	Skipped   int64  `json:"skipped"`
+	Batches   int    `json:"batches"`
+	Error     string `json:"error,omitempty"`
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -167,12 +180,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func statusToJSON(st *riverutil.TaskStatus) *statusJSON {
 	c := st.Current
 	out := &statusJSON{
-		Task: st.Task, CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Slots: c.Slots,
+		Task: st.Task, CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Plan: c.Plan, Placement: c.Placement,
+		PinsTask: c.PinsTask, PinsShift: c.PinsShift, Slots: c.Slots,
 		SlotsDone: c.SlotsDone, SlotsFailed: c.SlotsFailed, AccountsExpected: c.AccountsExpected,
 		SyncEnqueued: c.Enqueued, SyncSkipped: c.Skipped, SyncPending: c.Pending, SyncRunning: c.Running,
 		SyncRetryable: c.Retryable, SyncCompleted: c.Completed, SyncFailed: c.Discarded, SyncCancelled: c.Cancelled,
+		SyncSkippedStale: c.SkippedStale, SyncSkippedTooSoon: c.SkippedTooSoon,
 		LatenessP50Seconds: c.LatenessP50.Seconds(), LatenessP99Seconds: c.LatenessP99.Seconds(),
-		Verdict: c.Verdict, OnTrack: c.OnTrack,
+		Verdict: c.Verdict, OnTrack: c.OnTrack, OffSlots: c.OffSlots,
 	}
 	if c.NextSlot >= 0 {
 		next, at := c.NextSlot, c.NextSlotAt.UTC().Format(time.RFC3339)
@@ -181,7 +196,7 @@ func statusToJSON(st *riverutil.TaskStatus) *statusJSON {
 	for _, p := range c.PerSlot {
 		out.PerSlot = append(out.PerSlot, statusSlotJSON{
 			Slot: p.Slot, Start: p.Start.UTC().Format(time.RFC3339), State: p.State, Attempts: p.Attempts,
-			Expected: p.Expected, Enqueued: p.Enqueued, Skipped: p.Skipped, Batches: p.Batches, Error: p.Error,
+			Expected: p.Expected, PinnedIn: p.PinnedIn, PinnedOut: p.PinnedOut, Enqueued: p.Enqueued, Skipped: p.Skipped, Batches: p.Batches, Error: p.Error,
 		})
 	}
 	return out
@@ -191,9 +206,21 @@ func statusToJSON(st *riverutil.TaskStatus) *statusJSON {
 // verdict.
 func printStatus(w io.Writer, st *riverutil.TaskStatus) {
 	c := st.Current
-	fmt.Fprintf(w, "task %s, cycle %s: %d slots\n", st.Task, c.CycleStart.UTC().Format(time.RFC3339), c.Slots)
+	fmt.Fprintf(w, "task %s, cycle %s: %d slots, plan %s\n", st.Task, c.CycleStart.UTC().Format(time.RFC3339), c.Slots, c.Plan)
+	pinned := c.Placement == riverutil.PlacementPinned
+	if pinned {
+		follows := "its own pins"
+		if c.PinsTask != st.Task {
+			follows = "the pins of task " + c.PinsTask
+		}
+		fmt.Fprintf(w, "placement: pinned (%s, shifted by %d slots): expected = hash slot - pinned out + pinned in\n", follows, c.PinsShift)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "slot\tstarts\tstate\tenqueued/expected\t")
+	header := "slot\tstarts\tstate\tenqueued/expected\t"
+	if pinned {
+		header += "pinned out/in\t"
+	}
+	fmt.Fprintln(tw, header)
 	for _, p := range c.PerSlot {
 		const width = 20
 		fill := 0
@@ -202,6 +229,9 @@ func printStatus(w io.Writer, st *riverutil.TaskStatus) {
 		}
 		line := fmt.Sprintf("%d\t%s\t%s\t[%s%s] %d/%d", p.Slot, p.Start.UTC().Format("15:04:05"), p.State,
 			strings.Repeat("#", fill), strings.Repeat(".", width-fill), p.Enqueued, p.Expected)
+		if pinned {
+			line += fmt.Sprintf("\t-%d/+%d", p.PinnedOut, p.PinnedIn)
+		}
 		if p.Error != "" {
 			line += "  " + oneLine(p.Error)
 		}
@@ -210,10 +240,20 @@ func printStatus(w io.Writer, st *riverutil.TaskStatus) {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "sync jobs: %d enqueued (%d late skipped), %d pending, %d running, %d retryable, %d completed, %d failed, %d cancelled\n",
 		c.Enqueued, c.Skipped, c.Pending, c.Running, c.Retryable, c.Completed, c.Discarded, c.Cancelled)
+	fmt.Fprintf(w, "completed without calling Sync: %s stale, %s too soon\n", skippedCount(c.SkippedStale), skippedCount(c.SkippedTooSoon))
 	fmt.Fprintf(w, "accounts expected %d; lateness p50 %.2fs p99 %.2fs (last %d completed)\n",
 		c.AccountsExpected, c.LatenessP50.Seconds(), c.LatenessP99.Seconds(), c.LatenessSample)
 	if c.NextSlot >= 0 {
 		fmt.Fprintf(w, "next slot %d at %s\n", c.NextSlot, c.NextSlotAt.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "verdict: %s\n", c.Verdict)
+}
+
+// skippedCount prints a count of skipped sync jobs, which Status counts up
+// to riverutil.SkippedCountMax.
+func skippedCount(n int64) string {
+	if n >= riverutil.SkippedCountMax {
+		return fmt.Sprintf("%d+", n)
+	}
+	return fmt.Sprint(n)
 }

@@ -47,7 +47,8 @@ func checkSVGPath(path string) error {
 // writeStatusSVG draws the current cycle: one bar per slot, coloured by its
 // fan-out state (done and running slots show the accounts enqueued, the
 // others the accounts they will select), a mark at each slot's expected
-// accounts, and the verdict and lateness in the title.
+// accounts (under the cycle's placement), and the verdict, lateness,
+// placement and syncs completed without calling Sync in the title.
 func writeStatusSVG(path string, st *riverutil.TaskStatus) error {
 	p, err := statusPlot(st)
 	if err != nil {
@@ -73,6 +74,12 @@ func statusPlot(st *riverutil.TaskStatus) (*plot.Plot, error) {
 	p.Title.Text = fmt.Sprintf("task %s, cycle %s: %s\nsync start lateness p50 %.2fs, p99 %.2fs (last %d completed); %d of %d accounts enqueued",
 		st.Task, c.CycleStart.UTC().Format(time.RFC3339), c.Verdict,
 		c.LatenessP50.Seconds(), c.LatenessP99.Seconds(), c.LatenessSample, c.Enqueued, c.AccountsExpected)
+	if c.Placement == riverutil.PlacementPinned {
+		p.Title.Text += fmt.Sprintf(" (pinned placement: pins of task %s)", c.PinsTask)
+	}
+	if c.SkippedStale+c.SkippedTooSoon > 0 {
+		p.Title.Text += fmt.Sprintf("; completed without calling Sync: %s stale, %s too soon", skippedCount(c.SkippedStale), skippedCount(c.SkippedTooSoon))
+	}
 	p.X.Label.Text = "slot"
 	p.Y.Label.Text = "accounts"
 	p.Legend.Top = true
