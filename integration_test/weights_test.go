@@ -1,9 +1,12 @@
 package integration
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
@@ -19,8 +22,21 @@ import (
 // puts 4.4 times the mean weight in each of three slots, and checks: every
 // account is enqueued exactly once, in the slot the cycle's pins (or its
 // hash, unpinned) say; the per-slot weight of what was enqueued is within
-// 1 + WeightEpsilon of the mean; the next cycle's bootstrap keeps every pin
-// (nothing changed), and each cycle's pins are computed once.
+// 1 + WeightEpsilon of the mean.
+//
+// Then what the weighted bootstrap promises across cycles:
+//
+//   - Nothing changed, so the next cycle pins exactly the same accounts to
+//     the same slots (none moved, none added, none dropped), and running
+//     all of its slots syncs every account in the slot it had.
+//   - A cycle's pins are computed once: some pinned accounts are deleted,
+//     then the next cycle's bootstrap is retried (as after a crash). It
+//     reuses the pins it committed, the same rows (same xmin, deleted
+//     accounts included) under the same riverslot_pin_cycles row (same
+//     created_at), instead of placing the changed table again.
+//   - Its pins after the change do differ (the deleted accounts are gone),
+//     which is what a second computation would have stored; every account
+//     still pinned there keeps its slot (a deletion only frees room).
 func TestWeightedCycle(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t, 0)
@@ -50,6 +66,7 @@ func TestWeightedCycle(t *testing.T) {
 
 	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
 	pins := pgx.Identifier{b.schema, "riverslot_pins"}.Sanitize()
+	cycles := pgx.Identifier{b.schema, "riverslot_pin_cycles"}.Sanitize()
 	slots := make([]int, plan.Slots)
 	for s := range slots {
 		slots[s] = s
@@ -76,18 +93,185 @@ func TestWeightedCycle(t *testing.T) {
 	require.Positive(t, pinned)
 	require.Greater(t, hashHeaviest/mean, 2.0, "the case is unbalanced without weights")
 	require.LessOrEqual(t, heaviest/mean, 1+riverutil.WeightEpsilonDefault)
+	servedA := syncSlots(ctx, t, b, start)
+	require.Len(t, servedA, n)
 
-	// The next cycle: nothing changed, so every pin stays (hysteresis), and
-	// its pins are computed once however often its bootstrap runs.
+	// The next cycle, nothing changed: the same pins, compared both ways.
 	next := start.Add(16 * time.Second)
-	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", next)
+	res, err := scheduler.EnqueueCycle(ctx, client, "transactions", next)
 	require.NoError(t, err)
-	cycles := pgx.Identifier{b.schema, "riverslot_pin_cycles"}.Sanitize()
+	nextBootstrap := res.Job.ID
 	waitFor(t, 30*time.Second, "the next cycle's bootstrap completed", func() bool {
 		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", bootstrap.Kind) == 2
 	})
-	require.EqualValues(t, 1, b.count(ctx, t, "SELECT count(*) FROM "+cycles+" WHERE cycle_start = $1", next))
-	moved := b.count(ctx, t, "SELECT count(*) FROM "+pins+" a FULL JOIN (SELECT * FROM "+pins+" WHERE cycle_start = $2) b ON a.account_id = b.account_id"+
-		" WHERE (a.cycle_start = $1 OR a.cycle_start IS NULL) AND a.slot IS DISTINCT FROM b.slot", start, next)
-	require.Zero(t, moved, "no pin moved between two cycles of the same accounts")
+	pinsA, pinsB := cyclePins(ctx, t, b, start), cyclePins(ctx, t, b, next)
+	d := comparePins(pinsA, pinsB)
+	requireNone(t, d.dropped, "pinned in the first cycle, not in the next, with nothing changed")
+	requireNone(t, d.added, "pinned in the next cycle, not in the first, with nothing changed")
+	requireNone(t, d.moved, "pinned to another slot in the next cycle, with nothing changed")
+	var cycleCreated time.Time
+	var cycleXmin string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT created_at, xmin::text FROM "+cycles+" WHERE task = 'transactions' AND cycle_start = $1", next).
+		Scan(&cycleCreated, &cycleXmin))
+
+	// Change the table under the next cycle (delete ten of its pinned
+	// accounts), then run its bootstrap again: it must reuse its pins.
+	var gone []uuid.UUID
+	for id := range pinsB {
+		if len(gone) < 10 {
+			gone = append(gone, id)
+		}
+	}
+	_, err = b.pool.Exec(ctx, "DELETE FROM "+accounts+" WHERE id = ANY($1)", gone)
+	require.NoError(t, err)
+	_, err = client.JobRetry(ctx, nextBootstrap)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the next cycle's bootstrap to run again", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND state = 'completed' AND attempt = 2", nextBootstrap) == 1
+	})
+	d = comparePins(pinsB, cyclePins(ctx, t, b, next))
+	requireNone(t, d.dropped, "pins of the cycle gone after its bootstrap ran again")
+	requireNone(t, d.added, "pins of the cycle added when its bootstrap ran again")
+	requireNone(t, d.moved, "pins of the cycle moved when its bootstrap ran again")
+	requireNone(t, d.rewritten, "pins of the cycle written again (another xmin) when its bootstrap ran again")
+	var createdAgain time.Time
+	var xminAgain string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT created_at, xmin::text FROM "+cycles+" WHERE task = 'transactions' AND cycle_start = $1", next).
+		Scan(&createdAgain, &xminAgain))
+	require.True(t, cycleCreated.Equal(createdAgain), "the pinned cycle was recorded again: created_at %s, then %s", cycleCreated, createdAgain)
+	require.Equal(t, cycleXmin, xminAgain, "the pinned cycle's row was rewritten")
+
+	// Its slots follow those pins: every remaining account once, in the
+	// slot it had in the first cycle.
+	runCycleSlots(ctx, t, b, next, plan.Slots)
+	waitFor(t, 60*time.Second, "every per-slot job of the next cycle completed", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed' AND (args->>'cycle_start')::timestamptz = $2",
+			perslot.Kind, next) == int64(plan.Slots)
+	})
+	servedB := syncSlots(ctx, t, b, next)
+	require.Len(t, servedB, n-len(gone), "one sync per remaining account")
+	for _, id := range gone {
+		require.NotContains(t, servedB, id, "a deleted account was enqueued")
+	}
+	moved := 0
+	for id, slot := range servedB {
+		if servedA[id] != slot {
+			moved++
+		}
+	}
+	require.Zero(t, moved, "accounts served in another slot than the cycle before")
+
+	// A fresh computation after the change: the deleted accounts are no
+	// longer pinned (so a second computation of the next cycle would have
+	// stored other pins), and every account pinned in both keeps its slot.
+	third := next.Add(16 * time.Second)
+	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", third)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the third cycle's bootstrap completed", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", bootstrap.Kind) == 3
+	})
+	pinsC := cyclePins(ctx, t, b, third)
+	for _, id := range gone {
+		require.NotContains(t, pinsC, id, "a deleted account is pinned in a cycle computed after its deletion")
+		delete(pinsB, id)
+	}
+	d = comparePins(pinsB, pinsC)
+	requireNone(t, d.dropped, "remaining accounts no longer pinned after others were deleted")
+	requireNone(t, d.moved, "pins moved after other accounts were deleted, which only frees room")
+	t.Logf("pins: cycle 1 %d, cycle 2 %d (reused after %d deletions), cycle 3 %d; %d accounts served in cycle 2, none moved",
+		len(pinsA), len(pinsB)+len(gone), len(gone), len(pinsC), len(servedB))
+}
+
+// pin is one row of riverslot_pins as the test reads it: the slot, and the
+// row's xmin (the transaction that wrote it).
+type pin struct {
+	slot int
+	xmin string
+}
+
+// pinsDiff lists how the pins of one cycle (or one read) differ from
+// another's, as "account: slot" strings.
+type pinsDiff struct{ dropped, added, moved, rewritten []string }
+
+// comparePins returns how after differs from before.
+func comparePins(before, after map[uuid.UUID]pin) pinsDiff {
+	var d pinsDiff
+	for id, p := range before {
+		q, ok := after[id]
+		switch {
+		case !ok:
+			d.dropped = append(d.dropped, fmt.Sprintf("%s: %d", id, p.slot))
+		case q.slot != p.slot:
+			d.moved = append(d.moved, fmt.Sprintf("%s: %d -> %d", id, p.slot, q.slot))
+		case q.xmin != p.xmin:
+			d.rewritten = append(d.rewritten, fmt.Sprintf("%s: xmin %s -> %s", id, p.xmin, q.xmin))
+		}
+	}
+	for id, q := range after {
+		if _, ok := before[id]; !ok {
+			d.added = append(d.added, fmt.Sprintf("%s: %d", id, q.slot))
+		}
+	}
+	return d
+}
+
+// requireNone fails with how many of list there are and the first few.
+func requireNone(t *testing.T, list []string, what string) {
+	t.Helper()
+	if len(list) > 0 {
+		t.Fatalf("%s: %d, such as %v", what, len(list), list[:min(len(list), 5)])
+	}
+}
+
+// cyclePins returns the pins of the cycle starting at cycleStart.
+func cyclePins(ctx context.Context, t *testing.T, b *testBundle, cycleStart time.Time) map[uuid.UUID]pin {
+	t.Helper()
+	rows, err := b.pool.Query(ctx, "SELECT account_id, slot, xmin::text FROM "+pgx.Identifier{b.schema, "riverslot_pins"}.Sanitize()+
+		" WHERE task = 'transactions' AND cycle_start = $1", cycleStart)
+	require.NoError(t, err)
+	out := map[uuid.UUID]pin{}
+	var (
+		id uuid.UUID
+		p  pin
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &p.slot, &p.xmin}, func() error {
+		out[id] = p
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// syncSlots returns the slot of every sync job of the cycle starting at
+// cycleStart, by account, failing on an account enqueued twice.
+func syncSlots(ctx context.Context, t *testing.T, b *testBundle, cycleStart time.Time) map[uuid.UUID]int {
+	t.Helper()
+	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, (args->>'slot')::int FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+
+		" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.Kind, cycleStart)
+	require.NoError(t, err)
+	out := map[uuid.UUID]int{}
+	var (
+		id   uuid.UUID
+		slot int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &slot}, func() error {
+		if _, dup := out[id]; dup {
+			t.Errorf("account %s enqueued twice in cycle %s", id, cycleStart)
+		}
+		out[id] = slot
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// runCycleSlots makes every per-slot job of the cycle starting at
+// cycleStart due now (runSlots does it for the only cycle enqueued).
+func runCycleSlots(ctx context.Context, t *testing.T, b *testBundle, cycleStart time.Time, slots int) {
+	t.Helper()
+	tag, err := b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+
+		" SET scheduled_at = now(), state = 'available' WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2 AND state = 'scheduled'",
+		perslot.Kind, cycleStart)
+	require.NoError(t, err)
+	require.EqualValues(t, slots, tag.RowsAffected())
 }
