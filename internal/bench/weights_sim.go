@@ -1,11 +1,21 @@
 package bench
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sort"
+	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverslot/riverslot/internal/pinning"
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 // simAccount is one account of the pure-Go placement simulation.
@@ -206,6 +216,15 @@ func measureWeights(plan slotplan.Plan, c weightCase, n int, epsilon float64) we
 func measureWeightsSeed(plan slotplan.Plan, c weightCase, n int, epsilon float64, seed uint64) weightsQuality {
 	accounts := simAccounts(c, n, seed)
 	before := simulate(plan, accounts, nil, epsilon)
+	afterAccounts := churn(c, accounts, 0.10, 2)
+	after := simulate(plan, afterAccounts, before.pins, epsilon)
+	return quality(plan, accounts, before, afterAccounts, after, epsilon)
+}
+
+// quality is the figures of a placement of accounts (before) and of the
+// placement of afterAccounts, the same accounts after churn, that followed
+// it (after).
+func quality(plan slotplan.Plan, accounts []simAccount, before simPlacement, afterAccounts []simAccount, after simPlacement, epsilon float64) weightsQuality {
 	q := weightsQuality{
 		hashMaxMean:     maxOverMean(before.hash),
 		balancedMaxMean: maxOverMean(before.balanced),
@@ -213,9 +232,6 @@ func measureWeightsSeed(plan slotplan.Plan, c weightCase, n int, epsilon float64
 		threshold:       before.threshold,
 	}
 	q.heaviestOverMean, q.target = target(before, epsilon)
-
-	afterAccounts := churn(c, accounts, 0.10, 2)
-	after := simulate(plan, afterAccounts, before.pins, epsilon)
 	q.pinsAfter = len(after.pins)
 	q.balancedAfterMaxMean = maxOverMean(after.balanced)
 	_, q.targetAfter = target(after, epsilon)
@@ -244,4 +260,167 @@ func target(p simPlacement, epsilon float64) (w, bound float64) {
 	}
 	w = p.heaviest / (total / float64(len(p.hash)))
 	return w, max(1+epsilon, w+epsilon)
+}
+
+// measureWeightsPostgres is measureWeightsSeed through the bootstrap's own
+// code instead of the pure-Go placement: it seeds the accounts drawn from
+// seed into schema (an empty schema the caller owns), computes the pins of
+// a cycle with pinning.Place in one transaction, as the bootstrap does,
+// applies the churn to the table, and computes the pins of the next cycle
+// (Place reads the first cycle's pins as the previous ones). The figures
+// come from the pins tables read back.
+func measureWeightsPostgres(ctx context.Context, pool *pgxpool.Pool, schema string, plan slotplan.Plan, c weightCase, n int, epsilon float64, seed uint64) (weightsQuality, error) {
+	accounts := simAccounts(c, n, seed)
+	spec, err := seedWeighted(ctx, pool, schema, plan, accounts, epsilon)
+	if err != nil {
+		return weightsQuality{}, err
+	}
+	first := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	before, err := placeInPostgres(ctx, pool, spec, accounts, first)
+	if err != nil {
+		return weightsQuality{}, err
+	}
+	afterAccounts := churn(c, accounts, 0.10, 2)
+	if err := applyChurn(ctx, pool, spec, accounts, afterAccounts); err != nil {
+		return weightsQuality{}, err
+	}
+	after, err := placeInPostgres(ctx, pool, spec, afterAccounts, first.Add(plan.Cycle))
+	if err != nil {
+		return weightsQuality{}, err
+	}
+	return quality(plan, accounts, before, afterAccounts, after, epsilon), nil
+}
+
+// seedWeighted creates schema.accounts holding accounts, with the primary
+// key and bucket index a task's table has and the pins tables, as the
+// bench's selection round does, and returns a weighted task spec over it.
+func seedWeighted(ctx context.Context, pool *pgxpool.Pool, schema string, plan slotplan.Plan, accounts []simAccount, epsilon float64) (*taskspec.Spec, error) {
+	table := pgx.Identifier{schema, "accounts"}.Sanitize()
+	// Unlogged: nothing here needs to survive a crash, and a million rows
+	// load and index faster without WAL.
+	if _, err := pool.Exec(ctx, "CREATE UNLOGGED TABLE "+table+" (id uuid NOT NULL, active boolean NOT NULL DEFAULT true, weight double precision NOT NULL)"); err != nil {
+		return nil, fmt.Errorf("error creating the accounts table: %w", err)
+	}
+	// [16]byte is pgx's own uuid type: uuid.UUID would go through its
+	// text form, ten times slower for a million rows.
+	if _, err := pool.CopyFrom(ctx, pgx.Identifier{schema, "accounts"}, []string{"id", "weight"},
+		pgx.CopyFromSlice(len(accounts), func(i int) ([]any, error) { return []any{accounts[i].id, accounts[i].w}, nil })); err != nil {
+		return nil, fmt.Errorf("error seeding weighted accounts: %w", err)
+	}
+	stmts := []string{
+		"ALTER TABLE " + table + " ADD PRIMARY KEY (id)",
+		"CREATE INDEX " + pgx.Identifier{bucketIndex}.Sanitize() + " ON " + table + " ((" + sqlbucket.Expr("id") + "), id)",
+		"ANALYZE " + table,
+	}
+	for _, stmt := range append(stmts, taskspec.PinsDDL(schema)...) {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			return nil, fmt.Errorf("error preparing the weighted accounts table: %w", err)
+		}
+	}
+	spec := &taskspec.Spec{Name: "bench", Plan: plan, Seed: 1, PlanID: taskspec.PlanID(plan, 1, 0),
+		Schema: schema, Table: "accounts", IDColumn: "id", Weight: "weight", WeightEpsilon: epsilon, BatchSize: 2000}
+	spec.BuildSQL()
+	return spec, nil
+}
+
+// placeInPostgres computes the pins of spec's cycle starting at cycleStart
+// with pinning.Place, in one committed transaction as the bootstrap does,
+// and returns the placement of accounts (the table's rows) it stored: an
+// account's slot is its pin's for that cycle, else its hash slot.
+func placeInPostgres(ctx context.Context, pool *pgxpool.Pool, spec *taskspec.Spec, accounts []simAccount, cycleStart time.Time) (simPlacement, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return simPlacement{}, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	out, err := pinning.Place(ctx, tx, spec, cycleStart)
+	if err != nil {
+		return simPlacement{}, err
+	}
+	if out.Reused {
+		return simPlacement{}, fmt.Errorf("the pins of cycle %s were already computed", cycleStart.Format(time.RFC3339))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return simPlacement{}, err
+	}
+
+	rows, err := pool.Query(ctx, "SELECT account_id, slot FROM "+pgx.Identifier{spec.Schema, taskspec.PinsTable}.Sanitize()+
+		" WHERE task = $1 AND plan = $2 AND cycle_start = $3", spec.Name, spec.PlanID, cycleStart)
+	if err != nil {
+		return simPlacement{}, fmt.Errorf("error reading the pins: %w", err)
+	}
+	p := simPlacement{pins: map[[16]byte]int{}, threshold: out.Threshold,
+		hash: make([]float64, spec.Plan.Slots), balanced: make([]float64, spec.Plan.Slots)}
+	var (
+		id   [16]byte
+		slot int
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &slot}, func() error {
+		if slot < 0 || slot >= spec.Plan.Slots {
+			return fmt.Errorf("account %s pinned to slot %d of %d", uuid.UUID(id), slot, spec.Plan.Slots)
+		}
+		p.pins[id] = slot
+		return nil
+	}); err != nil {
+		return simPlacement{}, fmt.Errorf("error reading the pins: %w", err)
+	}
+	if len(p.pins) != out.Pinned {
+		return simPlacement{}, fmt.Errorf("pinning.Place reported %d pins, the pins table holds %d", out.Pinned, len(p.pins))
+	}
+	var rowCount int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+spec.QualifiedTable).Scan(&rowCount); err != nil {
+		return simPlacement{}, err
+	}
+	if rowCount != len(accounts) {
+		return simPlacement{}, fmt.Errorf("the table holds %d accounts, the placement is of %d", rowCount, len(accounts))
+	}
+	for _, a := range accounts {
+		p.hash[spec.Plan.SlotOf(a.id)] += a.w
+		p.balanced[p.slotOf(spec.Plan, a.id)] += a.w
+		p.heaviest = max(p.heaviest, a.w)
+	}
+	return p, nil
+}
+
+// applyChurn turns spec's table from before into after (churn's output):
+// it deletes the accounts after lacks, updates changed weights and inserts
+// the new accounts, then analyzes the table.
+func applyChurn(ctx context.Context, pool *pgxpool.Pool, spec *taskspec.Spec, before, after []simAccount) error {
+	weightOf := make(map[[16]byte]float64, len(after))
+	for _, a := range after {
+		weightOf[a.id] = a.w
+	}
+	var removed, changed [][16]byte
+	var weights []float64
+	known := make(map[[16]byte]bool, len(before))
+	for _, a := range before {
+		known[a.id] = true
+		switch w, ok := weightOf[a.id]; {
+		case !ok:
+			removed = append(removed, a.id)
+		case w != a.w:
+			changed, weights = append(changed, a.id), append(weights, w)
+		}
+	}
+	var added [][]any
+	for _, a := range after {
+		if !known[a.id] {
+			added = append(added, []any{a.id, a.w})
+		}
+	}
+	table := pgx.Identifier{spec.Schema, spec.Table}.Sanitize()
+	if _, err := pool.Exec(ctx, "DELETE FROM "+table+" a USING unnest($1::uuid[]) AS r (id) WHERE a.id = r.id", removed); err != nil {
+		return fmt.Errorf("error removing %d accounts: %w", len(removed), err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+table+" a SET weight = c.weight FROM unnest($1::uuid[], $2::float8[]) AS c (id, weight) WHERE a.id = c.id",
+		changed, weights); err != nil {
+		return fmt.Errorf("error reweighting %d accounts: %w", len(changed), err)
+	}
+	if _, err := pool.CopyFrom(ctx, pgx.Identifier{spec.Schema, spec.Table}, []string{"id", "weight"}, pgx.CopyFromRows(added)); err != nil {
+		return fmt.Errorf("error adding %d accounts: %w", len(added), err)
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE "+table); err != nil {
+		return err
+	}
+	return nil
 }
