@@ -47,11 +47,7 @@ func seedJumbos(ctx context.Context, t *testing.T, b *testBundle) {
 // (an hour ahead: their sync jobs stay parked at their targets), waits for
 // the bootstraps, makes every per-slot job run now, in the order the
 // schedulers are given, and waits for them.
-func (b *testBundle) runCycles(ctx context.Context, t *testing.T, client *river.Client[pgx.Tx], cycles ...struct {
-	scheduler *riverutil.Scheduler
-	task      string
-	start     time.Time
-}) {
+func (b *testBundle) runCycles(ctx context.Context, t *testing.T, client *river.Client[pgx.Tx], cycles ...cycleRun) {
 	t.Helper()
 	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
 	for _, c := range cycles {
@@ -71,7 +67,9 @@ func (b *testBundle) runCycles(ctx context.Context, t *testing.T, client *river.
 	}
 }
 
-type cycleRun = struct {
+// cycleRun is one cycle for runCycles: a task's cycle enqueued through a
+// scheduler (of that plan).
+type cycleRun struct {
 	scheduler *riverutil.Scheduler
 	task      string
 	start     time.Time

@@ -102,6 +102,15 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		t.spec.Metrics.SyncStarted(ctx, t.spec.Name, job.ScheduledAt, *job.AttemptedAt)
 	}
 
+	// Stale first: it needs no query.
+	started := time.Now()
+	if job.AttemptedAt != nil {
+		started = *job.AttemptedAt
+	}
+	if !job.Args.NotAfter.IsZero() && started.After(job.Args.NotAfter) {
+		return w.skip(ctx, t.spec, job, SkippedStale, "riverslot: stale sync jobs completed without calling Sync: they started less than half a cycle before their accounts' next regular sync, which covers them")
+	}
+
 	var exists bool
 	if err := w.pool.QueryRow(ctx, t.spec.SQL.Exists, job.Args.AccountID).Scan(&exists); err != nil {
 		return fmt.Errorf("error checking account %s of task %q: %w", job.Args.AccountID, t.spec.Name, err)
@@ -110,13 +119,6 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		w.logger.DebugContext(ctx, "riverslot: account gone or filtered out since fan-out; nothing to sync",
 			slog.String("task", t.spec.Name), slog.String("account_id", job.Args.AccountID.String()))
 		return nil
-	}
-	started := time.Now()
-	if job.AttemptedAt != nil {
-		started = *job.AttemptedAt
-	}
-	if !job.Args.NotAfter.IsZero() && started.After(job.Args.NotAfter) {
-		return w.skip(ctx, t.spec, job, SkippedStale, "riverslot: stale sync jobs completed without calling Sync: they started less than half a cycle before their accounts' next regular sync, which covers them")
 	}
 	if job.Args.Apart > 0 {
 		verdict, err := w.apart(ctx, job, started)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverslot/riverslot/sqlbucket"
+	"github.com/riverslot/riverslot/syncjob"
 )
 
 // latenessAndPeakSQL selects, over the sync jobs in CTE s: start lateness
@@ -80,7 +81,7 @@ func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleS
 	// JSON text form does not matter.
 	cte := `WITH s AS (
 		SELECT (args->>'account_id')::uuid AS account_id, state, created_at, attempted_at, scheduled_at,
-			coalesce(metadata->'output' ? 'riverslot_skipped', false) AS skipped
+			coalesce(metadata->'output' ? '` + syncjob.OutputSkipped + `', false) AS skipped
 		FROM ` + jobs + `
 		WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = $3
 	)`
