@@ -25,11 +25,11 @@ func CatchUpWindow(now, slotStart time.Time, slotDuration, cycle time.Duration) 
 // An account at most LateGrace past its target keeps it. A later one is
 // skipped under LatePolicySkip; under LatePolicySpread it is moved to now +
 // its deterministic offset in a window as long as the slot is late
-// (CatchUpWindow), cut so that it ends half a cycle after the slot's start:
-// no late sync lands less than half a cycle before the account's regular
-// time in the next cycle. A slot more than half a cycle late has no window
-// left and its late accounts are skipped: the next cycle covers them,
-// within half a cycle.
+// (CatchUpWindow), cut so that it ends half a cycle minus max(LateGrace,
+// Cycle/8) after the slot's start: no late sync lands less than half a
+// cycle before the account's regular time in the next cycle, and each has
+// that margin before its NotAfter. A slot later than that has no window
+// left and its late accounts are skipped: the next cycle covers them.
 func (s *Spec) Place(now, cycleStart, slotStart time.Time, hash uint64) (target time.Time, late, skip bool) {
 	return s.PlaceIn(now, cycleStart, s.CycleEnd(cycleStart), slotStart, hash)
 }
