@@ -145,11 +145,17 @@ const (
 
 // apartSQL finds the other sync jobs of the task for the account that
 // started after $4 and called (or are calling) Sync: completed ones not
-// skipped, and running ones. River's GIN index on args finds them by the
-// account (the task alone would match most of the table).
-const apartSQL = `SELECT id, state FROM %s
-	WHERE kind = $1 AND args @> jsonb_build_object('account_id', $3::text) AND args->>'task' = $2
-	  AND attempted_at > $4 AND id <> $5 AND state IN ('completed', 'running')
+// skipped, and running ones. It runs for every sync, so it must stay an
+// index lookup: the account's jobs come from River's GIN index on args
+// alone ($3 is {"account_id": ...}), in a materialized CTE so that the
+// planner cannot combine that index with the kind and state indexes, which
+// match most of the table (it did, on stale statistics: 0.6-0.9 s a sync on
+// 75,000 jobs, against 1 ms through the GIN index alone).
+const apartSQL = `WITH m AS MATERIALIZED (
+		SELECT id, kind, state, attempted_at, args, metadata FROM %s WHERE args @> $3::jsonb
+	)
+	SELECT id, state FROM m
+	WHERE kind = $1 AND args->>'task' = $2 AND attempted_at > $4 AND id <> $5 AND state IN ('completed', 'running')
 	  AND NOT coalesce(metadata->'output' ? '` + OutputSkipped + `', false)`
 
 // apart decides whether the job may call Sync: not if a sync of the
@@ -162,7 +168,7 @@ func (w *Worker) apart(ctx context.Context, job *river.Job[Args], started time.T
 		return apartRun, err
 	}
 	rows, err := w.pool.Query(ctx, fmt.Sprintf(apartSQL, sqlbucket.QualifiedTable(client.Schema(), "river_job")),
-		Kind, job.Args.Task, job.Args.AccountID.String(), started.Add(-job.Args.Apart), job.ID)
+		Kind, job.Args.Task, map[string]string{"account_id": job.Args.AccountID.String()}, started.Add(-job.Args.Apart), job.ID)
 	if err != nil {
 		return apartRun, fmt.Errorf("error looking up the recent syncs of account %s of task %q: %w", job.Args.AccountID, job.Args.Task, err)
 	}
