@@ -19,8 +19,8 @@ import (
 // plan (a change of Cycle or Seed, or nodes of a rolling deploy that
 // disagree) or of the same plan on another grid (a TriggerOffset change, a
 // cycle started by riverslot demo or EnqueueCycle off the node's grid).
-// Regular neighbours on the same grid are overlaps too, harmlessly: their
-// syncs are a whole cycle away.
+// Regular neighbours on the same grid are left out: their syncs are a whole
+// cycle away.
 type overlap struct {
 	plan       slotplan.Plan
 	seed       uint64
@@ -70,6 +70,9 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 	var out []*overlap
 	for _, r := range found {
 		key := r.Plan + "@" + r.CycleStart.UTC().Format(time.RFC3339Nano)
+		if r.Plan == spec.PlanID && sameGrid(spec, start, r.CycleStart) {
+			continue // a regular neighbour: its syncs are a whole cycle away
+		}
 		o, ok := byCycle[key]
 		if !ok {
 			other, err := spec.ForPlan(r.Plan, r.CycleStart)
@@ -90,6 +93,16 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 		o.slots[r.Slot] = true
 	}
 	return out, nil
+}
+
+// sameGrid reports whether two cycle starts of spec's plan lie on one grid:
+// a whole number of cycles apart, or both starts of the task's schedule (a
+// wall-clock schedule's cycles are 23 or 25 h long across DST changes).
+func sameGrid(spec *taskspec.Spec, a, b time.Time) bool {
+	if a.Sub(b)%spec.Plan.Cycle == 0 {
+		return true
+	}
+	return spec.Schedule.Start(a).Equal(a) && spec.Schedule.Start(b).Equal(b)
 }
 
 // loadOverlapPins reads, for every overlapping cycle that follows pins, the
