@@ -44,21 +44,32 @@ func TestPlace(t *testing.T) {
 	t.Run("OffGridCycleKeepsItsOwnDeadline", func(t *testing.T) {
 		t.Parallel()
 		// A cycle starting 13 s off the node's grid (riverslot demo, another
-		// TriggerOffset) ends a whole cycle after its start: slot 2, 40 s
-		// late, still has 5 s of its window and is spread. The
+		// TriggerOffset) ends a whole cycle after its start: slot 2, 50 s
+		// late, still has 10 s of its half-cycle window and is spread. The
 		// node's schedule would end the cycle at the next grid point, 107 s
 		// after its start, and skip the slot's accounts.
 		off := cycleStart.Add(13 * time.Second)
 		require.Equal(t, off.Add(120*time.Second), spec.CycleEnd(off))
 		require.Equal(t, cycleStart.Add(120*time.Second), spec.Schedule.Next(off), "the node's grid")
 		slot2 := off.Add(2 * 15 * time.Second)
-		now := slot2.Add(40 * time.Second)
+		now := slot2.Add(50 * time.Second)
 		p := place(spec, now, off, spec.CycleEnd(off), slot2, hash)
 		require.True(t, p.late)
 		require.False(t, p.skip, "spread within the cycle's own half-cycle deadline")
 		require.True(t, p.target.Before(slot2.Add(60*time.Second)), "before half a cycle after the slot's start: %s", p.target)
 		p = place(spec, now, off, spec.Schedule.Next(off), slot2, hash)
 		require.True(t, p.skip, "with the node's grid as the cycle's end the deadline has passed")
+	})
+	t.Run("NotAfterLeavesASpreadSyncLateGrace", func(t *testing.T) {
+		t.Parallel()
+		end := spec.CycleEnd(cycleStart)
+		regular := slot(1).Add(7500 * time.Millisecond)
+		// On time: half a cycle before its regular time in the next cycle.
+		require.Equal(t, regular.Add(60*time.Second), spec.NotAfter(cycleStart, end, regular, regular))
+		// Spread to just before the window's end: River may still start it
+		// up to LateGrace late.
+		spread := slot(1).Add(59 * time.Second)
+		require.Equal(t, spread.Add(spec.LateGrace), spec.NotAfter(cycleStart, end, regular, spread))
 	})
 	t.Run("OnTimeKeepsTarget", func(t *testing.T) {
 		t.Parallel()
@@ -75,26 +86,22 @@ func TestPlace(t *testing.T) {
 	})
 	t.Run("LateIsSpreadOverTheCatchUpWindow", func(t *testing.T) {
 		t.Parallel()
-		// The slot is 25 s late: a 2-slot window of 30 s, cut to end 20 s
-		// from now (half a cycle after the slot's start minus the margin of
-		// max(LateGrace, cycle/8) = 15 s).
-		now := slot(1).Add(25 * time.Second)
+		now := slot(1).Add(25 * time.Second) // the slot is 25 s late: a 2-slot window of 30 s
 		p := place(spec, now, cycleStart, spec.CycleEnd(cycleStart), slot(1), hash)
 		require.False(t, p.skip)
-		require.Equal(t, now.Add(10*time.Second), p.target)
+		require.Equal(t, now.Add(15*time.Second), p.target)
 	})
 	t.Run("WindowEndsHalfACycleBeforeTheNextCycle", func(t *testing.T) {
 		t.Parallel()
 		// 40 s late: the catch-up window (3 slots, 45 s) is cut to end at
-		// slot start + 60 s - 15 s (the margin), 5 s from now, so the sync
-		// lands at least half a cycle plus the margin before the account's
-		// regular time in the next cycle.
+		// slot start + 60 s, 20 s from now, so the sync lands at least half a
+		// cycle before the account's regular time in the next cycle.
 		now := slot(1).Add(40 * time.Second)
 		p := place(spec, now, cycleStart, spec.CycleEnd(cycleStart), slot(1), hash)
 		require.False(t, p.skip)
-		require.Equal(t, now.Add(2500*time.Millisecond), p.target)
+		require.Equal(t, now.Add(10*time.Second), p.target)
 		next := slot(1).Add(120*time.Second + 7500*time.Millisecond)
-		require.GreaterOrEqual(t, next.Sub(p.target), 75*time.Second)
+		require.GreaterOrEqual(t, next.Sub(p.target), 60*time.Second)
 	})
 	t.Run("MoreThanHalfACycleLateIsSkipped", func(t *testing.T) {
 		t.Parallel()

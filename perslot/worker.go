@@ -354,7 +354,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		opts.ScheduledAt = p.target
 		args := syncjob.NewArgs(spec.Name, a.ID, b.cycleStart, job.Args.Slot)
 		regular := b.slotStart.Add(slotplan.OffsetIn(hash, spec.Plan.SlotDuration))
-		args.NotAfter = spec.NotAfter(b.cycleStart, b.cycleEnd, regular).UTC()
+		args.NotAfter = spec.NotAfter(b.cycleStart, b.cycleEnd, regular, p.target).UTC()
 		args.Apart = spec.Plan.Cycle / 2
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}

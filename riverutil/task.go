@@ -48,12 +48,12 @@ type LatePolicy = taskspec.LatePolicy
 const (
 	// LatePolicySpread (the default) schedules each late account at now + a
 	// deterministic offset in a window as long as its slot is late, ending
-	// half a cycle minus max(LateGrace, Cycle/8) after the slot's start: the
-	// catch-up load is spread, and no late sync lands less than half a cycle
-	// before the account's regular time in the next cycle, with room for
-	// River to start it a little late before it is stale (see
-	// SyncArgs.NotAfter). Accounts of a slot later than that are skipped:
-	// the next cycle covers them.
+	// half a cycle after the slot's start: the catch-up load is spread, and
+	// no late sync is scheduled less than half a cycle before the account's
+	// regular time in the next cycle (it may start up to LateGrace past its
+	// scheduled time before it is stale; see SyncArgs.NotAfter). Accounts of
+	// a slot more than half a cycle late are skipped: the next cycle covers
+	// them.
 	LatePolicySpread = taskspec.LatePolicySpread
 
 	// LatePolicySkip does not enqueue late accounts; the next cycle syncs

@@ -120,7 +120,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	pool, err := connect(ctx, o.databaseURL, 20)
+	// At most 20 connections, fewer for a small --workers: a few demos
+	// (the tests run several) must fit in Postgres' default 100.
+	pool, err := connect(ctx, o.databaseURL, int32(min(20, max(o.workers, 1)+5)))
 	if err != nil {
 		return err
 	}

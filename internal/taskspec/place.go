@@ -25,11 +25,11 @@ func CatchUpWindow(now, slotStart time.Time, slotDuration, cycle time.Duration) 
 // An account at most LateGrace past its target keeps it. A later one is
 // skipped under LatePolicySkip; under LatePolicySpread it is moved to now +
 // its deterministic offset in a window as long as the slot is late
-// (CatchUpWindow), cut so that it ends half a cycle minus max(LateGrace,
-// Cycle/8) after the slot's start: no late sync lands less than half a
-// cycle before the account's regular time in the next cycle, and each has
-// that margin before its NotAfter. A slot later than that has no window
-// left and its late accounts are skipped: the next cycle covers them.
+// (CatchUpWindow), cut so that it ends half a cycle after the slot's start:
+// no late sync is scheduled less than half a cycle before the account's
+// regular time in the next cycle. A slot more than half a cycle late has no
+// window left and its late accounts are skipped: the next cycle covers
+// them, within half a cycle.
 func (s *Spec) Place(now, cycleStart, slotStart time.Time, hash uint64) (target time.Time, late, skip bool) {
 	return s.PlaceIn(now, cycleStart, s.CycleEnd(cycleStart), slotStart, hash)
 }
@@ -47,11 +47,7 @@ func (s *Spec) PlaceIn(now, cycleStart, cycleEnd, slotStart time.Time, hash uint
 	}
 	// The next cycle's start minus half a cycle: on a wall-clock schedule
 	// the next cycle may start 23 h or 25 h later.
-	// Cut a margin before it (the larger of LateGrace and an eighth of the
-	// cycle): a spread sync's NotAfter is its regular time plus half a
-	// cycle, so one placed right at the deadline would be stale as soon as
-	// River started it a little late, and its account would lose the cycle.
-	deadline := cycleEnd.Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2 - max(s.LateGrace, s.Plan.Cycle/8))
+	deadline := cycleEnd.Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2)
 	window := min(CatchUpWindow(now, slotStart, s.Plan.SlotDuration, s.Plan.Cycle), deadline.Sub(now))
 	if window <= 0 {
 		return time.Time{}, true, true
@@ -73,12 +69,20 @@ func (s *Spec) CycleEnd(cycleStart time.Time) time.Time {
 }
 
 // NotAfter returns the latest start of the sync of an account whose regular
-// target in the cycle [cycleStart, cycleEnd) is target: half a cycle before
-// its regular time in the next cycle. A sync that starts later (it waited
-// in the queue through an outage) is stale: the next cycle syncs the
+// target in the cycle [cycleStart, cycleEnd) is regular and which is
+// scheduled at scheduled (regular, or later when the late policy spread
+// it): half a cycle before its regular time in the next cycle, and never
+// less than LateGrace after scheduled, so that a spread sync placed near
+// the end of its window is not stale as soon as River starts it a little
+// late. A sync that starts later (it waited in the queue through an
+// outage, or its cycle was superseded) is stale: the next cycle syncs the
 // account soon enough, so the sync job completes without calling Sync.
-func (s *Spec) NotAfter(cycleStart, cycleEnd, target time.Time) time.Time {
-	return cycleEnd.Add(target.Sub(cycleStart) - s.Plan.Cycle/2)
+func (s *Spec) NotAfter(cycleStart, cycleEnd, regular, scheduled time.Time) time.Time {
+	notAfter := cycleEnd.Add(regular.Sub(cycleStart) - s.Plan.Cycle/2)
+	if grace := scheduled.Add(s.LateGrace); grace.After(notAfter) {
+		return grace
+	}
+	return notAfter
 }
 
 // FromTasks validates riverutil tasks into their specs, exactly as
