@@ -21,3 +21,16 @@ func markSchemaAsDemos(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sc
 	_, err := pool.Exec(ctx, "COMMENT ON SCHEMA "+pgx.Identifier{schema}.Sanitize()+" IS '"+demoSchemaMarker+"'")
 	require.NoError(t, err)
 }
+
+// heavyProcessTests bounds how many of the tests that run a riverslot demo
+// and several workers (about 25 connections each) run at once, so that with
+// the rest of the suite they fit in Postgres' default max_connections.
+var heavyProcessTests = make(chan struct{}, 2)
+
+// holdHeavyProcessSlot waits for a slot of heavyProcessTests and frees it
+// when the test ends.
+func holdHeavyProcessSlot(t *testing.T) {
+	t.Helper()
+	heavyProcessTests <- struct{}{}
+	t.Cleanup(func() { <-heavyProcessTests })
+}

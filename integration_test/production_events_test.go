@@ -269,6 +269,7 @@ func finisherArgs(cycle time.Duration, offset time.Duration, task string, extra 
 // finisher's slots.
 func TestDemoWeightedCycleFinishedByUnweightedWorker(t *testing.T) {
 	t.Parallel()
+	holdHeavyProcessSlot(t)
 
 	const (
 		accounts = 4_000
@@ -354,6 +355,7 @@ func TestDemoWeightedCycleFinishedByUnweightedWorker(t *testing.T) {
 // node does not work the sync queue, so no Sync call can be cut by the kill.
 func TestUnweightedCycleFinishedByWeightedWorker(t *testing.T) {
 	t.Parallel()
+	holdHeavyProcessSlot(t)
 
 	const (
 		cycle               = 80 * time.Second
@@ -444,6 +446,7 @@ func TestUnweightedCycleFinishedByWeightedWorker(t *testing.T) {
 // covers syncs placed close to it).
 func TestLateSlotsOfAnotherGridsCycleAreSpread(t *testing.T) {
 	t.Parallel()
+	holdHeavyProcessSlot(t)
 
 	const (
 		accounts = 4_000
@@ -551,6 +554,7 @@ func TestLateSlotsOfAnotherGridsCycleAreSpread(t *testing.T) {
 // next cycle.
 func TestStaleQueuedSyncsSkippedAfterOutage(t *testing.T) {
 	t.Parallel()
+	holdHeavyProcessSlot(t)
 
 	const (
 		accounts = 2000

@@ -355,7 +355,6 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		args := syncjob.NewArgs(spec.Name, a.ID, b.cycleStart, job.Args.Slot)
 		regular := b.slotStart.Add(slotplan.OffsetIn(hash, spec.Plan.SlotDuration))
 		args.NotAfter = spec.NotAfter(b.cycleStart, b.cycleEnd, regular, p.target).UTC()
-		args.Apart = spec.Plan.Cycle / 2
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
 	if len(params) > 0 {

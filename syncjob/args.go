@@ -31,10 +31,10 @@ type Args struct {
 	// account. Zero in jobs made before it was recorded: no limit.
 	NotAfter time.Time `json:"not_after,omitzero"`
 
-	// Apart is the least time between two Sync calls of the task for the
-	// account (half a cycle): a sync job that starts less than Apart after
-	// another sync of the account started completes without calling Sync.
-	// Zero in jobs made before it was recorded: no check.
+	// Apart, when set, is the least time between two Sync calls of the task
+	// for the account: a sync job that starts less than Apart after another
+	// sync of the account started completes without calling Sync (one GIN
+	// index lookup per sync). riverslot's fan-out leaves it zero (no check).
 	Apart time.Duration `json:"apart,omitempty"`
 }
 
