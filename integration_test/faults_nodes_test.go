@@ -72,14 +72,17 @@ func TestThreeNodes(t *testing.T) {
 		m := b.measure(ctx, t, "transactions", start)
 		calls := b.count(ctx, t, "SELECT count(*) FROM "+synced+" WHERE cycle_start = $1", start)
 		byClients := b.count(ctx, t, "SELECT count(DISTINCT attempted_by[1]) FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.Kind, start)
-		t.Logf("cycle %s: bootstraps=%d per_slot=%d/%d accounts=%d synced_once=%d missed=%d duplicated=%d sync_calls=%d peak_pending=%d accounts/slots=%d worked_by_clients=%d",
-			start.Format(time.RFC3339), bootstraps, perSlot, plan.Slots, m.Accounts, m.SyncedOnce, m.Missed, m.Duplicated, calls, m.PeakPending, accounts/plan.Slots, byClients)
+		t.Logf("cycle %s: bootstraps=%d per_slot=%d/%d accounts=%d synced_once=%d missed=%d duplicated=%d sync_calls=%d skipped=%d peak_pending=%d accounts/slots=%d worked_by_clients=%d",
+			start.Format(time.RFC3339), bootstraps, perSlot, plan.Slots, m.Accounts, m.SyncedOnce, m.Missed, m.Duplicated, calls, m.Skipped, m.PeakPending, accounts/plan.Slots, byClients)
 
 		require.EqualValues(t, 1, bootstraps, "one bootstrap per cycle")
 		require.EqualValues(t, plan.Slots, perSlot, "one per-slot job per slot")
 		require.EqualValues(t, plan.Slots, perSlotDistinct)
 		require.Zero(t, m.Duplicated)
-		require.EqualValues(t, m.SyncedOnce, calls, "graceful stop: every sync ran exactly once")
+		// Sync jobs that went stale (the partial cycle's catch-up started more
+		// than LateGrace past its time on a busy machine) complete without a
+		// call: every other sync ran exactly once.
+		require.EqualValues(t, m.SyncedOnce-m.Skipped, calls, "graceful stop: every sync ran exactly once (%d skipped as stale)", m.Skipped)
 		if start.Equal(partial) {
 			// Slots more than half a cycle late when the nodes started are
 			// skipped: the next cycle covers them.
