@@ -10,7 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/pinning"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
@@ -40,14 +42,21 @@ func NewArgs(spec *taskspec.Spec, cycleStart time.Time) Args {
 	return Args{Task: spec.Name, CycleStart: cycleStart.UTC(), Plan: spec.PlanID}
 }
 
-// perSlotParams returns the insert params of every per-slot job of the cycle:
-// each runs Lead before its slot and is unique by args in every state.
-func perSlotParams(spec *taskspec.Spec, cycleStart time.Time) []river.InsertManyParams {
+// perSlotParams returns the insert params of the per-slot jobs of the
+// cycle's slots, following pins (nil: hash placement): each runs Lead
+// before its slot and is unique by args in every state (while River keeps
+// it; the ledger decides beyond that).
+func perSlotParams(spec *taskspec.Spec, cycleStart time.Time, slots []int, pins *taskspec.PinsRef) []river.InsertManyParams {
 	cycleStart = cycleStart.UTC()
-	params := make([]river.InsertManyParams, spec.Plan.Slots)
-	for slot := range spec.Plan.Slots {
-		params[slot] = river.InsertManyParams{
-			Args: perslot.NewArgs(spec, cycleStart, slot),
+	params := make([]river.InsertManyParams, len(slots))
+	for i, slot := range slots {
+		args := perslot.NewArgs(spec, cycleStart, slot)
+		args.Placement, args.Pins = perslot.PlacementHash, nil
+		if pins != nil {
+			args.Placement, args.Pins = perslot.PlacementPinned, pins
+		}
+		params[i] = river.InsertManyParams{
+			Args: args,
 			InsertOpts: &river.InsertOpts{
 				Queue:       spec.ControlQueue,
 				Priority:    spec.ControlPriority,
@@ -76,6 +85,30 @@ func NewWorker(pool *pgxpool.Pool, logger *slog.Logger) *Worker {
 // AddTask makes the worker serve the task of spec.
 func (w *Worker) AddTask(spec *taskspec.Spec) { w.specs[spec.Name] = spec }
 
+// Timeout returns the bootstrap's timeout: the task's BootstrapTimeout
+// (a weighted cycle's pin computation has PinsTimeout of it), else River's
+// default.
+func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
+	if spec, ok := w.specs[job.Args.Task]; ok {
+		return spec.BootstrapTimeout
+	}
+	return 0
+}
+
+// Output is recorded as the bootstrap job's output: the cycle's placement.
+type Output struct {
+	// Placement is perslot.PlacementHash or perslot.PlacementPinned.
+	Placement string `json:"placement"`
+	// Pins names the pins the cycle follows (nil: hash placement).
+	Pins *taskspec.PinsRef `json:"pins,omitempty"`
+	// Pinned counts the accounts pinned by this cycle's own computation.
+	Pinned int `json:"pinned,omitempty"`
+	// Fallback is set when the cycle's pins were not computed within the
+	// task's PinsTimeout: "previous" (Pins names the cycle followed) or
+	// "hash".
+	Fallback string `json:"fallback,omitempty"`
+}
+
 // Register adds the worker to workers.
 func (w *Worker) Register(workers *river.Workers) error {
 	return river.AddWorkerSafely(workers, river.Worker[Args](w))
@@ -83,7 +116,12 @@ func (w *Worker) Register(workers *river.Workers) error {
 
 // Work inserts the cycle's per-slot jobs and completes the bootstrap job in
 // one transaction; for a weighted task it first pins the cycle's jumbo
-// accounts in the same transaction (see pinning.Place).
+// accounts in the same transaction (see pinning.Place). The ledger decides
+// in that transaction: a cycle it records as bootstrapped already (a
+// duplicate trigger, a re-run, an EnqueueCycle after River deleted the
+// cycle's jobs) inserts nothing, and only the slots it has no row for get
+// a per-slot job. A cycle older than ledger.Oldest is cancelled: its rows
+// may have been pruned.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	spec, ok := w.specs[job.Args.Task]
 	if !ok {
@@ -103,34 +141,83 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return err
 	}
 
+	cycleStart := job.Args.CycleStart.UTC()
+	if oldest := ledger.Oldest(spec.Plan.Cycle); time.Since(cycleStart) > oldest {
+		return river.JobCancel(fmt.Errorf("cycle %s of task %q started more than %s ago (the ledger's horizon, 4 cycles + 1 h, less a cycle): it is too old to bootstrap",
+			cycleStart.Format(time.RFC3339), spec.Name, oldest))
+	}
+
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("error starting bootstrap transaction: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 
+	led := ledger.New(client.Schema())
+	claimed, err := led.ClaimBootstrap(ctx, tx, spec.Name, spec.PlanID, cycleStart, job.ID)
+	if err != nil {
+		return err
+	}
+	if !claimed {
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+			return fmt.Errorf("error completing bootstrap job: %w", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("error committing bootstrap job: %w", err)
+		}
+		w.logger.InfoContext(ctx, "riverslot: cycle already bootstrapped (the ledger records it); this bootstrap job adds nothing",
+			slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.String("plan", spec.PlanID), slog.Int64("job_id", job.ID))
+		return nil
+	}
+
 	// The cycle's placement is decided here, once, and recorded in every
 	// per-slot job (perslot.NewArgs): its own pins for a weighted task, the
 	// pins of the task it is OppositeOf when that one is weighted (computed
 	// here if its own bootstrap has not yet: Place runs once per cycle).
+	// A computation longer than PinsTimeout makes the cycle fall back to
+	// the latest pins computed before it, else to hash placement (see
+	// pinning.Place): the cycle is never lost.
 	var (
 		pins  pinning.Outcome
 		owner = spec
+		ref   = spec.PinsRef()
 	)
 	if spec.PinsFrom != nil {
 		owner = spec.PinsFrom
 	}
-	if spec.PinsRef() != nil {
-		if pins, err = pinning.Place(ctx, tx, owner, job.Args.CycleStart); err != nil {
-			return fmt.Errorf("error placing the jumbo accounts of task %q: %w", owner.Name, err)
+	if ref != nil {
+		if pins, err = place(ctx, tx, owner, client.Schema(), job.Args.CycleStart); err != nil {
+			return err
 		}
-		if _, err := pinning.Prune(ctx, tx, owner, client.Schema(), job.Args.CycleStart); err != nil {
-			return fmt.Errorf("task %q: %w", owner.Name, err)
+		ref = pins.Ref(ref)
+	}
+	output := Output{Placement: perslot.PlacementHash, Pins: ref, Pinned: pins.Pinned, Fallback: pins.Fallback}
+	if ref != nil {
+		output.Placement = perslot.PlacementPinned
+	}
+	if err := river.RecordOutput(ctx, output); err != nil {
+		return fmt.Errorf("error recording the bootstrap's output: %w", err)
+	}
+	slots, err := led.ClaimSlots(ctx, tx, spec.Name, spec.PlanID, cycleStart, spec.Plan.Slots)
+	if err != nil {
+		return err
+	}
+	var results []*rivertype.JobInsertResult
+	if len(slots) > 0 {
+		if results, err = client.InsertManyTx(ctx, tx, perSlotParams(spec, cycleStart, slots, ref)); err != nil {
+			return fmt.Errorf("error inserting %d per-slot jobs of task %q: %w", len(slots), spec.Name, err)
+		}
+		ids := make([]int64, len(results))
+		for i, r := range results {
+			ids[i] = r.Job.ID
+		}
+		if err := led.SetJobs(ctx, tx, spec.Name, spec.PlanID, cycleStart, slots, ids); err != nil {
+			return err
 		}
 	}
-	results, err := client.InsertManyTx(ctx, tx, perSlotParams(spec, job.Args.CycleStart))
+	pruned, err := led.Prune(ctx, tx, spec.Name, ledger.PruneCutoff(spec.Plan.Cycle, cycleStart, time.Now()))
 	if err != nil {
-		return fmt.Errorf("error inserting %d per-slot jobs of task %q: %w", spec.Plan.Slots, spec.Name, err)
+		return err
 	}
 	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 		return fmt.Errorf("error completing bootstrap job: %w", err)
@@ -142,6 +229,11 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if spec.PinsRef() != nil {
 		pinning.Log(ctx, w.logger, owner, job.Args.CycleStart, pins)
 	}
+	if pins.Fallback != "" && pins.Reused && owner != spec {
+		w.logger.WarnContext(ctx, "riverslot: the cycle follows the fallback placement of the task it is OppositeOf",
+			slog.String("task", spec.Name), slog.String("pins_task", owner.Name), slog.Time("cycle_start", job.Args.CycleStart),
+			slog.String("fallback", pins.Fallback), slog.Time("follows", pins.Follows))
+	}
 	inserted := 0
 	for _, r := range results {
 		if !r.UniqueSkippedAsDuplicate {
@@ -151,6 +243,38 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	w.logger.InfoContext(ctx, "riverslot: cycle bootstrapped",
 		slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart),
 		slog.Int("slots", spec.Plan.Slots), slog.Duration("slot_duration", spec.Plan.SlotDuration),
-		slog.Int("per_slot_inserted", inserted), slog.Int("per_slot_already_present", len(results)-inserted))
+		slog.Int("per_slot_inserted", inserted), slog.Int("per_slot_already_present", spec.Plan.Slots-inserted),
+		slog.Int64("ledger_rows_pruned", pruned))
 	return nil
+}
+
+// place computes the pins of owner's cycle (pinning.Place) and prunes old
+// ones, in riverTx when the accounts live in River's database. Otherwise
+// the pins tables live next to the accounts: they are computed and
+// committed there first, in a transaction of their own; a bootstrap that
+// dies before its River transaction commits is retried and reuses them
+// (Place runs once per cycle), so the per-slot jobs it then inserts name
+// pins that exist.
+func place(ctx context.Context, riverTx pgx.Tx, owner *taskspec.Spec, riverSchema string, cycleStart time.Time) (pinning.Outcome, error) {
+	tx := riverTx
+	if owner.SeparateAccounts() {
+		var err error
+		if tx, err = owner.AccountsPool.Begin(ctx); err != nil {
+			return pinning.Outcome{}, fmt.Errorf("error starting the pins transaction on the accounts database of task %q: %w", owner.Name, err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	}
+	pins, err := pinning.Place(ctx, tx, owner, cycleStart)
+	if err != nil {
+		return pinning.Outcome{}, fmt.Errorf("error placing the jumbo accounts of task %q: %w", owner.Name, err)
+	}
+	if _, err := pinning.Prune(ctx, tx, riverTx, owner, riverSchema, cycleStart); err != nil {
+		return pinning.Outcome{}, fmt.Errorf("task %q: %w", owner.Name, err)
+	}
+	if tx != riverTx {
+		if err := tx.Commit(ctx); err != nil {
+			return pinning.Outcome{}, fmt.Errorf("error committing the pins of task %q: %w", owner.Name, err)
+		}
+	}
+	return pins, nil
 }

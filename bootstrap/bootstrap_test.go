@@ -2,6 +2,7 @@ package bootstrap_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -11,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/bootstrap"
-	"github.com/riverslot/riverslot/internal/riverslottest"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/perslot"
 )
 
@@ -136,6 +137,88 @@ func TestWork(t *testing.T) {
 		require.Equal(t, "discarded", after[3].State, "the failed slot is retried by an operator, not replaced")
 	})
 
+	t.Run("LedgerKeepsTheCycleAfterRiverDeletedItsJobs", func(t *testing.T) {
+		t.Parallel()
+		ctx, client, events, perSlotJobs := setup(t)
+		exec := client.Driver().GetExecutor()
+		jobs := pgx.Identifier{client.Schema(), "river_job"}.Sanitize()
+
+		args := args
+		args.Plan = planOf(t)
+		first, err := client.Insert(ctx, args, &river.InsertOpts{Queue: "slots", UniqueOpts: taskspec.UniqueEveryState()})
+		require.NoError(t, err)
+		require.Equal(t, river.EventKindJobCompleted, waitFor(t, events, first.Job.ID).Kind)
+		made := perSlotJobs()
+		require.Len(t, made, 8)
+		rows := ledgerRows(ctx, t, client)
+		require.Len(t, rows, 9, "the bootstrap's row and one per slot")
+		require.Equal(t, first.Job.ID, rows[-1], "the bootstrap row names its job")
+
+		// River's cleaner deletes the finished bootstrap and, say, slot 5's
+		// per-slot job; nothing of the cycle blocks an insert any more.
+		require.NoError(t, exec.Exec(ctx, "DELETE FROM "+jobs+" WHERE kind = $1 OR (kind = $2 AND (args->>'slot')::int = 5)", bootstrap.Kind, perslot.Kind))
+		again, err := client.Insert(ctx, args, &river.InsertOpts{Queue: "slots", UniqueOpts: taskspec.UniqueEveryState()})
+		require.NoError(t, err)
+		require.False(t, again.UniqueSkippedAsDuplicate, "River no longer has the cycle's bootstrap")
+		require.Equal(t, river.EventKindJobCompleted, waitFor(t, events, again.Job.ID).Kind)
+		after := perSlotJobs()
+		require.Len(t, after, 7, "the re-run bootstrap added no per-slot job, not even for the deleted slot 5")
+		for _, j := range after {
+			require.NotEqual(t, 5, j.Args.Slot)
+		}
+		require.Equal(t, rows, ledgerRows(ctx, t, client), "the ledger is unchanged")
+	})
+
+	t.Run("TooOldCycleIsCancelled", func(t *testing.T) {
+		t.Parallel()
+		ctx, client, events, perSlotJobs := setup(t)
+
+		// A 2 min cycle may be bootstrapped up to 4 x 2 min + 1 h - 2 min
+		// after its start.
+		old := bootstrap.Args{Task: "transactions", CycleStart: time.Now().UTC().Truncate(2 * time.Minute).Add(-70 * time.Minute), Plan: planOf(t)}
+		res, err := client.Insert(ctx, old, insertOpts)
+		require.NoError(t, err)
+		ev := waitFor(t, events, res.Job.ID)
+		require.Equal(t, river.EventKindJobCancelled, ev.Kind)
+		require.Contains(t, ev.Job.Errors[0].Error, "started more than 1h6m0s ago")
+		require.Empty(t, perSlotJobs())
+		require.Empty(t, ledgerRows(ctx, t, client))
+	})
+
+	t.Run("PrunesTheTasksRowsPastTheHorizon", func(t *testing.T) {
+		t.Parallel()
+		ctx, client, events, _ := setup(t)
+		exec := client.Driver().GetExecutor()
+		table := pgx.Identifier{client.Schema(), "riverslot_ledger"}.Sanitize()
+
+		now := time.Now().UTC().Truncate(2 * time.Minute)
+		// The horizon of a 2 min cycle is 4 x 2 min + 1 h: 68 min.
+		for _, r := range []struct {
+			task string
+			ago  time.Duration
+		}{
+			{"transactions", 3 * time.Hour}, {"transactions", 70 * time.Minute}, // pruned
+			{"transactions", 66 * time.Minute}, {"transactions", 10 * time.Minute}, // kept
+			{"reports", 3 * time.Hour}, // another task's: its own bootstraps prune it
+		} {
+			require.NoError(t, exec.Exec(ctx, "INSERT INTO "+table+" (task, cycle_start, plan, slot) SELECT $1, $2, 'p', s FROM generate_series(-1, 7) s", r.task, now.Add(-r.ago)))
+		}
+		args := bootstrap.Args{Task: "transactions", CycleStart: now, Plan: planOf(t)}
+		res, err := client.Insert(ctx, args, insertOpts)
+		require.NoError(t, err)
+		require.Equal(t, river.EventKindJobCompleted, waitFor(t, events, res.Job.ID).Kind)
+
+		var got map[string]int
+		require.NoError(t, exec.QueryRow(ctx, "SELECT json_object_agg(task || ' ' || to_char(cycle_start AT TIME ZONE 'UTC', 'HH24:MI'), n) FROM (SELECT task, cycle_start, count(*) n FROM "+table+" GROUP BY 1, 2) c").Scan(&got))
+		at := func(task string, ago time.Duration) string { return task + " " + now.Add(-ago).Format("15:04") }
+		require.Equal(t, map[string]int{
+			at("reports", 3*time.Hour):         9,
+			at("transactions", 66*time.Minute): 9,
+			at("transactions", 10*time.Minute): 9,
+			at("transactions", 0):              9,
+		}, got)
+	})
+
 	t.Run("OtherPlanRunsUnderItsOwnPlan", func(t *testing.T) {
 		t.Parallel()
 		ctx, client, events, perSlotJobs := setup(t)
@@ -163,7 +246,7 @@ func TestWork(t *testing.T) {
 			wantErr string
 		}{
 			{bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: "weekly"}, `plan id "weekly" is not of the form <seconds>s/<slots>/<seed>`},
-			{bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: "60s/8/01"}, `a 1m0s cycle has 4 slots, not 8`},
+			{bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: "60s/8/01"}, `has 4 slots, not 8`},
 			{bootstrap.Args{Task: "reports", CycleStart: start.UTC(), Plan: planOf(t)}, `no riverslot task "reports" is registered in this process`},
 		} {
 			res, err := client.Insert(ctx, tt.args, insertOpts)
@@ -182,4 +265,21 @@ func TestWork(t *testing.T) {
 func planOf(t *testing.T) string {
 	t.Helper()
 	return riverslottest.Spec(t, "transactions", "s", "accounts", "", 2*time.Minute, 1).PlanID
+}
+
+// ledgerRows returns the job id of every ledger row of the client's
+// schema, by slot (-1: the bootstrap), for the fixture's one cycle.
+func ledgerRows(ctx context.Context, t *testing.T, client *river.Client[pgx.Tx]) map[int]int64 {
+	t.Helper()
+	var bySlot map[string]int64
+	require.NoError(t, client.Driver().GetExecutor().QueryRow(ctx, "SELECT coalesce(json_object_agg(slot, coalesce(job_id, 0)), '{}') FROM "+
+		pgx.Identifier{client.Schema(), "riverslot_ledger"}.Sanitize()).Scan(&bySlot))
+	out := make(map[int]int64)
+	for k, id := range bySlot {
+		slot, err := strconv.Atoi(k)
+		require.NoError(t, err)
+		require.NotZero(t, id, "slot %d has no job id", slot)
+		out[slot] = id
+	}
+	return out
 }

@@ -100,8 +100,8 @@ func TestOutageLongerThanACycle(t *testing.T) {
 	require.EqualValues(t, accounts, staleSkipped, "the stale cycle syncs nobody: the current cycle covers everyone")
 }
 
-// TestPlanChange runs a 60 s cycle, stops the app in its middle and restarts
-// it with a 120 s cycle, as a new user changing Cycle would. The old
+// TestPlanChange runs a 48 s cycle, stops the app in its middle and restarts
+// it with a 96 s cycle, as a new user changing Cycle would. The old
 // cycle's remaining per-slot jobs run under the plan they were made for, the
 // new cycle starting at the same instant does not collide with it, and the
 // new plan leaves to the old cycle the accounts it syncs: no account is
@@ -114,58 +114,66 @@ func TestPlanChange(t *testing.T) {
 	ctx, b := setup(t, accounts)
 	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
 
-	// A 60 s cycle starting 17 s from now, on a grid the 120 s cycle shares.
-	offset, oldStart := offsetForStartIn(120*time.Second, 17*time.Second)
-	oldTask := riverutil.Task{Name: "transactions", Cycle: 60 * time.Second, TriggerOffset: offset % (60 * time.Second),
+	// A 48 s cycle (16 slots of 3 s) starting 11 s from now, on a grid the
+	// 96 s cycle (32 slots of 3 s) shares: the new app, started within the
+	// old cycle, bootstraps (RunOnStart) the 96 s cycle starting with it.
+	offset, oldStart := offsetForStartIn(96*time.Second, 11*time.Second)
+	oldTask := riverutil.Task{Name: "transactions", Cycle: 48 * time.Second, TriggerOffset: offset % (48 * time.Second),
 		Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()}
 	old := newScheduler(t, b, oldTask)
-	oldClient := startClient(ctx, t, b, old, true, river.QueueDefault)
+	// The old plan's cycle is enqueued by hand, not by its trigger: however
+	// long a busy machine takes to stop the app, the old plan makes no
+	// second cycle.
+	oldClient := startClient(ctx, t, b, old, false, river.QueueDefault)
+	_, err := old.EnqueueCycle(ctx, oldClient, "transactions", oldStart)
+	require.NoError(t, err)
 	waitFor(t, time.Until(oldStart)+60*time.Second, "half of the old cycle's slots to fan out", func() bool {
-		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", perslot.Kind) >= 2
+		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", perslot.Kind) >= 4
 	})
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	require.NoError(t, oldClient.Stop(stopCtx))
 	stoppedAt := time.Now()
-	require.Less(t, stoppedAt.Sub(oldStart), 45*time.Second, "stopped with old slots still to run")
+	require.Less(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", perslot.Kind), int64(16),
+		"stopped with old slots still to run")
 
 	newTask := oldTask
-	newTask.Cycle, newTask.TriggerOffset = 120*time.Second, offset
+	newTask.Cycle, newTask.TriggerOffset = 96*time.Second, offset
 	changed := newScheduler(t, b, newTask)
 	require.NotEqual(t, taskInfo(t, old, "transactions").PlanID, taskInfo(t, changed, "transactions").PlanID)
 	startClient(ctx, t, b, changed, true, river.QueueDefault)
 
 	// The new plan's first cycle starts at oldStart too (RunOnStart); wait
 	// until it and the next one are done.
-	end := oldStart.Add(240 * time.Second)
+	end := oldStart.Add(192 * time.Second)
 	waitFor(t, time.Until(end)+60*time.Second, "two new cycles", func() bool {
 		return time.Now().After(end) &&
 			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE state NOT IN ('completed', 'cancelled', 'discarded') AND (args->>'cycle_start')::timestamptz < $1", end) == 0
 	})
 
 	require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE state IN ('cancelled', 'discarded')"), "no job cancelled or failed for its plan")
-	require.EqualValues(t, 4, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND args->>'plan' = $2 AND state = 'completed'",
-		perslot.Kind, taskInfo(t, old, "transactions").PlanID), "the old cycle ran all its 4 slots under its own plan")
+	require.EqualValues(t, 16, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND args->>'plan' = $2 AND state = 'completed'",
+		perslot.Kind, taskInfo(t, old, "transactions").PlanID), "the old cycle ran all its 16 slots under its own plan")
 	oldCycle := b.measure(ctx, t, "transactions", oldStart)
-	t.Logf("old cycle (60 s and 120 s plans share its start): sync jobs=%d synced_once=%d duplicated=%d", oldCycle.SyncJobs, oldCycle.SyncedOnce, oldCycle.Duplicated)
+	t.Logf("old cycle (48 s and 96 s plans share its start): sync jobs=%d synced_once=%d duplicated=%d skipped as stale=%d", oldCycle.SyncJobs, oldCycle.SyncedOnce, oldCycle.Duplicated, oldCycle.Skipped)
 
 	times := b.syncTimes(ctx, t)
 	var inOld int
 	for _, id := range b.ids {
 		ts := times[id]
 		require.NotEmpty(t, ts, "account %s never synced", id)
-		// Within the old cycle [T, T+60s) and within the first new cycle
-		// [T, T+120s): exactly one sync each.
+		// Within the old cycle [T, T+48s) and within the first new cycle
+		// [T, T+96s): exactly one sync each.
 		var old, firstNew, secondNew int
 		for _, at := range ts {
 			d := at.Sub(oldStart)
-			if d >= 0 && d < 60*time.Second {
+			if d >= 0 && d < 48*time.Second {
 				old++
 			}
-			if d >= 0 && d < 120*time.Second {
+			if d >= 0 && d < 96*time.Second {
 				firstNew++
 			}
-			if d >= 120*time.Second && d < 240*time.Second {
+			if d >= 96*time.Second && d < 192*time.Second {
 				secondNew++
 			}
 		}
@@ -173,10 +181,21 @@ func TestPlanChange(t *testing.T) {
 		require.Equal(t, 1, secondNew, "account %s synced %d times within the second new cycle: %v", id, secondNew, ts)
 		inOld += old
 		for i := 1; i < len(ts); i++ {
-			require.GreaterOrEqual(t, ts[i].Sub(ts[i-1]), 60*time.Second, "account %s synced twice %s apart: %v", id, ts[i].Sub(ts[i-1]), ts)
+			require.GreaterOrEqual(t, ts[i].Sub(ts[i-1]), 48*time.Second, "account %s synced twice %s apart: %v", id, ts[i].Sub(ts[i-1]), ts)
 		}
 	}
-	require.Equal(t, accounts, inOld, "the old cycle synced every account once, under its own plan")
+	// One sync job per account for the shared cycle start, all made by the
+	// old plan. A busy machine, slow to stop and restart the app, can start
+	// some of them after their NotAfter (half a cycle before the account's
+	// next regular sync): they complete without calling Sync and the new
+	// plan's cycles cover those accounts (checked above: once in each new
+	// cycle, never closer than half a cycle). Every other account is synced
+	// in the old cycle's window.
+	require.EqualValues(t, accounts, oldCycle.SyncJobs)
+	require.EqualValues(t, accounts, oldCycle.SyncedOnce)
+	require.GreaterOrEqual(t, int64(inOld), int64(accounts)-oldCycle.Skipped, "the old cycle synced every account it did not skip as stale, under its own plan")
+	require.LessOrEqual(t, inOld, accounts)
+	require.Positive(t, inOld, "the old cycle ran syncs (a NotAfter that makes every sync stale fails here)")
 	require.Zero(t, oldCycle.Duplicated, "no account has two sync jobs of the shared cycle start")
 	t.Logf("stopped %s into the old cycle; every account synced once in the old cycle, skipped by the overlapping new one, and once in the next",
 		stoppedAt.Sub(oldStart).Round(100*time.Millisecond))

@@ -85,4 +85,11 @@ type fanOutCursor struct {
 	Inserted int64 `json:"inserted"`
 	Skipped  int64 `json:"skipped"`
 	Batches  int   `json:"batches"`
+
+	// RangeAccounts counts the accounts of the slot's bucket range the
+	// fan-out selected (pinned ones included); LateSpread and LateSkipped
+	// the late accounts spread and skipped. The ledger records them.
+	RangeAccounts int64 `json:"range_accounts,omitempty"`
+	LateSpread    int64 `json:"late_spread,omitempty"`
+	LateSkipped   int64 `json:"late_skipped,omitempty"`
 }

@@ -108,7 +108,7 @@ func sameGrid(spec *taskspec.Spec, a, b time.Time) bool {
 // loadOverlapPins reads, for every overlapping cycle that follows pins, the
 // pinned slots of page's accounts there: one primary-key lookup per page
 // and cycle, bounded by the page.
-func (b *batch) loadOverlapPins(ctx context.Context, tx pgx.Tx, page []account) error {
+func (b *batch) loadOverlapPins(ctx context.Context, q querier, page []account) error {
 	var ids []uuid.UUID
 	for _, o := range b.overlaps {
 		if o.pins == nil {
@@ -120,7 +120,7 @@ func (b *batch) loadOverlapPins(ctx context.Context, tx pgx.Tx, page []account) 
 				ids[i] = a.ID
 			}
 		}
-		rows, err := tx.Query(ctx, o.pinRead.Slots, o.pins.Task, o.pins.Plan, o.cycleStart, ids)
+		rows, err := q.Query(ctx, o.pinRead.Slots, o.pins.Task, o.pins.Plan, o.pins.PinsCycle(o.cycleStart), ids)
 		if err != nil {
 			return fmt.Errorf("error reading the pins of the overlapping cycle %s: %w", o.cycleStart.UTC().Format(time.RFC3339), err)
 		}

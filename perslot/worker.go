@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -34,6 +35,10 @@ var ErrLostOwnership = errors.New("per-slot job is no longer owned by this attem
 // could loop over the same accounts forever. It means the selection query
 // does not return what it should (a filter, collation or index surprise).
 var ErrKeysetStalled = errors.New("per-slot page did not advance past the cursor")
+
+// ErrDuplicate is the cancellation error of a per-slot job whose slot the
+// ledger records for another job: the slot is that job's to fan out.
+var ErrDuplicate = errors.New("the ledger records another per-slot job for this slot")
 
 // Result is recorded as the per-slot job's output when the fan-out finishes.
 type Result struct {
@@ -131,6 +136,15 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if err != nil {
 		return err
 	}
+	led := ledger.New(client.Schema())
+	owner, recorded, err := led.SlotJob(ctx, w.pool, spec.Name, spec.PlanID, job.Args.CycleStart, job.Args.Slot)
+	if err != nil {
+		return err
+	}
+	if recorded && owner != 0 && owner != job.ID {
+		return river.JobCancel(fmt.Errorf("%w (slot %d of task %q, cycle %s: job %d, this is job %d)",
+			ErrDuplicate, job.Args.Slot, spec.Name, job.Args.CycleStart.UTC().Format(time.RFC3339), owner, job.ID))
+	}
 
 	river.ResumableStepCursor(ctx, stepFanOut, nil, func(ctx context.Context, cursor fanOutCursor) error {
 		err := w.fanOut(ctx, client, spec, pins, job, cursor)
@@ -182,6 +196,7 @@ type batch struct {
 	pinRead taskspec.PinRead
 	pinArgs []any
 	pinSlot int // the slot this job's slot is in the pins' own task
+	ledger  ledger.Ledger
 }
 
 func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, pins *taskspec.PinsRef, job *river.Job[Args], cursor fanOutCursor) error {
@@ -195,6 +210,7 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 		cycleEnd:   job.Args.CycleEnd,
 		slotStart:  spec.Plan.SlotStart(job.Args.CycleStart, slot),
 		pins:       pins,
+		ledger:     ledger.New(client.Schema()),
 		fenceSQL:   "SELECT attempt, state FROM " + sqlbucket.QualifiedTable(client.Schema(), "river_job") + " WHERE id = $1 FOR UPDATE",
 		params:     make([]river.InsertManyParams, 0, spec.BatchSize),
 		opts:       make([]river.InsertOpts, spec.BatchSize),
@@ -204,7 +220,7 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 	}
 	if pins != nil {
 		b.pinRead = spec.PinRead(pins.Schema)
-		b.pinArgs = []any{pins.Task, pins.Plan, b.cycleStart}
+		b.pinArgs = []any{pins.Task, pins.Plan, pins.PinsCycle(b.cycleStart)}
 		b.pinSlot = spec.Plan.Shift(slot, -pins.Shift)
 	}
 	overlaps, err := w.overlaps(ctx, client, spec, job)
@@ -248,6 +264,19 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 	return river.RecordOutput(ctx, result)
 }
 
+// record records the slot's finished fan-out (totals of cursor) in the
+// ledger, in tx.
+func (w *Worker) record(ctx context.Context, tx pgx.Tx, b *batch, cursor fanOutCursor) error {
+	args := b.job.Args
+	_, err := b.ledger.RecordSlot(ctx, tx, b.spec.Name, b.spec.PlanID, args.CycleStart, args.Slot, b.job.ID, ledger.SlotResult{
+		Accounts: cursor.Inserted + cursor.Skipped, RangeAccounts: cursor.RangeAccounts,
+		Inserted: cursor.Inserted, Skipped: cursor.Skipped,
+		LateSpread: cursor.LateSpread, LateSkipped: cursor.LateSkipped,
+		Batches: cursor.Batches,
+	})
+	return err
+}
+
 // account is one row of a keyset page.
 type account struct {
 	ID     uuid.UUID
@@ -282,6 +311,15 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		return 0, fmt.Errorf("%w (job %d is %s at attempt %d, this is attempt %d)", ErrLostOwnership, job.ID, state, attempt, job.Attempt)
 	}
 
+	// The accounts (and a weighted cycle's pins, stored next to them) are
+	// read in this transaction when they live in River's database, else
+	// with plain reads on the accounts pool: the inserts and the cursor
+	// below commit together on River's database either way, so a batch
+	// killed before its commit is read again and enqueued once.
+	var aq querier = tx
+	if spec.SeparateAccounts() {
+		aq = spec.AccountsPool
+	}
 	var (
 		after uuid.UUID
 		rows  pgx.Rows
@@ -293,13 +331,13 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 	}
 	switch {
 	case cursor.Pinned && cursor.Started:
-		rows, err = tx.Query(ctx, b.pinRead.PinnedNextPage, append(b.pinArgs[:3:3], b.pinSlot, spec.BatchSize, after)...)
+		rows, err = aq.Query(ctx, b.pinRead.PinnedNextPage, append(b.pinArgs[:3:3], b.pinSlot, spec.BatchSize, after)...)
 	case cursor.Pinned:
-		rows, err = tx.Query(ctx, b.pinRead.PinnedFirstPage, append(b.pinArgs[:3:3], b.pinSlot, spec.BatchSize)...)
+		rows, err = aq.Query(ctx, b.pinRead.PinnedFirstPage, append(b.pinArgs[:3:3], b.pinSlot, spec.BatchSize)...)
 	case cursor.Started:
-		rows, err = tx.Query(ctx, spec.SQL.NextPage, b.lo, b.hi, spec.BatchSize, cursor.Bucket, after)
+		rows, err = aq.Query(ctx, spec.SQL.NextPage, b.lo, b.hi, spec.BatchSize, cursor.Bucket, after)
 	default:
-		rows, err = tx.Query(ctx, spec.SQL.FirstPage, b.lo, b.hi, spec.BatchSize)
+		rows, err = aq.Query(ctx, spec.SQL.FirstPage, b.lo, b.hi, spec.BatchSize)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("error selecting accounts: %w", err)
@@ -308,7 +346,18 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 	if err != nil {
 		return 0, fmt.Errorf("error selecting accounts: %w", err)
 	}
+	// The last batch (a short page of the last phase) records the slot's
+	// fan-out in the ledger in its own transaction.
+	final := len(accounts) < spec.BatchSize && (b.pins == nil || cursor.Pinned)
 	if len(accounts) == 0 {
+		if final {
+			if err := w.record(ctx, tx, b, *cursor); err != nil {
+				return 0, err
+			}
+			if err := tx.Commit(ctx); err != nil {
+				return 0, fmt.Errorf("error committing the slot's ledger row: %w", err)
+			}
+		}
 		return 0, nil
 	}
 	if err := checkKeyset(accounts, b.lo, b.hi, *cursor, spec.BatchSize); err != nil {
@@ -316,11 +365,11 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 	}
 	var pinnedElsewhere map[uuid.UUID]bool
 	if b.pins != nil && !cursor.Pinned {
-		if pinnedElsewhere, err = pagePins(ctx, tx, b, accounts); err != nil {
+		if pinnedElsewhere, err = pagePins(ctx, aq, b, accounts); err != nil {
 			return 0, err
 		}
 	}
-	if err := b.loadOverlapPins(ctx, tx, accounts); err != nil {
+	if err := b.loadOverlapPins(ctx, aq, accounts); err != nil {
 		return 0, err
 	}
 
@@ -372,6 +421,18 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		Inserted: cursor.Inserted + int64(len(params)),
 		Skipped:  cursor.Skipped + skipped,
 		Batches:  cursor.Batches + 1,
+
+		RangeAccounts: cursor.RangeAccounts,
+		LateSpread:    cursor.LateSpread + spread,
+		LateSkipped:   cursor.LateSkipped + lateSkipped,
+	}
+	if !cursor.Pinned {
+		next.RangeAccounts += int64(len(accounts))
+	}
+	if final {
+		if err := w.record(ctx, tx, b, next); err != nil {
+			return 0, err
+		}
 	}
 	if _, err := river.ResumableSetStepCursorTx[*riverpgxv5.Driver](ctx, tx, job, next); err != nil {
 		return 0, fmt.Errorf("error persisting resume cursor: %w", err)
@@ -425,9 +486,9 @@ func checkKeyset(page []account, lo, hi int, cursor fanOutCursor, limit int) err
 // the pins' bucket index between the page's first and last (bucket, id), so
 // memory and time stay bounded by the page, even for a giant's home range
 // whose every account is pinned elsewhere.
-func pagePins(ctx context.Context, tx pgx.Tx, b *batch, page []account) (map[uuid.UUID]bool, error) {
+func pagePins(ctx context.Context, q querier, b *batch, page []account) (map[uuid.UUID]bool, error) {
 	first, last := page[0], page[len(page)-1]
-	rows, err := tx.Query(ctx, b.pinRead.PageRange, append(b.pinArgs[:3:3], first.Bucket, first.ID, last.Bucket, last.ID)...)
+	rows, err := q.Query(ctx, b.pinRead.PageRange, append(b.pinArgs[:3:3], first.Bucket, first.ID, last.Bucket, last.ID)...)
 	if err != nil {
 		return nil, fmt.Errorf("error loading the pins of buckets %d-%d: %w", first.Bucket, last.Bucket, err)
 	}
@@ -440,4 +501,10 @@ func pagePins(ctx context.Context, tx pgx.Tx, b *batch, page []account) (map[uui
 		pinned[id] = true
 	}
 	return pinned, nil
+}
+
+// querier runs the account-side reads of a batch: its transaction, or the
+// accounts pool (taskspec.Spec.AccountsPool).
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }

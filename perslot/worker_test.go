@@ -14,8 +14,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/internal/riverslottest"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
@@ -153,6 +153,55 @@ func TestFanOut(t *testing.T) {
 			"every sync inside slot 5's window")
 	})
 
+	t.Run("LedgerRecordsTheFanOut", func(t *testing.T) {
+		t.Parallel()
+		// Attempt 1 fails before batch 3; the retry finishes. The ledger
+		// row (none existed: the job was not made by a bootstrap) holds
+		// the totals across attempts, written with the last batch.
+		ctx, b := setup(t, 2000, 20, nil)
+		b.worker.beforeBatch = func(ctx context.Context, job *river.Job[Args], batch int) error {
+			if batch == 3 && job.Attempt == 1 {
+				return errors.New("connection lost")
+			}
+			return nil
+		}
+		const slot = 4
+		ev := b.run(ctx, t, slot, 3)
+		require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
+		n := int64(len(b.slotAccounts(slot)))
+		require.Greater(t, n, int64(40))
+		got := b.ledgerRow(ctx, t, slot)
+		require.Equal(t, ledgerRow{JobID: ev.Job.ID, Accounts: n, RangeAccounts: n, Inserted: n, Batches: int((n + 19) / 20), Finished: true}, got)
+	})
+
+	t.Run("LedgerRecordsAFanOutWhoseLastBatchIsEmpty", func(t *testing.T) {
+		t.Parallel()
+		// The slot's accounts fill exactly one batch: the last batch finds
+		// none and records the fan-out alone.
+		ctx, b := setup(t, 600, 50, nil)
+		const slot = 6
+		n := len(b.slotAccounts(slot))
+		b.spec.BatchSize = n
+		ev := b.run(ctx, t, slot, 1)
+		require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
+		require.Equal(t, ledgerRow{JobID: ev.Job.ID, Accounts: int64(n), RangeAccounts: int64(n), Inserted: int64(n), Batches: 1, Finished: true}, b.ledgerRow(ctx, t, slot))
+	})
+
+	t.Run("SlotOfAnotherJobIsCancelled", func(t *testing.T) {
+		t.Parallel()
+		// The ledger says slot 2 of the cycle belongs to another job (one
+		// River deleted, say): this one is a duplicate and inserts nothing.
+		ctx, b := setup(t, 600, 50, nil)
+		_, err := b.pool.Exec(ctx, "INSERT INTO "+b.table("riverslot_ledger")+" (task, cycle_start, plan, slot, job_id) VALUES ($1, $2, $3, 2, 999999)",
+			b.spec.Name, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), b.spec.PlanID)
+		require.NoError(t, err)
+		ev := b.run(ctx, t, 2, 3)
+		require.Equal(t, river.EventKindJobCancelled, ev.Kind)
+		require.Contains(t, ev.Job.Errors[0].Error, ErrDuplicate.Error())
+		require.Empty(t, b.syncJobs(ctx, t))
+		require.Equal(t, ledgerRow{JobID: 999999}, b.ledgerRow(ctx, t, 2))
+	})
+
 	t.Run("StalledKeysetInsertsNothingMore", func(t *testing.T) {
 		t.Parallel()
 		// A next-page query that ignores the cursor (what a filter such as
@@ -254,4 +303,22 @@ func TestCheckKeyset(t *testing.T) {
 		require.ErrorIs(t, err, ErrKeysetStalled, name)
 	}
 	require.ErrorIs(t, checkKeyset(page, 8, 15, fanOutCursor{}, 2), ErrKeysetStalled, "more rows than the limit")
+}
+
+type ledgerRow struct {
+	JobID                   int64
+	Accounts, RangeAccounts int64
+	Inserted, Skipped       int64
+	Batches                 int
+	Finished                bool
+}
+
+// ledgerRow returns the ledger's row of slot in the cycle b.run makes.
+func (b *testBundle) ledgerRow(ctx context.Context, t *testing.T, slot int) ledgerRow {
+	t.Helper()
+	var r ledgerRow
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT coalesce(job_id, 0), coalesce(accounts, 0), coalesce(range_accounts, 0), coalesce(inserted, 0), coalesce(skipped, 0), coalesce(batches, 0), finished_at IS NOT NULL FROM "+
+		b.table("riverslot_ledger")+" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4",
+		b.spec.Name, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), b.spec.PlanID, slot).Scan(&r.JobID, &r.Accounts, &r.RangeAccounts, &r.Inserted, &r.Skipped, &r.Batches, &r.Finished))
+	return r
 }

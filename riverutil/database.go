@@ -13,14 +13,34 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 // Migrate brings River's tables in schema ("" for search_path) up to the
-// version this River release needs. It is rivermigrate's Migrate up, for
-// apps that do not run River's CLI.
+// version this River release needs (rivermigrate's Migrate up, for apps
+// that do not run River's CLI), creating schema first when it does not
+// exist, and creates riverslot's ledger table there (riverslot_ledger, see
+// docs/scale.md). Run it as a role that may create tables in schema (and
+// the schema, when it is missing). It is idempotent: run it on every
+// deploy; an existing deployment gets the ledger on its next run. Apps that
+// migrate River with its own CLI run Migrate too, or MigrateLedger.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if schema != "" {
+		// Checked first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the
+		// database even when the schema exists.
+		var exists bool
+		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
+			return fmt.Errorf("error looking up schema %q: %w", schema, err)
+		}
+		if !exists {
+			if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+				return fmt.Errorf("error creating schema %q for River's tables (create it as its owner, or grant CREATE on the database to this role): %w", schema, err)
+			}
+		}
+	}
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
 	if err != nil {
 		return fmt.Errorf("error creating River migrator: %w", err)
@@ -28,23 +48,57 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("error migrating River tables in schema %q: %w", schema, err)
 	}
+	return MigrateLedger(ctx, pool, schema)
+}
+
+// MigrateLedger creates riverslot's ledger table in River's schema ("" for
+// search_path) if it does not exist. Migrate calls it.
+func MigrateLedger(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	for _, ddl := range ledger.DDL(schema) {
+		if _, err := pool.Exec(ctx, ddl); err != nil {
+			return fmt.Errorf("error creating riverslot's ledger table in schema %q: %w", schema, err)
+		}
+	}
 	return nil
 }
 
-// Check verifies every task against the database before the client starts:
+// Check verifies every task against the database holding its accounts
+// (Task.AccountsPool, else River's) before the client starts:
 // the table exists and is readable, the id column exists and is uuid, and
 // the exact queries the per-slot and sync tiers run (with the filter spliced
-// in) are valid. It never writes: the queries are planned with EXPLAIN, not
-// executed, inside a read-only transaction that is rolled back. A missing
-// bucket index is logged as a warning, not an error. Run Check before
-// CreateIndexes, so a wrong table or column gets Check's error rather than
-// Postgres' own.
+// in) are valid; for a weighted task, that Weight is numeric. It never
+// writes: the queries are planned with EXPLAIN, and the first-page query
+// is run with LIMIT 0 (no rows) to check SELECT permission, all inside a
+// read-only transaction that is rolled back. The returned error names the
+// task, the field and the fix, for every task at once.
+//
+// Warnings, not errors, go to Config.Logger (else slog.Default, as Check
+// runs before Configure): a missing bucket index or pins tables (run
+// CreateIndexes before Check), a Cycle with fewer than 8 slots, whose
+// slots each queue a large share of the accounts at once (the warning
+// suggests a cycle whose seconds have more factors of 2), slots and
+// LateGrace both shorter than River's 5 s scheduler tick (most accounts
+// would be enqueued late: raise LateGrace or Cycle), and a task that
+// would keep more than RowBudgetWarn rows in River's job table (RowBudget,
+// from the table's pg_class.reltuples estimate and River's
+// CompletedJobRetentionPeriod as Configure found it, River's 24 h default
+// before Configure). After Configure, Check fails when riverslot's ledger
+// table is missing from River's schema (Migrate creates it).
 func (s *Scheduler) Check(ctx context.Context) error {
 	var errs []error
 	for _, spec := range s.specs {
+		s.warnFewSlots(ctx, spec)
+		s.warnShortSlots(ctx, spec)
 		if err := s.checkTask(ctx, spec); err != nil {
 			errs = append(errs, fmt.Errorf("task %q: %w", spec.Name, err))
+			continue
 		}
+		if err := s.checkRowBudget(ctx, spec); err != nil {
+			errs = append(errs, fmt.Errorf("task %q: %w", spec.Name, err))
+		}
+	}
+	if err := s.checkLedger(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -52,9 +106,9 @@ func (s *Scheduler) Check(ctx context.Context) error {
 func (s *Scheduler) checkTask(ctx context.Context, spec *taskspec.Spec) error {
 	table := spec.QualifiedTable
 
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	tx, err := spec.AccountsDB(s.pool).BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return fmt.Errorf("error starting check transaction: %w", err)
+		return fmt.Errorf("error starting check transaction on the accounts database: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only, always rolled back
 
@@ -107,14 +161,47 @@ func (s *Scheduler) checkTask(ctx context.Context, spec *taskspec.Spec) error {
 
 	var hasIndex bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		WHERE i.indrelid = to_regclass($1) AND c.relname = $2)`, table, sqlbucket.IndexName(spec.Table, spec.IDColumn)).Scan(&hasIndex); err != nil {
+		WHERE i.indrelid = to_regclass($1) AND c.relname = $2)`, table, spec.IndexName()).Scan(&hasIndex); err != nil {
 		return fmt.Errorf("error looking up bucket index: %w", err)
 	}
 	if !hasIndex {
 		s.log().WarnContext(ctx, "riverslot: bucket index missing; per-slot selection will scan the whole table. Create it with Scheduler.CreateIndexes or sqlbucket.IndexDDL",
-			slog.String("task", spec.Name), slog.String("ddl", sqlbucket.IndexDDL(spec.Schema, spec.Table, spec.IDColumn)))
+			slog.String("task", spec.Name), slog.Int("buckets", spec.Plan.Buckets), slog.String("ddl", spec.IndexDDL()))
 	}
 	return nil
+}
+
+// fewSlots is the slot count below which Check warns: a cycle of 4 slots
+// queues a quarter of the accounts at once.
+const fewSlots = 8
+
+// warnFewSlots warns when spec's cycle has fewer than fewSlots slots, and
+// suggests the nearest multiple of 64 s (64 slots or more).
+func (s *Scheduler) warnFewSlots(ctx context.Context, spec *taskspec.Spec) {
+	if spec.Plan.Slots >= fewSlots {
+		return
+	}
+	suggested := max(64*time.Second, (spec.Plan.Cycle+32*time.Second)/(64*time.Second)*(64*time.Second))
+	attrs := []any{slog.String("task", spec.Name), slog.Duration("cycle", spec.Plan.Cycle), slog.Int("slots", spec.Plan.Slots)}
+	if plan, err := slotplan.New(suggested); err == nil {
+		attrs = append(attrs, slog.Duration("suggested_cycle", suggested), slog.Int("suggested_slots", plan.Slots))
+	}
+	s.log().WarnContext(ctx, "riverslot: few slots; each slot's accounts are queued at once, a large share of the table. Use a Cycle whose seconds have more factors of 2", attrs...)
+}
+
+// riverSchedulerTick is how often River moves scheduled jobs to available
+// (River's JobSchedulerInterval default).
+const riverSchedulerTick = 5 * time.Second
+
+// warnShortSlots warns when spec's slots are shorter than River's scheduler
+// tick and LateGrace is too: a sync job may become available up to a tick
+// after its scheduled time, so most accounts would be counted late.
+func (s *Scheduler) warnShortSlots(ctx context.Context, spec *taskspec.Spec) {
+	if spec.Plan.SlotDuration >= riverSchedulerTick || spec.LateGrace >= riverSchedulerTick {
+		return
+	}
+	s.log().WarnContext(ctx, "riverslot: slots are shorter than River's 5 s scheduler tick and LateGrace is too, so most accounts would be enqueued late; set LateGrace to at least 5s or use a longer Cycle",
+		slog.String("task", spec.Name), slog.Duration("cycle", spec.Plan.Cycle), slog.Duration("slot", spec.Plan.SlotDuration), slog.Duration("late_grace", spec.LateGrace))
 }
 
 // numericTypes are the OIDs of the types a Weight may have: int2, int4,
@@ -126,6 +213,15 @@ var numericTypes = map[uint32]bool{21: true, 23: true, 20: true, 700: true, 701:
 // pins tables only when the tables exist (CreateIndexes creates them).
 func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec) error {
 	table := spec.QualifiedTable
+	if spec.SeparateAccounts() {
+		var replica bool
+		if err := tx.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&replica); err != nil {
+			return fmt.Errorf("error asking whether AccountsPool is a replica: %w", err)
+		}
+		if replica {
+			return errors.New("Weight is set but AccountsPool reaches a read replica: a weighted task writes its pins next to the accounts each cycle; give the task the primary's pool as AccountsPool, or remove Weight")
+		}
+	}
 	sd, err := tx.Prepare(ctx, "", "SELECT ("+spec.Weight+") FROM "+table+" WHERE false")
 	if err != nil {
 		return fmt.Errorf("Weight %q is not a valid expression on Table %s: %w", spec.Weight, table, err)
@@ -148,6 +244,10 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 		return fmt.Errorf("error looking up the pins tables: %w", err)
 	}
 	if pinsExist {
+		if _, err := tx.Exec(ctx, "EXPLAIN "+spec.Pins.Decision, spec.Name, spec.PlanID, time.Time{}); err != nil {
+			return fmt.Errorf("the pins table %s lacks this version's columns (fallback, follows); run Scheduler.CreateIndexes to add them: %w",
+				sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCyclesTable), err)
+		}
 		pin := []any{spec.Name, spec.PlanID, time.Time{}}
 		read := spec.PinRead(spec.Schema)
 		queries = append(queries, []struct {
@@ -173,30 +273,35 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 	return nil
 }
 
-// CreateIndexes creates the bucket expression index of every task's table
-// (CREATE INDEX CONCURRENTLY IF NOT EXISTS), once per distinct table, and
-// for weighted tasks the pins tables in the task's Schema (see
+// CreateIndexes creates, in the database holding each task's accounts
+// (Task.AccountsPool, else River's), the bucket expression index of its
+// table (CREATE INDEX CONCURRENTLY IF NOT EXISTS), once per distinct table
+// and bucket count (a 65,536-bucket task has its own index), and for
+// weighted tasks the pins tables in the task's Schema (see
 // Task.Weight), once per schema.
 func (s *Scheduler) CreateIndexes(ctx context.Context) error {
 	done := make(map[string]bool)
 	for _, spec := range s.specs {
-		if !spec.Weighted() || done["pins:"+spec.Schema] {
+		pool := spec.AccountsDB(s.pool)
+		key := fmt.Sprintf("pins:%p:%s", pool, spec.Schema)
+		if !spec.Weighted() || done[key] {
 			continue
 		}
-		done["pins:"+spec.Schema] = true
+		done[key] = true
 		for _, ddl := range taskspec.PinsDDL(spec.Schema) {
-			if _, err := s.pool.Exec(ctx, ddl); err != nil {
+			if _, err := pool.Exec(ctx, ddl); err != nil {
 				return fmt.Errorf("error creating the pins tables in schema %q: %w", spec.Schema, err)
 			}
 		}
 	}
 	for _, spec := range s.specs {
-		key := spec.QualifiedTable + "." + spec.QuotedID
+		pool := spec.AccountsDB(s.pool)
+		key := fmt.Sprintf("%p:%s.%s/%d", pool, spec.QualifiedTable, spec.QuotedID, spec.Plan.Buckets)
 		if done[key] {
 			continue
 		}
 		done[key] = true
-		if err := sqlbucket.CreateIndex(ctx, s.pool, spec.Schema, spec.Table, spec.IDColumn); err != nil {
+		if err := sqlbucket.CreateIndexFor(ctx, pool, spec.Schema, spec.Table, spec.IDColumn, spec.Plan.Buckets); err != nil {
 			return err
 		}
 	}

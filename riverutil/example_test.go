@@ -5,104 +5,128 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/riverutil"
 )
 
-// startApp is what an app writes to slot-schedule a task on its own River
-// client. The lines between the "quick start" markers are the README's
-// quick start, word for word (TestReadmeQuickStart checks it).
-func startApp(ctx context.Context, dbPool *pgxpool.Pool, logger *slog.Logger, accountsSchema, riverSchema string,
-	syncTransactions func(context.Context, uuid.UUID) error,
-) (*river.Client[pgx.Tx], error) {
-	// --- quick start ---
-	scheduler, err := riverutil.New(dbPool, &riverutil.Config{Tasks: []riverutil.Task{{
-		Name:   "transactions",
-		Cycle:  32 * time.Second, // 24 * time.Hour in production: 128 slots of 11m15s
-		Schema: accountsSchema,   // the accounts table's schema; "" for search_path
-		Table:  "accounts",
-		Filter: "active",
-		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
-			return syncTransactions(ctx, accountID)
-		},
-	}}})
-	if err != nil {
-		return nil, err
-	}
-	if err := scheduler.Check(ctx); err != nil { // table, uuid column, filter: read-only
-		return nil, err
-	}
-	config := &river.Config{
-		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 50}},
-		Schema: riverSchema, // River's tables; "" for search_path
-		Logger: logger,      // riverslot logs through it too
-	}
-	// Workers, the periodic trigger, RescueStuckJobsAfter and
-	// CompletedJobRetentionPeriod; refuses values that break the guarantees.
-	if err := scheduler.Configure(config); err != nil {
-		return nil, err
-	}
-	client, err := river.NewClient(riverpgxv5.New(dbPool), config)
-	// --- end of quick start ---
-	return client, err
-}
-
-// Example_quickStart runs the README's quick start (startApp) against a
-// throwaway schema with 3 accounts, and waits until each is synced. A 32 s
-// cycle keeps it short: accounts whose slot has passed when the app starts
-// are synced in the next cycle.
-func Example_quickStart() {
+// Example wires a task into a River client in the order that needs no
+// warning: Migrate, New, CreateIndexes, Check, Configure. The complete
+// program, which also starts the client, is examples/quickstart (the
+// README's quick start).
+func Example() {
 	ctx := context.Background()
 	tb := riverslottest.PanicTB() // test-only scaffolding: a throwaway schema with 3 accounts
 	dbPool := riverslottest.Pool(tb)
-	schema := riverslottest.Schema(ctx, tb, dbPool)
+	schema := riverslottest.EmptySchema(ctx, tb, dbPool)
 	defer dropSchema(dbPool, schema)
 	riverslottest.CreateAccounts(ctx, tb, dbPool, schema, "accounts", 3)
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		Level:       slog.LevelWarn,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return dropTime(a) },
+	}))
 
-	var (
-		mu     sync.Mutex
-		synced = map[uuid.UUID]bool{}
-		done   = make(chan struct{})
-	)
-	syncTransactions := func(ctx context.Context, accountID uuid.UUID) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if synced[accountID] = true; len(synced) == 3 && done != nil {
-			close(done)
-			done = nil
-		}
-		return nil
+	if err := riverutil.Migrate(ctx, dbPool, schema); err != nil { // River's tables
+		panic(err)
 	}
-	allSynced := done
-
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})) // quiet
-	client, err := startApp(ctx, dbPool, logger, schema, schema, syncTransactions)
+	scheduler, err := riverutil.New(dbPool, &riverutil.Config{
+		Logger: logger, // Check's warnings, and the workers' logs
+		Tasks: []riverutil.Task{{
+			Name:   "transactions",
+			Cycle:  24 * time.Hour,
+			Schema: schema,
+			Table:  "accounts",
+			Filter: "active",
+			Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+				return nil // the app's work for one account
+			},
+		}},
+	})
 	if err != nil {
 		panic(err)
 	}
-	if err := client.Start(ctx); err != nil {
+	if err := scheduler.CreateIndexes(ctx); err != nil { // the bucket index
+		panic(err)
+	}
+	if err := scheduler.Check(ctx); err != nil { // read-only; warns through Logger
+		panic(err)
+	}
+	config := &river.Config{
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 50}},
+		Schema: schema,
+		Logger: logger,
+	}
+	if err := scheduler.Configure(config); err != nil {
+		panic(err)
+	}
+	if _, err := river.NewClient(riverpgxv5.New(dbPool), config); err != nil {
 		panic(err)
 	}
 
-	select {
-	case <-allSynced:
-		fmt.Println("all 3 accounts synced")
-	case <-time.After(2 * time.Minute):
-		fmt.Println("timed out")
+	task, err := scheduler.Task("transactions")
+	if err != nil {
+		panic(err)
 	}
-	if err := client.Stop(ctx); err != nil {
+	fmt.Printf("%d slots of %s, per-slot jobs %s ahead of their slot\n", task.Plan.Slots, task.Plan.SlotDuration, task.Lead)
+	fmt.Println("RescueStuckJobsAfter:", config.RescueStuckJobsAfter)
+
+	// Output:
+	// 128 slots of 11m15s, per-slot jobs 10s ahead of their slot
+	// RescueStuckJobsAfter: 2m0s
+}
+
+// Example_check shows Check's warnings going to Config.Logger: here the
+// bucket index is missing (CreateIndexes was not run), and a 15 minute
+// cycle has only 4 slots.
+func Example_check() {
+	ctx := context.Background()
+	tb := riverslottest.PanicTB()
+	dbPool := riverslottest.Pool(tb)
+	schema := riverslottest.EmptySchema(ctx, tb, dbPool)
+	defer dropSchema(dbPool, schema)
+	riverslottest.CreateAccounts(ctx, tb, dbPool, schema, "accounts", 3)
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == "schema" || a.Key == "ddl" {
+				return slog.Attr{} // names the throwaway schema
+			}
+			return dropTime(a)
+		},
+	}))
+
+	scheduler, err := riverutil.New(dbPool, &riverutil.Config{
+		Logger: logger,
+		Tasks: []riverutil.Task{{
+			Name:   "reports",
+			Cycle:  15 * time.Minute,
+			Schema: schema,
+			Table:  "accounts",
+			Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+				return nil
+			},
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := scheduler.Check(ctx); err != nil {
 		panic(err)
 	}
 
 	// Output:
-	// all 3 accounts synced
+	// level=WARN msg="riverslot: few slots; each slot's accounts are queued at once, a large share of the table. Use a Cycle whose seconds have more factors of 2" task=reports cycle=15m0s slots=4 suggested_cycle=14m56s suggested_slots=128
+	// level=WARN msg="riverslot: bucket index missing; per-slot selection will scan the whole table. Create it with Scheduler.CreateIndexes or sqlbucket.IndexDDL" task=reports buckets=256
+}
+
+// dropTime removes the time from log lines, so that examples can show them.
+func dropTime(a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
 }

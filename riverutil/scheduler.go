@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/metrics"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
@@ -34,15 +35,24 @@ type Config struct {
 	// Tasks to schedule. Required; names must be unique.
 	Tasks []Task
 
-	// Logger receives the scheduler's logs. Defaults to the Logger of the
-	// river.Config given to Configure, else slog.Default().
+	// AccountsPool reaches the database holding the accounts tables (the
+	// app's database or a read replica) when that is not River's; a Task's
+	// own AccountsPool overrides it. See Task.AccountsPool. Defaults to nil:
+	// the accounts are in River's database, read through the pool given to
+	// New.
+	AccountsPool *pgxpool.Pool
+
+	// Logger receives the scheduler's logs, Check's warnings included.
+	// Defaults to the Logger of the river.Config given to Configure, else
+	// slog.Default(); set it to see Check's warnings, which come before
+	// Configure, in the app's logger.
 	Logger *slog.Logger
 
 	// MeterProvider receives riverslot's OpenTelemetry metrics (fan-out
 	// duration and accounts per slot, sync jobs enqueued, late accounts
 	// spread and skipped, sync start lateness, per-slot lag and retries;
-	// README "Metrics" lists them). Defaults to nil: no metrics, and no use
-	// of the global provider.
+	// docs/operations.md lists them). Defaults to nil: no metrics, and no
+	// use of the global provider.
 	MeterProvider metric.MeterProvider
 }
 
@@ -50,21 +60,25 @@ type Config struct {
 // it with New, wire it into a River client with Configure.
 type Scheduler struct {
 	configured  bool
-	riverSchema string       // river.Config.Schema, set by Configure
-	logger      *slog.Logger // nil until Configure when Config.Logger is nil
-	pool        *pgxpool.Pool
-	specs       []*taskspec.Spec
-	syncs       []SyncFunc // by spec index
-	byName      map[string]*taskspec.Spec
+	riverSchema string // river.Config.Schema, set by Configure
+	// completedRetention is river.Config.CompletedJobRetentionPeriod as
+	// Configure found it (0: River's default).
+	completedRetention time.Duration
+	logger             *slog.Logger // nil until Configure when Config.Logger is nil
+	pool               *pgxpool.Pool
+	specs              []*taskspec.Spec
+	syncs              []SyncFunc // by spec index
+	byName             map[string]*taskspec.Spec
 
 	expectedMu sync.Mutex
 	expected   map[string]expectedCount // Status's accounts per slot, by task
 }
 
 // New validates config and builds the workers, reporting every problem of
-// every task at once. pool is used by the workers to select accounts and to
-// enqueue in transactions; it must reach the same database as the River
-// client.
+// every task at once. pool must reach the same database as the River
+// client: the workers enqueue and checkpoint in transactions on it, and
+// read the accounts through it unless Config.AccountsPool or a
+// Task.AccountsPool names another database.
 func New(pool *pgxpool.Pool, config *Config) (*Scheduler, error) {
 	if pool == nil {
 		return nil, errors.New("pool must not be nil")
@@ -74,6 +88,11 @@ func New(pool *pgxpool.Pool, config *Config) (*Scheduler, error) {
 		return nil, err
 	}
 	s.pool = pool
+	for _, spec := range s.specs {
+		if spec.AccountsPool == pool {
+			spec.AccountsPool = nil // River's own database
+		}
+	}
 	return s, nil
 }
 
@@ -96,6 +115,9 @@ func newScheduler(config *Config) (*Scheduler, error) {
 			errs = append(errs, fmt.Errorf("%sName is already used by Tasks[%d]; task names must be unique", prefix, first))
 		}
 		seen[t.Name] = i
+		if t.AccountsPool == nil {
+			t.AccountsPool = config.AccountsPool
+		}
 		spec, err := newSpec(t)
 		if err != nil {
 			errs = append(errs, prefixErrors(prefix, err))
@@ -109,6 +131,17 @@ func newScheduler(config *Config) (*Scheduler, error) {
 		s.byName[spec.Name] = spec
 	}
 	errs = append(errs, s.resolveOpposites(config.Tasks)...)
+	for _, spec := range s.specs {
+		owner := spec
+		if spec.PinsFrom != nil {
+			owner = spec.PinsFrom
+		}
+		if spec.PinsRef() != nil {
+			// The pins get half; the rest of the bootstrap (the fallback,
+			// the per-slot inserts) the other half.
+			spec.BootstrapTimeout = 2 * owner.PinsTimeout
+		}
+	}
 	instruments, err := metrics.New(config.MeterProvider)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("MeterProvider: error creating riverslot's instruments: %w", err))
@@ -149,6 +182,10 @@ func (s *Scheduler) resolveOpposites(tasks []Task) []error {
 			errs = append(errs, fmt.Errorf("%sCycle must equal the Cycle of task %q (%s) to stay opposite it, got %s; give both tasks the same Cycle",
 				prefix, other.Name, other.Plan.Cycle, spec.Plan.Cycle))
 			continue
+		case other.Plan.Buckets != spec.Plan.Buckets:
+			errs = append(errs, fmt.Errorf("%sBuckets must equal the Buckets of task %q (%d) to stay opposite it, got %d; give both tasks the same Buckets",
+				prefix, other.Name, other.Plan.Buckets, spec.Plan.Buckets))
+			continue
 		}
 		for j, u := range tasks {
 			if u.Name == t.OppositeOf && u.OppositeOf != "" {
@@ -158,6 +195,10 @@ func (s *Scheduler) resolveOpposites(tasks []Task) []error {
 		if other.Schedule.Offset != spec.Schedule.Offset || other.Schedule.Location.String() != spec.Schedule.Location.String() {
 			errs = append(errs, fmt.Errorf("%sTriggerOffset and Location must equal those of task %q (%s, %s) to stay opposite it (its cycles start then), got %s, %s; give both tasks the same",
 				prefix, other.Name, other.Schedule.Offset, other.Schedule.Location, spec.Schedule.Offset, spec.Schedule.Location))
+			continue
+		}
+		if spec.AccountsPool != other.AccountsPool {
+			errs = append(errs, fmt.Errorf("%sAccountsPool must be the AccountsPool of task %q to stay opposite it (it follows that task's pins, stored next to its accounts); give both tasks the same", prefix, other.Name))
 			continue
 		}
 		if spec.Weighted() {
@@ -190,25 +231,28 @@ func prefixErrors(prefix string, err error) error {
 // Configure wires the scheduler into config, the one way to do it: it
 // registers the bootstrap, per-slot and sync workers on config.Workers
 // (creating it when nil), appends one periodic trigger per task to
-// config.PeriodicJobs, and sets the two River settings riverslot's
-// guarantees rest on, refusing values that would break them:
+// config.PeriodicJobs, and sets the River setting riverslot's guarantees
+// rest on, refusing a value that would break them:
 //
 //   - RescueStuckJobsAfter: how long a job may run before River's rescuer
 //     assumes its process died and retries it. It applies to every job of
 //     the client, the app's own included. Defaults here to the longest
-//     per-slot or sync timeout plus one minute (2 minutes with the defaults),
+//     bootstrap, per-slot or sync timeout plus one minute (2 minutes with the defaults),
 //     so a per-slot job orphaned by a dead process resumes within its slot;
-//     River's own default is 1 hour. A value below the longest timeout is
+//     River's own default is 1 hour. A value below the longest per-slot or
+//     sync timeout is
 //     refused: running jobs would be rescued and run twice. If the app's own
 //     jobs run longer than this, give riverslot its own client (and queues)
 //     or set RescueStuckJobsAfter above their longest run and accept a slower
 //     recovery of an orphaned fan-out.
-//   - CompletedJobRetentionPeriod, CancelledJobRetentionPeriod and
-//     DiscardedJobRetentionPeriod: a cycle's bootstrap and per-slot jobs
-//     are unique only while River keeps them, so they must outlive the
-//     longest cycle (25 h on a DST day for a 24 h wall-clock cycle).
-//     Defaults here to twice that, at least River's own default (24 h, 24 h,
-//     7 days); a shorter value is refused (-1, keep forever, is accepted).
+//
+// River's retention periods (CompletedJobRetentionPeriod and the others)
+// are left as they are, River's defaults or the app's: a cycle's
+// uniqueness is kept in riverslot's ledger (riverutil.Migrate creates it),
+// not in River's finished jobs, so River may delete them as early as the
+// app likes, a minute after they finish for a 24 h cycle. river_job then
+// holds about accounts x (Lead + slot + retention) / cycle rows
+// (docs/scale.md); Check warns when that exceeds RowBudgetWarn.
 func (s *Scheduler) Configure(config *river.Config) error {
 	if config == nil {
 		return errors.New("config must not be nil")
@@ -222,31 +266,11 @@ func (s *Scheduler) Configure(config *river.Config) error {
 	switch {
 	case config.RescueStuckJobsAfter == 0:
 		config.RescueStuckJobsAfter = rescue
-	case config.RescueStuckJobsAfter < s.rescueStuckJobsAfter()-rescueMargin:
+	case config.RescueStuckJobsAfter < s.longestNonIdempotentTimeout():
 		return fmt.Errorf("RescueStuckJobsAfter %s is shorter than the longest riverslot job timeout (%s); running jobs would be rescued and run twice: leave it 0 for %s or raise it",
-			config.RescueStuckJobsAfter, s.rescueStuckJobsAfter()-rescueMargin, rescue)
+			config.RescueStuckJobsAfter, s.longestNonIdempotentTimeout(), rescue)
 	}
-	// A cycle's bootstrap and per-slot jobs are unique in every state only
-	// while River keeps them.
-	retention := s.minRetention()
-	for _, r := range []struct {
-		field  string
-		period *time.Duration
-		river  time.Duration // River's default
-	}{
-		{"CompletedJobRetentionPeriod", &config.CompletedJobRetentionPeriod, 24 * time.Hour},
-		{"CancelledJobRetentionPeriod", &config.CancelledJobRetentionPeriod, 24 * time.Hour},
-		{"DiscardedJobRetentionPeriod", &config.DiscardedJobRetentionPeriod, 7 * 24 * time.Hour},
-	} {
-		switch {
-		case *r.period == 0:
-			*r.period = max(r.river, 2*retention)
-		case *r.period == -1: // kept forever
-		case *r.period < retention:
-			return fmt.Errorf("%s %s is shorter than the longest cycle (%s): a cycle's jobs are unique only while River keeps them, so a cycle could run twice; leave it 0 for %s or raise it",
-				r.field, *r.period, retention, max(r.river, 2*retention))
-		}
-	}
+	s.completedRetention = config.CompletedJobRetentionPeriod
 	if s.logger == nil {
 		s.logger = cmp.Or(config.Logger, slog.Default())
 	}
@@ -280,26 +304,26 @@ func (s *Scheduler) log() *slog.Logger { return cmp.Or(s.logger, slog.Default())
 // rescueMargin is added to the longest job timeout for RescueStuckJobsAfter.
 const rescueMargin = time.Minute
 
-// rescueStuckJobsAfter is the longest per-slot or sync timeout plus
-// rescueMargin.
+// rescueStuckJobsAfter is the longest bootstrap, per-slot or sync timeout
+// plus rescueMargin.
 func (s *Scheduler) rescueStuckJobsAfter() time.Duration {
 	var longest time.Duration
 	for _, spec := range s.specs {
-		longest = max(longest, spec.PerSlotTimeout, spec.SyncTimeout)
+		longest = max(longest, spec.PerSlotTimeout, spec.SyncTimeout, spec.BootstrapTimeout)
 	}
 	return longest + rescueMargin
 }
 
-// minRetention is the longest cycle, plus an hour for wall-clock schedules
-// (a DST day is 25 h long).
-func (s *Scheduler) minRetention() time.Duration {
+// longestNonIdempotentTimeout is the longest per-slot or sync timeout: a
+// shorter RescueStuckJobsAfter is refused. A weighted bootstrap's longer
+// timeout is not: a rescued bootstrap is all one transaction behind the
+// ledger's and the pins' claims, so its second run waits for the first
+// and adds nothing when the first commits (the first, no longer running
+// for River, rolls back otherwise).
+func (s *Scheduler) longestNonIdempotentTimeout() time.Duration {
 	var longest time.Duration
 	for _, spec := range s.specs {
-		d := spec.Plan.Cycle
-		if spec.Schedule.Location != nil {
-			d += time.Hour
-		}
-		longest = max(longest, d)
+		longest = max(longest, spec.PerSlotTimeout, spec.SyncTimeout)
 	}
 	return longest
 }
@@ -339,7 +363,11 @@ func (s *Scheduler) periodicJobs() []*river.PeriodicJob {
 // now: it enqueues the cycle's per-slot jobs at their slot times, so a cycle
 // can be prepared ahead of time or re-run after it began. It is idempotent:
 // a second call for the same cycle and plan returns the existing job with
-// UniqueSkippedAsDuplicate set, whatever state that job is in.
+// UniqueSkippedAsDuplicate set while River keeps it, whatever its state;
+// once River has deleted it, the new bootstrap job finds the cycle in
+// riverslot's ledger and completes without inserting anything. A cycle
+// that started more than its ledger horizon ago (4 cycles + 1 h, less a
+// cycle) is refused: its ledger rows may be pruned.
 func (s *Scheduler) EnqueueCycle(ctx context.Context, client *river.Client[pgx.Tx], taskName string, cycleStart time.Time) (*rivertype.JobInsertResult, error) {
 	args, opts, err := s.bootstrapParams(taskName, cycleStart)
 	if err != nil {
@@ -366,6 +394,10 @@ func (s *Scheduler) bootstrapParams(taskName string, cycleStart time.Time) (rive
 		return nil, nil, fmt.Errorf("cycleStart %s is not a cycle start of task %q (cycle %s); the cycle containing it starts at %s",
 			cycleStart.Format(time.RFC3339Nano), taskName, spec.Plan.Cycle, start.Format(time.RFC3339Nano))
 	}
+	if oldest := ledger.Oldest(spec.Plan.Cycle); time.Since(cycleStart) > oldest {
+		return nil, nil, fmt.Errorf("cycleStart %s of task %q started more than %s ago (the ledger's horizon for a %s cycle, 4 cycles + 1 h, less a cycle): too old to re-run; pass a later cycle start",
+			cycleStart.Format(time.RFC3339Nano), taskName, oldest, spec.Plan.Cycle)
+	}
 	return bootstrap.NewArgs(spec, cycleStart), spec.BootstrapOpts(), nil
 }
 
@@ -390,6 +422,7 @@ func (s *Scheduler) taskNames() string {
 
 // TaskInfo describes one validated task, defaults applied.
 type TaskInfo struct {
+	// Name is Task.Name.
 	Name string
 	// Plan is the task's slot layout.
 	Plan slotplan.Plan

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/bootstrap"
-	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/riverutil"
 )
 
@@ -63,6 +63,8 @@ func TestNewValidation(t *testing.T) {
 		{"WeightEpsilonTooLarge", func(x *riverutil.Task) { x.Weight, x.WeightEpsilon = "w", 1.5 }, "WeightEpsilon must be in (0, 1] (0.10 lets a slot carry 10% more than the mean), got 1.5"},
 		{"WeightEpsilonNegative", func(x *riverutil.Task) { x.Weight, x.WeightEpsilon = "w", -0.1 }, "WeightEpsilon must be in (0, 1]"},
 		{"WeightEpsilonWithoutWeight", func(x *riverutil.Task) { x.WeightEpsilon = 0.2 }, "WeightEpsilon is set (0.2) but Weight is empty; set Weight"},
+		{"PinsTimeoutNegative", func(x *riverutil.Task) { x.Weight, x.PinsTimeout = "w", -time.Second }, "PinsTimeout must be at least 1ms, got -1s; leave it 0 for the default 30s"},
+		{"PinsTimeoutWithoutWeight", func(x *riverutil.Task) { x.PinsTimeout = time.Second }, "PinsTimeout is set (1s) but Weight is empty"},
 		{"FilterWithSemicolon", func(x *riverutil.Task) { x.Filter = "true; DELETE FROM accounts" }, "Filter must be one balanced SQL boolean expression (';' is not allowed)"},
 		{"FilterBreakingOut", func(x *riverutil.Task) { x.Filter = "true) OR (true" }, "Filter must be one balanced SQL boolean expression (a ')' closes a parenthesis it did not open)"},
 		{"FilterLeftOpen", func(x *riverutil.Task) { x.Filter = "(active" }, "Filter must be one balanced SQL boolean expression (1 '(' left open)"},
@@ -77,7 +79,7 @@ func TestNewValidation(t *testing.T) {
 		{"NegativeSyncTimeout", func(x *riverutil.Task) { x.SyncTimeout = -time.Second }, "SyncTimeout must not be negative, got -1s"},
 		{"NegativeLateGrace", func(x *riverutil.Task) { x.LateGrace = -time.Second }, "LateGrace must not be negative, got -1s"},
 		{"LateGraceLongerThanCycle", func(x *riverutil.Task) { x.LateGrace = 25 * time.Hour }, "LateGrace must be at most Cycle (24h0m0s), got 25h0m0s"},
-		{"LeadAsLongAsSlot", func(x *riverutil.Task) { x.Lead = 11*time.Minute + 15*time.Second }, "Lead must be in [0, slot duration) = [0, 11m15s), got 11m15s"},
+		{"LeadAsLongAsSlot", func(x *riverutil.Task) { x.Lead = 11*time.Minute + 15*time.Second }, "Lead must be in (0, slot duration) = (0, 11m15s), got 11m15s; leave it 0 for the default"},
 		{"UnknownLatePolicy", func(x *riverutil.Task) { x.LatePolicy = "burst" }, `LatePolicy must be "spread" or "skip", got "burst"`},
 		{"MissingSync", func(x *riverutil.Task) { x.Sync = nil }, "Sync must be set to the function that syncs one account"},
 		{"OffsetOutOfRange", func(x *riverutil.Task) { x.TriggerOffset = 25 * time.Hour }, "TriggerOffset must be in [0, Cycle)"},
@@ -249,38 +251,27 @@ func TestConfigure(t *testing.T) {
 		require.NotNil(t, config.Workers)
 		require.Len(t, config.PeriodicJobs, 1)
 		require.Equal(t, 2*time.Minute, config.RescueStuckJobsAfter, "longest timeout (1m) + 1m")
-		require.Equal(t, 48*time.Hour, config.CompletedJobRetentionPeriod, "twice the 24h cycle")
-		require.Equal(t, 48*time.Hour, config.CancelledJobRetentionPeriod)
-		require.Equal(t, 7*24*time.Hour, config.DiscardedJobRetentionPeriod, "River's default is longer")
+		require.Zero(t, config.CompletedJobRetentionPeriod, "River's default stands: the ledger keeps cycles unique")
+		require.Zero(t, config.CancelledJobRetentionPeriod)
+		require.Zero(t, config.DiscardedJobRetentionPeriod)
 		// River accepts what Configure built.
 		_, err := river.NewClient(riverpgxv5.New(nil), config)
 		require.NoError(t, err)
 	})
 
-	t.Run("WallClockCycleKeepsJobsThroughADSTDay", func(t *testing.T) {
+	t.Run("LeavesRetentionAlone", func(t *testing.T) {
 		t.Parallel()
 		task := validTask()
 		task.Location = time.UTC
-		config := &river.Config{CompletedJobRetentionPeriod: 24 * time.Hour}
-		err := scheduler(t, task).Configure(config)
-		require.EqualError(t, err, "CompletedJobRetentionPeriod 24h0m0s is shorter than the longest cycle (25h0m0s): a cycle's jobs are unique only while River keeps them, so a cycle could run twice; leave it 0 for 50h0m0s or raise it")
-	})
-
-	t.Run("RefusesRetentionShorterThanACycle", func(t *testing.T) {
-		t.Parallel()
-		task := validTask()
-		task.Cycle = 25 * time.Hour
-		err := scheduler(t, task).Configure(&river.Config{}) // River's default would be 24h; Configure sets 50h
-		require.NoError(t, err)
-		err = scheduler(t, task).Configure(&river.Config{CompletedJobRetentionPeriod: 24 * time.Hour})
-		require.ErrorContains(t, err, "CompletedJobRetentionPeriod 24h0m0s is shorter than the longest cycle (25h0m0s)")
-		require.NoError(t, scheduler(t, task).Configure(&river.Config{CompletedJobRetentionPeriod: -1}), "keep forever")
-	})
-
-	t.Run("RefusesCancelledRetentionShorterThanACycle", func(t *testing.T) {
-		t.Parallel()
-		err := scheduler(t).Configure(&river.Config{CancelledJobRetentionPeriod: time.Hour})
-		require.ErrorContains(t, err, "CancelledJobRetentionPeriod 1h0m0s is shorter than the longest cycle (24h0m0s)")
+		for _, retention := range []time.Duration{time.Minute, time.Hour, -1} {
+			config := &river.Config{CompletedJobRetentionPeriod: retention, CancelledJobRetentionPeriod: retention, DiscardedJobRetentionPeriod: retention}
+			require.NoError(t, scheduler(t, task).Configure(config), "retention %s for a 24 h cycle", retention)
+			require.Equal(t, retention, config.CompletedJobRetentionPeriod)
+			require.Equal(t, retention, config.CancelledJobRetentionPeriod)
+			require.Equal(t, retention, config.DiscardedJobRetentionPeriod)
+			_, err := river.NewClient(riverpgxv5.New(nil), config)
+			require.NoError(t, err)
+		}
 	})
 
 	t.Run("RescueCoversTheAppsJobTimeout", func(t *testing.T) {
@@ -478,6 +469,13 @@ func TestEnqueueCycle(t *testing.T) {
 
 	_, err = s.EnqueueCycle(ctx, client, "transactions", start.Add(time.Second))
 	require.EqualError(t, err, `cycleStart 2030-01-01T00:02:01Z is not a cycle start of task "transactions" (cycle 2m0s); the cycle containing it starts at 2030-01-01T00:02:00Z`)
+	// A cycle that started more than 3 cycles + 1 h ago (the ledger's
+	// horizon less a cycle) is refused: its ledger rows may be pruned.
+	old := time.Now().UTC().Truncate(2 * time.Minute).Add(-70 * time.Minute)
+	_, err = s.EnqueueCycle(ctx, client, "transactions", old)
+	require.ErrorContains(t, err, `of task "transactions" started more than 1h6m0s ago (the ledger's horizon for a 2m0s cycle, 4 cycles + 1 h, less a cycle): too old to re-run`)
+	_, err = s.EnqueueCycle(ctx, client, "transactions", old.Add(6*time.Minute))
+	require.NoError(t, err, "64 min ago is within it")
 	_, err = s.EnqueueCycle(ctx, client, "nope", start)
 	require.EqualError(t, err, `no task named "nope"; the scheduler has "transactions"`)
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/riverslot/riverslot/bootstrap"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 	"github.com/riverslot/riverslot/syncjob"
 )
@@ -24,24 +23,24 @@ import (
 const (
 	SlotScheduled = "scheduled" // the per-slot job waits for its time
 	SlotRunning   = "running"   // fanning out (or retrying after an error)
-	SlotDone      = "done"
-	SlotFailed    = "failed" // discarded or cancelled: see Error
-	SlotMissing   = "missing"
+	SlotDone      = "done"      // every account of the slot enqueued (or skipped as late)
+	SlotFailed    = "failed"    // discarded or cancelled: see Error
+	SlotMissing   = "missing"   // no per-slot job: the bootstrap has not run, or River deleted it
 )
 
 // TaskStatus is where a task's cycles stand: the current one and the one
 // before it.
 type TaskStatus struct {
-	Task     string
-	Current  *CycleStatus
+	Task     string       // the task's Name
+	Current  *CycleStatus // the latest cycle with a bootstrap job (Status errs when there is none)
 	Previous *CycleStatus // nil when the task has no earlier cycle
 }
 
 // CycleStatus is one cycle of one task, read from River's job table and the
 // accounts table.
 type CycleStatus struct {
-	CycleStart time.Time
-	Slots      int
+	CycleStart time.Time // when the cycle starts (slot 0's start)
+	Slots      int       // slots in the cycle, gcd(cycle seconds, 256)
 	// Plan is the plan id the cycle runs under, as its jobs carry it (see
 	// TaskInfo.PlanID): the task's own, or the one its latest cycle was
 	// made under when that differs (a task OppositeOf another described
@@ -58,6 +57,8 @@ type CycleStatus struct {
 	// PerSlot has one entry per slot, in slot order.
 	PerSlot []SlotStatus
 
+	// SlotsDone and SlotsFailed count the slots in state SlotDone and
+	// SlotFailed.
 	SlotsDone, SlotsFailed int
 
 	// Sync jobs of the cycle: Enqueued is what the fan-outs inserted (their
@@ -67,7 +68,7 @@ type CycleStatus struct {
 	Enqueued, Skipped               int64
 	Pending, Running, Retryable     int64
 	Completed, Discarded, Cancelled int64
-	AccountsExpected                int64
+	AccountsExpected                int64 // the sum of the slots' Expected
 	// SkippedStale and SkippedTooSoon are the sync jobs of the cycle that
 	// completed without calling Sync (they are among Completed), by reason:
 	// stale (started past its NotAfter, less than half a cycle before the
@@ -75,13 +76,21 @@ type CycleStatus struct {
 	// started less than half a cycle before). Each is counted up to
 	// SkippedCountMax.
 	SkippedStale, SkippedTooSoon int64
-	LatenessP50, LatenessP99     time.Duration
-	LatenessSample               int
-	NextSlot                     int // -1 when every slot has started
-	NextSlotAt                   time.Time
-	Verdict                      string
-	OnTrack                      bool
-	BehindSlots                  int
+	LatenessP50, LatenessP99     time.Duration // start minus scheduled time of recently completed syncs
+	LatenessSample               int           // how many syncs the percentiles come from, at most 2,000
+	NextSlot                     int           // -1 when every slot has started
+	NextSlotAt                   time.Time     // when NextSlot starts
+	Verdict                      string        // "on track", "starting: ...", "behind by N slots", "failed slot K: error" or "slot K selected N accounts, M expected (...)"
+	OnTrack                      bool          // the verdict is "on track"
+	BehindSlots                  int           // slots past their middle whose fan-out has not finished
+	// Starting is set, with the verdict "starting: ...", instead of
+	// "behind by N slots" while River is starting and the behind slots'
+	// per-slot jobs are due (none missing, retrying or scheduled later):
+	// River's leader (which promotes scheduled jobs) was elected less than
+	// StartingGrace ago, or there is no leader yet and every behind slot
+	// passed its middle less than StartingGrace ago. A health check should treat it as on track
+	// (riverslot status exits 0); past StartingGrace it is "behind" again.
+	Starting bool
 	// OffSlots counts the done slots whose fan-out selected (enqueued plus
 	// skipped as late) a number of accounts other than Expected, by more
 	// than max(10, Expected / 10): accounts added or removed since the
@@ -89,8 +98,8 @@ type CycleStatus struct {
 	// OffSlot is the first of them, -1 when none.
 	OffSlots    int
 	OffSlot     int
-	FailedSlot  int // -1 when none failed
-	FailedError string
+	FailedSlot  int    // -1 when none failed
+	FailedError string // River's last error of FailedSlot's per-slot job
 }
 
 // Placements of a cycle in CycleStatus.Placement.
@@ -108,10 +117,10 @@ const SkippedCountMax = 100_000
 
 // SlotStatus is one slot's fan-out.
 type SlotStatus struct {
-	Slot     int
-	Start    time.Time
-	State    string
-	Attempts int
+	Slot     int       // 0 to Slots-1
+	Start    time.Time // when the slot starts; its per-slot job runs Lead before
+	State    string    // SlotScheduled, SlotRunning, SlotDone, SlotFailed or SlotMissing
+	Attempts int       // the per-slot job's attempts so far (River's attempt count)
 	// Enqueued and Skipped are the accounts the fan-out enqueued and
 	// skipped as late so far; Batches the transactions it committed.
 	Enqueued, Skipped int64
@@ -128,8 +137,15 @@ type SlotStatus struct {
 }
 
 // latenessSample bounds how many recently completed sync jobs Status reads
-// for lateness percentiles.
-const latenessSample = 2000
+// for lateness percentiles, among the latenessScan most recently completed
+// jobs (of any kind, task and cycle): a backward walk of River's (state,
+// finalized_at) index that stops at latenessSample matches. Without the
+// inner bound PostgreSQL, expecting few matches, read and sorted every
+// completed sync job of the cycle (2 s for 500,000).
+const (
+	latenessSample = 2000
+	latenessScan   = 20 * latenessSample
+)
 
 // latestCycleSQL finds the task's latest cycle by its bootstrap jobs (one
 // per cycle and plan, kept as long as River keeps completed jobs), under
@@ -157,13 +173,18 @@ const cyclePlanSQL = `SELECT args->>'plan' FROM %s
 // scheduling keeps few, and recently finished ones) and counts the accounts
 // per slot through the bucket index; it never scans every sync job.
 // Lateness percentiles come from the cycle's most recently completed sync
-// jobs, at most 2,000. Sync jobs completed without calling Sync are found
+// jobs, at most 2,000 among the 40,000 jobs completed last. Sync jobs completed without calling Sync are found
 // through River's GIN index on metadata (none in a healthy fleet; after an
 // outage or a plan change, the skipped jobs River still keeps), each count
-// stopping at SkippedCountMax. The accounts per slot, and those the cycle's
-// pins move (one bucket-index lookup per pin), are counted at most once a
-// minute per task and cycle (a count of a million accounts takes a few
-// hundred milliseconds).
+// stopping at SkippedCountMax. The accounts expected per slot come from
+// riverslot's ledger: what each slot's fan-out of an earlier cycle counted
+// in its bucket range; only the task's first cycle under its plan counts
+// the accounts table (through the bucket index, at most once a minute).
+// Those the cycle's pins move (one bucket-index lookup per pin) are counted
+// at most once a minute per task and cycle. Cycles and slots whose jobs
+// River has deleted are read from the ledger (finished slots with what
+// their fan-out recorded); the sync job figures (pending, failed, skipped,
+// lateness) cover the jobs River still keeps.
 func (s *Scheduler) Status(ctx context.Context, taskName string) (*TaskStatus, error) {
 	spec, err := s.spec(taskName)
 	if err != nil {
@@ -177,11 +198,15 @@ func (s *Scheduler) Status(ctx context.Context, taskName string) (*TaskStatus, e
 		latest time.Time
 	)
 	err = s.pool.QueryRow(ctx, fmt.Sprintf(latestCycleSQL, s.riverTable(spec)), bootstrap.Kind, spec.Name, spec.PlanID).Scan(&plan, &latest)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("task %q has no cycle yet: no bootstrap job of the task (under its plan %s or any other) in River's job table", spec.Name, spec.PlanID)
-	case err != nil:
+	found := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("error finding the task's latest cycle: %w", err)
+	}
+	if latest, plan, found, err = s.latestFromLedger(ctx, spec, latest, plan, found); err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle yet: no bootstrap job of the task (under its plan %s or any other) in River's job table or riverslot's ledger", spec.Name, spec.PlanID)}
 	}
 	latest = latest.UTC()
 	if spec, err = planSpec(spec, plan, latest); err != nil {
@@ -200,17 +225,24 @@ func (s *Scheduler) StatusAt(ctx context.Context, taskName string, cycleStart ti
 	if !s.configured {
 		return nil, errNoRiverSchema
 	}
-	if start := spec.Schedule.Start(cycleStart); !start.Equal(cycleStart) {
-		return nil, fmt.Errorf("cycleStart %s is not a cycle start of task %q; the cycle containing it starts at %s",
-			cycleStart.UTC().Format(time.RFC3339), taskName, start.UTC().Format(time.RFC3339))
-	}
 	cycleStart = cycleStart.UTC()
 	var plan string
 	err = s.pool.QueryRow(ctx, fmt.Sprintf(cyclePlanSQL, s.riverTable(spec)), []string{bootstrap.Kind, perslot.Kind},
 		spec.Name, cycleStart.Format(time.RFC3339Nano), spec.PlanID).Scan(&plan)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		plan = spec.PlanID
+		var ok bool
+		if plan, ok, err = s.cyclePlanFromLedger(ctx, spec, cycleStart); err != nil {
+			return nil, err
+		} else if !ok {
+			// No job or ledger row of the cycle: it must be a cycle start
+			// of the task as configured.
+			if start := spec.Schedule.Start(cycleStart); !start.Equal(cycleStart) {
+				return nil, &noCycleError{msg: fmt.Sprintf("cycleStart %s is not a cycle start of task %q and no job of the task has that cycle start; the cycle containing it starts at %s",
+					cycleStart.Format(time.RFC3339), taskName, start.UTC().Format(time.RFC3339))}
+			}
+			plan = spec.PlanID
+		}
 	case err != nil:
 		return nil, fmt.Errorf("error finding the plan of the task's cycle: %w", err)
 	}
@@ -219,6 +251,73 @@ func (s *Scheduler) StatusAt(ctx context.Context, taskName string, cycleStart ti
 	}
 	return s.statusAt(ctx, spec, cycleStart)
 }
+
+// statusFromJobs is Status (StatusAt when cycleStart is not zero) that
+// never counts the accounts table, so its cost does not grow with the
+// fleet: expected accounts per slot come from the ledger (what each slot's
+// fan-out of an earlier cycle counted) when it has every slot, else from
+// what the cycle's per-slot jobs carry (see jobsExpected). Handler uses it
+// on every page view.
+func (s *Scheduler) statusFromJobs(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) (*TaskStatus, error) {
+	if !s.configured {
+		return nil, errNoRiverSchema
+	}
+	var (
+		err  error
+		plan string
+	)
+	if cycleStart.IsZero() {
+		err = s.pool.QueryRow(ctx, fmt.Sprintf(latestCycleSQL, s.riverTable(spec)), bootstrap.Kind, spec.Name, spec.PlanID).Scan(&plan, &cycleStart)
+		found := err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("error finding the task's latest cycle: %w", err)
+		}
+		if cycleStart, plan, found, err = s.latestFromLedger(ctx, spec, cycleStart, plan, found); err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle yet: no bootstrap job of the task (under its plan %s or any other) in River's job table or riverslot's ledger", spec.Name, spec.PlanID)}
+		}
+	} else {
+		err = s.pool.QueryRow(ctx, fmt.Sprintf(cyclePlanSQL, s.riverTable(spec)), []string{bootstrap.Kind, perslot.Kind},
+			spec.Name, cycleStart.UTC().Format(time.RFC3339Nano), spec.PlanID).Scan(&plan)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			var ok bool
+			if plan, ok, err = s.cyclePlanFromLedger(ctx, spec, cycleStart); err != nil {
+				return nil, err
+			} else if !ok {
+				return nil, &noCycleError{msg: fmt.Sprintf("task %q has no job or ledger row with cycle start %s; /api/cycles lists the cycles it has",
+					spec.Name, cycleStart.UTC().Format(time.RFC3339))}
+			}
+		case err != nil:
+			return nil, fmt.Errorf("error finding the plan of the task's cycle: %w", err)
+		}
+	}
+	cycleStart = cycleStart.UTC()
+	if spec, err = planSpec(spec, plan, cycleStart); err != nil {
+		return nil, err
+	}
+	counts, complete, err := s.ledger().RangeCounts(ctx, s.pool, spec.Name, spec.PlanID, spec.Plan.Slots, cycleStart)
+	if err != nil {
+		return nil, err
+	}
+	if !complete {
+		counts = nil
+	}
+	return s.statusOf(ctx, spec, cycleStart, counts)
+}
+
+// ErrNoCycle is wrapped by the errors of Status and StatusAt when the task
+// has no such cycle: none yet, or no job of the asked cycle start and that
+// start is not on the task's grid.
+var ErrNoCycle = errors.New("no such cycle")
+
+// noCycleError: the task has no cycle yet, or no job of the asked cycle.
+type noCycleError struct{ msg string }
+
+func (e *noCycleError) Error() string { return e.msg }
+func (e *noCycleError) Unwrap() error { return ErrNoCycle }
 
 // planSpec returns the spec the task's cycle at cycleStart runs under when
 // its jobs carry planID (taskspec.Spec.ForPlan, as the per-slot worker
@@ -237,16 +336,18 @@ func planSpec(spec *taskspec.Spec, planID string, cycleStart time.Time) (*tasksp
 }
 
 func (s *Scheduler) statusAt(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) (*TaskStatus, error) {
-	counts, err := s.hashCounts(ctx, spec)
+	counts, err := s.expectedCounts(ctx, spec, cycleStart)
 	if err != nil {
 		return nil, err
 	}
+	return s.statusOf(ctx, spec, cycleStart, counts)
+}
+
+// statusOf reads the cycle at cycleStart and the one before it. counts are
+// the accounts per hash slot; nil means the expected accounts come from
+// the jobs alone (jobsExpected).
+func (s *Scheduler) statusOf(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time, counts []int64) (*TaskStatus, error) {
 	now := time.Now()
-	current, err := s.cycleStatus(ctx, spec, cycleStart, counts, now)
-	if err != nil {
-		return nil, err
-	}
-	st := &TaskStatus{Task: spec.Name, Current: current}
 	prevStart := cycleStart.Add(-spec.Plan.Cycle) // on a wall-clock schedule, the previous start of the grid
 	if spec.Schedule.Location != nil {
 		prevStart = spec.Schedule.Start(cycleStart.Add(-time.Nanosecond)).UTC()
@@ -255,10 +356,50 @@ func (s *Scheduler) statusAt(ctx context.Context, spec *taskspec.Spec, cycleStar
 	if err != nil {
 		return nil, err
 	}
+	if counts == nil {
+		jobsExpected(prev, nil)
+	}
+	current, err := s.cycleStatus(ctx, spec, cycleStart, counts, now)
+	if err != nil {
+		return nil, err
+	}
+	if counts == nil {
+		jobsExpected(current, prev)
+	}
+	if err := s.checkStarting(ctx, spec, current, now); err != nil {
+		return nil, err
+	}
+	st := &TaskStatus{Task: spec.Name, Current: current}
 	if prev.SlotsDone+prev.SlotsFailed > 0 || slices.ContainsFunc(prev.PerSlot, func(p SlotStatus) bool { return p.State != SlotMissing }) {
 		st.Previous = prev
 	}
 	return st, nil
+}
+
+// jobsExpected sets the expected accounts of c's slots from what the jobs
+// carry, without counting the accounts table: a slot whose fan-out ran
+// expects what it selected (enqueued plus skipped as late), any other slot
+// what the same slot selected in the previous cycle (prev, when its fan-out
+// ran there; else 0). Pinned in and out are not counted; no slot is off.
+func jobsExpected(c, prev *CycleStatus) {
+	c.AccountsExpected = 0
+	for i := range c.PerSlot {
+		p := &c.PerSlot[i]
+		p.Expected, p.PinnedIn, p.PinnedOut = 0, 0, 0
+		switch {
+		case p.State == SlotDone || p.Batches > 0:
+			p.Expected = p.Enqueued + p.Skipped
+		case prev != nil && i < len(prev.PerSlot):
+			p.Expected = prev.PerSlot[i].Expected
+		}
+		c.AccountsExpected += p.Expected
+	}
+	if c.OffSlots > 0 {
+		c.OffSlots, c.OffSlot = 0, -1
+		if c.FailedSlot < 0 && c.BehindSlots == 0 {
+			c.OnTrack, c.Verdict = true, "on track"
+		}
+	}
 }
 
 func (s *Scheduler) riverTable(*taskspec.Spec) string {
@@ -308,7 +449,7 @@ func (s *Scheduler) cachedCounts(key string, count func() ([]int64, error)) ([]i
 // expectedTTL per task and plan.
 func (s *Scheduler) hashCounts(ctx context.Context, spec *taskspec.Spec) ([]int64, error) {
 	return s.cachedCounts("hash\x00"+spec.Name+"\x00"+spec.PlanID, func() ([]int64, error) {
-		rows, err := s.pool.Query(ctx, "SELECT "+sqlbucket.Expr(spec.IDColumn)+" / $1 AS bucket_slot, count(*) FROM "+spec.QualifiedTable+
+		rows, err := spec.AccountsDB(s.pool).Query(ctx, "SELECT "+spec.BucketExpr()+" / $1 AS bucket_slot, count(*) FROM "+spec.QualifiedTable+
 			" WHERE true"+spec.FilterClause+" GROUP BY 1", spec.Plan.BucketsPerSlot)
 		if err != nil {
 			return nil, fmt.Errorf("error counting accounts per slot: %w", err)
@@ -341,7 +482,7 @@ func (s *Scheduler) hashCounts(ctx context.Context, spec *taskspec.Spec) ([]int6
 //	GROUP BY 1, 2
 func pinMovesSQL(spec *taskspec.Spec, schema string) string {
 	return "SELECT p.bucket, p.slot, count(*) FROM " + sqlbucket.QualifiedTable(schema, taskspec.PinsTable) + " p" +
-		" CROSS JOIN LATERAL (SELECT 1 FROM " + spec.QualifiedTable + " WHERE " + sqlbucket.Expr(spec.IDColumn) + " = p.bucket AND " +
+		" CROSS JOIN LATERAL (SELECT 1 FROM " + spec.QualifiedTable + " WHERE " + spec.BucketExpr() + " = p.bucket AND " +
 		spec.QuotedID + " = p.account_id" + spec.FilterClause + " LIMIT 1) a" +
 		" WHERE p.task = $1 AND p.plan = $2 AND p.cycle_start = $3" +
 		" GROUP BY 1, 2"
@@ -358,9 +499,9 @@ func (s *Scheduler) pinMoves(ctx context.Context, spec *taskspec.Spec, ref *task
 		return nil, nil, nil
 	}
 	slots := spec.Plan.Slots
-	key := strings.Join([]string{"pins", spec.Name, spec.PlanID, ref.Schema, ref.Task, ref.Plan, strconv.Itoa(ref.Shift), cycleStart.Format(time.RFC3339Nano)}, "\x00")
+	key := strings.Join([]string{"pins", spec.Name, spec.PlanID, ref.Schema, ref.Task, ref.Plan, strconv.Itoa(ref.Shift), ref.PinsCycle(cycleStart).Format(time.RFC3339Nano)}, "\x00")
 	counts, err := s.cachedCounts(key, func() ([]int64, error) {
-		rows, err := s.pool.Query(ctx, pinMovesSQL(spec, ref.Schema), ref.Task, ref.Plan, cycleStart)
+		rows, err := spec.AccountsDB(s.pool).Query(ctx, pinMovesSQL(spec, ref.Schema), ref.Task, ref.Plan, ref.PinsCycle(cycleStart))
 		if err != nil {
 			return nil, fmt.Errorf("error counting the accounts pinned in the cycle (pins of task %q, plan %s): %w", ref.Task, ref.Plan, err)
 		}
@@ -370,7 +511,7 @@ func (s *Scheduler) pinMoves(ctx context.Context, spec *taskspec.Spec, ref *task
 			n            int64
 		)
 		if _, err := pgx.ForEachRow(rows, []any{&bucket, &slot, &n}, func() error {
-			if bucket < 0 || bucket >= slotplan.Buckets {
+			if bucket < 0 || bucket >= spec.Plan.Buckets {
 				return nil
 			}
 			counts[slots+spec.Plan.Shift(bucket/spec.Plan.BucketsPerSlot, spec.Shift)] += n
@@ -515,11 +656,17 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	}); err != nil {
 		return nil, fmt.Errorf("error reading the cycle's per-slot jobs: %w", err)
 	}
+	if err := s.slotsFromLedger(ctx, spec, cycleStart, c); err != nil {
+		return nil, err
+	}
 
 	// The accounts each slot selects under the cycle's placement.
 	c.Placement = PlacementHash
 	if ref != nil {
 		c.Placement, c.PinsTask, c.PinsShift = PlacementPinned, ref.Task, ref.Shift
+	}
+	if counts == nil { // from the jobs alone: see jobsExpected
+		ref, counts = nil, make([]int64, spec.Plan.Slots)
 	}
 	in, out, err := s.pinMoves(ctx, spec, ref, cycleStart)
 	if err != nil {
@@ -564,11 +711,12 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	if err := s.pool.QueryRow(ctx, `SELECT count(*),
 			coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY l), 0)::float8,
 			coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY l), 0)::float8
-		FROM (SELECT extract(epoch FROM attempted_at - scheduled_at) AS l FROM `+table+`
-			WHERE state = 'completed' AND finalized_at >= $4
-			  AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3
-			ORDER BY finalized_at DESC LIMIT $5) recent`,
-		syncjob.Kind, spec.Name, cycleKey, since, latenessSample).Scan(&c.LatenessSample, &p50, &p99); err != nil {
+		FROM (SELECT extract(epoch FROM attempted_at - scheduled_at) AS l FROM (
+				SELECT * FROM `+table+` WHERE state = 'completed' AND finalized_at >= $4
+				ORDER BY finalized_at DESC LIMIT $6) newest
+			WHERE kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3
+			LIMIT $5) recent`,
+		syncjob.Kind, spec.Name, cycleKey, since, latenessSample, latenessScan).Scan(&c.LatenessSample, &p50, &p99); err != nil {
 		return nil, fmt.Errorf("error reading sync lateness: %w", err)
 	}
 	c.LatenessP50 = time.Duration(p50 * float64(time.Second))
@@ -604,3 +752,59 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 
 // errNoRiverSchema is returned when Status runs before Configure.
 var errNoRiverSchema = errors.New("call Configure before Status: Status reads River's tables in river.Config.Schema")
+
+// StartingGrace is how long after River's leader is elected (or, with no
+// leader, after a slot passed its middle) a cycle whose slots wait for
+// their fan-out is said to be starting rather than behind: River's leader
+// promotes scheduled jobs every few seconds once elected.
+const StartingGrace = 30 * time.Second
+
+// checkStarting turns c's "behind" verdict into "starting" while River is
+// starting (see CycleStatus.Starting). It reads River's one-row
+// river_leader table.
+func (s *Scheduler) checkStarting(ctx context.Context, spec *taskspec.Spec, c *CycleStatus, now time.Time) error {
+	if c.BehindSlots == 0 || c.FailedSlot >= 0 {
+		return nil
+	}
+	// Only slots whose per-slot jobs River would run at once can be
+	// starting: not missing, retrying or held for later.
+	var behind []int
+	for _, p := range c.PerSlot {
+		if p.State == SlotMissing {
+			return nil
+		}
+		if p.State != SlotDone && p.State != SlotFailed && !now.Before(p.Start.Add(spec.Plan.SlotDuration/2)) {
+			behind = append(behind, p.Slot)
+		}
+	}
+	var held int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.riverTable(spec)+
+		" WHERE kind = $1 AND args->>'task' = $2 AND args->>'plan' = $3 AND args->>'cycle_start' = $4 AND (args->>'slot')::int = ANY($5)"+
+		" AND (state IN ('retryable', 'pending') OR (state = 'scheduled' AND scheduled_at > now()))",
+		perslot.Kind, spec.Name, spec.PlanID, c.CycleStart.Format(time.RFC3339Nano), behind).Scan(&held); err != nil {
+		return fmt.Errorf("error reading the cycle's waiting per-slot jobs: %w", err)
+	}
+	if held > 0 {
+		return nil
+	}
+	var elected float64
+	err := s.pool.QueryRow(ctx, "SELECT extract(epoch FROM now() - elected_at)::float8 FROM "+
+		sqlbucket.QualifiedTable(s.riverSchema, "river_leader")+" LIMIT 1").Scan(&elected)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		for _, p := range c.PerSlot {
+			mid := p.Start.Add(spec.Plan.SlotDuration / 2)
+			if p.State != SlotDone && p.State != SlotFailed && now.Sub(mid) >= StartingGrace {
+				return nil
+			}
+		}
+		c.Starting = true
+		c.Verdict = fmt.Sprintf("starting: no River leader elected yet (%d slots wait for their fan-out)", c.BehindSlots)
+	case err != nil:
+		return fmt.Errorf("error reading River's leader: %w", err)
+	case time.Duration(elected*float64(time.Second)) < StartingGrace:
+		c.Starting = true
+		c.Verdict = fmt.Sprintf("starting: River's leader was elected %.0fs ago (%d slots wait for their fan-out)", elected, c.BehindSlots)
+	}
+	return nil
+}

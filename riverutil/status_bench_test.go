@@ -10,8 +10,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/internal/riverslottest"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -28,6 +28,34 @@ import (
 //
 //	go test -run '^$' -bench Status -benchtime 20x ./riverutil
 func BenchmarkStatus(b *testing.B) {
+	ctx := context.Background()
+	s, _ := seedStatusBench(b)
+
+	begun := time.Now()
+	st, err := s.Status(ctx, "transactions")
+	require.NoError(b, err)
+	b.Logf("first Status (counts the 1,000,000 accounts per slot): %s", time.Since(begun).Round(time.Millisecond))
+	require.Equal(b, 64, st.Current.SlotsDone)
+	require.EqualValues(b, 7800, st.Current.Pending)
+	require.EqualValues(b, 5000, st.Current.SkippedStale)
+	require.EqualValues(b, 1000, st.Current.SkippedTooSoon)
+	require.Equal(b, riverutil.PlacementPinned, st.Current.Placement)
+	require.Positive(b, st.Current.PerSlot[5].PinnedOut)
+	require.Zero(b, st.Current.PerSlot[5].Expected, "slot 5's accounts are all pinned away")
+
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := s.Status(ctx, "transactions"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// seedStatusBench builds BenchmarkStatus's schema (1,000,000 accounts, two
+// pinned 24 h cycles of task transactions, 1,007,800 sync jobs) and returns
+// a configured scheduler over it and the schema. BenchmarkHandler shares it.
+func seedStatusBench(b *testing.B) (*riverutil.Scheduler, string) {
+	b.Helper()
 	ctx := context.Background()
 	pool := riverslottest.Pool(b)
 	schema := riverslottest.Schema(ctx, b, pool)
@@ -106,22 +134,5 @@ func BenchmarkStatus(b *testing.B) {
 		require.NoError(b, err, stmt.sql)
 	}
 
-	begun := time.Now()
-	st, err := s.Status(ctx, "transactions")
-	require.NoError(b, err)
-	b.Logf("first Status (counts the 1,000,000 accounts per slot): %s", time.Since(begun).Round(time.Millisecond))
-	require.Equal(b, 64, st.Current.SlotsDone)
-	require.EqualValues(b, 7800, st.Current.Pending)
-	require.EqualValues(b, 5000, st.Current.SkippedStale)
-	require.EqualValues(b, 1000, st.Current.SkippedTooSoon)
-	require.Equal(b, riverutil.PlacementPinned, st.Current.Placement)
-	require.Positive(b, st.Current.PerSlot[5].PinnedOut)
-	require.Zero(b, st.Current.PerSlot[5].Expected, "slot 5's accounts are all pinned away")
-
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := s.Status(ctx, "transactions"); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return s, schema
 }

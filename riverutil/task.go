@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
@@ -16,24 +17,34 @@ import (
 	"github.com/riverslot/riverslot/syncjob"
 )
 
-// Defaults and bounds of Task's fields; see each field.
+// Defaults and bounds of Task's fields; see each field. New applies a
+// default to a field left at its zero value and refuses a value out of
+// bounds, naming the field.
 const (
-	IDColumnDefault       = "id"
-	BatchSizeDefault      = 2000
-	BatchSizeMax          = 50_000
-	PriorityDefault       = 2
-	MaxAttemptsDefault    = 5
-	SyncTimeoutDefault    = time.Minute
-	PerSlotTimeoutDefault = time.Minute
+	IDColumnDefault       = "id"             // Task.IDColumn
+	BatchSizeDefault      = 2000             // Task.BatchSize, accounts per fan-out transaction
+	BatchSizeMax          = 50_000           // the largest Task.BatchSize New accepts
+	PriorityDefault       = 2                // Task.Priority of sync jobs (River: 1 highest, 4 lowest)
+	MaxAttemptsDefault    = 5                // Task.MaxAttempts of a sync job
+	SyncTimeoutDefault    = time.Minute      // Task.SyncTimeout, one Sync call
+	PerSlotTimeoutDefault = time.Minute      // Task.PerSlotTimeout, one fan-out attempt
+	PinsTimeoutDefault    = 30 * time.Second // Task.PinsTimeout, a weighted cycle's pin computation
 
 	// CycleMin is the shortest Cycle: River's scheduler promotes scheduled
 	// jobs every 5 s, so a shorter cycle's slots could not start on time.
 	CycleMin = 16 * time.Second
 
-	// WeightEpsilonDefault is the default WeightEpsilon.
+	// BucketsDefault is the default Buckets: one UUID byte, 256 buckets.
+	BucketsDefault = slotplan.Buckets
+	// BucketsTwoByte is the other Buckets: two UUID bytes, 65,536
+	// buckets.
+	BucketsTwoByte = slotplan.BucketsTwoByte
+
+	// WeightEpsilonDefault is the default WeightEpsilon (0.10): a slot
+	// carries at most 1.10 × the mean slot weight.
 	WeightEpsilonDefault = slotplan.WeightEpsilonDefault
 
-	// LeadMax caps the default Lead.
+	// LeadMax caps the default Lead, which is min(LeadMax, half a slot).
 	LeadMax = 10 * time.Second
 )
 
@@ -78,10 +89,22 @@ type Task struct {
 	Name string
 
 	// Cycle is how often every account is synced, e.g. 24*time.Hour. It must
-	// be a whole number of seconds that is a multiple of 2 s, at least 16 s;
-	// it is split into gcd(seconds, 256) slots (24h gives 128 slots of
-	// 11m15s). Required.
+	// be a whole number of seconds that is a multiple of 2 s, at least 16 s
+	// (CycleMin); it is split into gcd(seconds, 256) slots (24h gives 128
+	// slots of 11m15s, 15 min only 4: Check warns below 8), or with Buckets
+	// 65536 into gcd(milliseconds, 65536) slots (24h gives 1,024 slots of
+	// 1m24.375s). Changing it moves every account once (the old cycle
+	// finishes under its own plan). Required.
 	Cycle time.Duration
+
+	// Buckets is how many buckets accounts are hashed into: 256 (the last
+	// byte of the UUID) or 65536 (the last two bytes, byte 15 × 256 + byte
+	// 14). 65536 gives a cycle up to 256 times more, shorter slots (24h:
+	// 1,024 instead of 128), so fewer sync jobs wait in the queue at once.
+	// The last byte stays the high part, so switching a task from 256 to
+	// 65536 moves each account only within its old slot. Each bucket count
+	// has its own index (CreateIndexes creates it). Defaults to 256.
+	Buckets int
 
 	// TriggerOffset shifts cycle starts: after local midnight when Location
 	// is set (30*time.Minute and Europe/London syncs after 00:30 UK time),
@@ -92,6 +115,18 @@ type Task struct {
 	// then divide 24h. See slotplan.Schedule for DST change days. Defaults
 	// to nil: an absolute UTC grid.
 	Location *time.Location
+
+	// AccountsPool reaches the database holding Table (the app's database
+	// or a read replica of it), when that is not River's. River's jobs and
+	// each fan-out's cursor stay in River's database: a per-slot job reads
+	// each page of accounts with a plain read on this pool and inserts its
+	// sync jobs and advances its cursor in one transaction on River's, so a
+	// fan-out killed mid-batch still resumes exactly once. The sync job's
+	// existence check, Check and CreateIndexes use it too, and so does a
+	// weighted task's placement, whose pins tables live next to Table: a
+	// weighted task needs a writable AccountsPool (the primary, not a
+	// replica). Defaults to Config.AccountsPool, else the pool given to New.
+	AccountsPool *pgxpool.Pool
 
 	// Schema of the accounts table. Defaults to "" (search_path).
 	Schema string
@@ -113,7 +148,7 @@ type Task struct {
 	// accounts keep their hash slot and the few heavy ("jumbo") accounts
 	// are pinned to slots so that every slot's total weight stays within
 	// 1 + WeightEpsilon of the mean; the bootstrap of each cycle recomputes
-	// the pins (see the README's Weights section) in the table
+	// the pins (docs/weights-and-phases.md has the rule) in the table
 	// riverslot_pins, which CreateIndexes creates in Schema. Like Filter it
 	// is trusted application SQL. Defaults to "" (hash placement only).
 	Weight string
@@ -122,6 +157,18 @@ type Task struct {
 	// (1 + WeightEpsilon) × the mean slot weight, unless a single account
 	// is heavier than that. In (0, 1]. Defaults to 0.10.
 	WeightEpsilon float64
+
+	// PinsTimeout bounds how long a weighted task's bootstrap may spend
+	// computing a cycle's pins (each of its queries runs under the
+	// statement_timeout left of it). A computation that does not finish in
+	// time is rolled back, and the cycle follows the latest pins computed
+	// before it (or hash placement if there are none) instead of being
+	// lost: its bootstrap logs a warning, records the fallback in its
+	// output, and inserts the per-slot jobs at once. The bootstrap job's own
+	// timeout is twice PinsTimeout (1 minute by default, River's default
+	// job timeout), and Configure's RescueStuckJobsAfter is above it. Only
+	// for a task with Weight. Defaults to 30 s.
+	PinsTimeout time.Duration
 
 	// Phase shifts this task's slots around the cycle by a fraction of it,
 	// in [0, 1): the accounts of bucket slot k are synced in slot
@@ -192,7 +239,13 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 	if !taskNameRE.MatchString(t.Name) {
 		add("Name must be 1-64 letters, digits, '_', '-' or '.', got %q", t.Name)
 	}
-	plan, planErr := slotplan.New(t.Cycle)
+	t.Buckets = cmp.Or(t.Buckets, BucketsDefault)
+	if t.Buckets != slotplan.Buckets && t.Buckets != slotplan.BucketsTwoByte {
+		add("Buckets must be %d (one UUID byte, the default) or %d (two bytes, finer slots), got %d; leave it 0 for the default", slotplan.Buckets, slotplan.BucketsTwoByte, t.Buckets)
+	}
+	// A cycle's own errors come from NewSchedule below, a bad Buckets from
+	// the check above.
+	plan, planErr := slotplan.NewBuckets(t.Cycle, t.Buckets)
 	if planErr == nil && t.Cycle < CycleMin {
 		add("Cycle must be at least %s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got %s", CycleMin, t.Cycle)
 		planErr = errors.New("cycle too short")
@@ -223,8 +276,17 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 		if !(t.WeightEpsilon > 0 && t.WeightEpsilon <= 1) {
 			add("WeightEpsilon must be in (0, 1] (0.10 lets a slot carry 10%% more than the mean), got %g; leave it 0 for the default", t.WeightEpsilon)
 		}
-	} else if t.WeightEpsilon != 0 {
-		add("WeightEpsilon is set (%g) but Weight is empty; set Weight to the accounts' weight column or expression", t.WeightEpsilon)
+		t.PinsTimeout = cmp.Or(t.PinsTimeout, PinsTimeoutDefault)
+		if t.PinsTimeout < time.Millisecond {
+			add("PinsTimeout must be at least 1ms, got %s; leave it 0 for the default %s", t.PinsTimeout, PinsTimeoutDefault)
+		}
+	} else {
+		if t.WeightEpsilon != 0 {
+			add("WeightEpsilon is set (%g) but Weight is empty; set Weight to the accounts' weight column or expression", t.WeightEpsilon)
+		}
+		if t.PinsTimeout != 0 {
+			add("PinsTimeout is set (%s) but Weight is empty; it bounds the weighted placement only: set Weight or leave PinsTimeout 0", t.PinsTimeout)
+		}
 	}
 	t.BatchSize = cmp.Or(t.BatchSize, BatchSizeDefault)
 	if t.BatchSize < 1 || t.BatchSize > BatchSizeMax {
@@ -281,7 +343,7 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 		}
 		t.Lead = cmp.Or(t.Lead, min(LeadMax, plan.SlotDuration/2))
 		if t.Lead < 0 || t.Lead >= plan.SlotDuration {
-			add("Lead must be in [0, slot duration) = [0, %s), got %s; leave it 0 for the default", plan.SlotDuration, t.Lead)
+			add("Lead must be in (0, slot duration) = (0, %s), got %s; leave it 0 for the default, min(%s, half a slot)", plan.SlotDuration, t.Lead, LeadMax)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -298,6 +360,7 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 		Seed:            t.Seed,
 		Shift:           shift,
 		PlanID:          taskspec.PlanID(plan, t.Seed, shift),
+		AccountsPool:    t.AccountsPool,
 		Schema:          t.Schema,
 		Table:           t.Table,
 		IDColumn:        t.IDColumn,
@@ -310,6 +373,7 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 		Lead:            t.Lead,
 		TriggerLead:     triggerLead(t.Lead, t.Cycle),
 		PerSlotTimeout:  t.PerSlotTimeout,
+		PinsTimeout:     t.PinsTimeout,
 		SyncTimeout:     t.SyncTimeout,
 		ControlQueue:    t.ControlQueue,
 		ControlPriority: controlPriority,

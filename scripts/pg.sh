@@ -30,11 +30,11 @@ MSG
 have() { command -v "$1" >/dev/null 2>&1; }
 have go || { echo "pg: Go is needed (https://go.dev/dl/)" >&2; exit 1; }
 
-# pgensure (internal/cmd/pgensure) checks servers and creates databases, so
+# pgensure (scripts/pgensure) checks servers and creates databases, so
 # no psql is needed.
 pgensure=$(mktemp -d)/pgensure
 trap 'rm -rf "$(dirname "$pgensure")"' EXIT
-(cd "$root" && go build -o "$pgensure" ./internal/cmd/pgensure) || { echo "pg: cannot build internal/cmd/pgensure" >&2; exit 1; }
+(cd "$root" && go build -o "$pgensure" ./scripts/pgensure) || { echo "pg: cannot build scripts/pgensure" >&2; exit 1; }
 
 # with_db URL DB: the same server, another database.
 with_db() { sed -E "s#^(postgres(ql)?://[^/?]*)(/[^?]*)?#\1/$2#" <<<"$1"; }
@@ -121,7 +121,7 @@ if [ ! -f "$data/PG_VERSION" ]; then
 fi
 log "starting it on 127.0.0.1:$port"
 "${run[@]}" "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
-	-o "-p $port -k /tmp -c listen_addresses=127.0.0.1" start >&2 || die
+	-o "-p $port -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=300" start >&2 || die
 url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 wait_for "$url" || die
 ensure_db "$url"

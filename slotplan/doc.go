@@ -14,6 +14,14 @@
 //	slot := plan.SlotOf(accountID)            // accountID is a [16]byte / uuid.UUID
 //	due := plan.Target(cycleStart, seed, accountID)
 //
+// A plan of 65,536 buckets (NewBuckets with BucketsTwoByte) reads two bytes:
+// bucket = byte 15 × 256 + byte 14, and a cycle of C milliseconds is split
+// into gcd(C, 65,536) slots (24h: 1,024 slots of 1m24.375s). The last byte
+// stays the high part, so each of its slots lies inside the 256-bucket
+// slot of the same accounts:
+//
+//	plan, err := slotplan.NewBuckets(24*time.Hour, slotplan.BucketsTwoByte)
+//
 // Balance, JumboThreshold and PlacePins are the weighted placement: which
 // heavy accounts to pin, and to which slots, so that every slot's total
 // weight stays within 1 + epsilon of the mean.

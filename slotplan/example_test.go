@@ -26,6 +26,27 @@ func ExampleNew() {
 	// true
 }
 
+// 65,536 buckets: 86,400,000 ms = 2^10 × 84,375, so a day has 1,024 slots
+// of 1m24.375s, each 64 two-byte buckets. The account of ExamplePlan_Target
+// (bytes 14-15 0xd4 0x79: bucket 0x79d4 = 31,188) is in slot 487, the
+// eighth of the eight fine slots inside its one-byte slot 60 (480-487).
+func ExampleNewBuckets() {
+	plan, err := slotplan.NewBuckets(24*time.Hour, slotplan.BucketsTwoByte)
+	if err != nil {
+		panic(err)
+	}
+	id := [16]byte{0xf4, 0x7a, 0xc1, 0x0b, 0x58, 0xcc, 0x43, 0x72, 0xa5, 0x67, 0x0e, 0x02, 0xb2, 0xc3, 0xd4, 0x79}
+	fmt.Println(plan.Slots, plan.SlotDuration, plan.BucketsPerSlot)
+	fmt.Println(plan.BucketOf(id), plan.SlotOf(id))
+
+	_, err = slotplan.NewBuckets(24*time.Hour, 4096)
+	fmt.Println(err)
+	// Output:
+	// 1024 1m24.375s 64
+	// 31188 487
+	// invalid bucket count: Buckets must be 256 (one UUID byte) or 65536 (two bytes), got 4096
+}
+
 // An account's due time in a cycle: its slot's start plus its fixed offset.
 func ExamplePlan_Target() {
 	plan, _ := slotplan.New(24 * time.Hour)

@@ -7,7 +7,8 @@ import (
 
 // FuzzPlan checks the plan math for any cycle, id and seed: New either
 // rejects the cycle with ErrInvalidCycle or returns a plan whose slots tile
-// the cycle and the 256 buckets, and whose offsets stay inside the slot. The
+// the cycle and the 256 buckets, and whose offsets stay inside the slot; the
+// 65,536-bucket plan of the same cycle nests in it. The
 // seed corpus runs with every `go test`; `make fuzz` explores further.
 func FuzzPlan(f *testing.F) {
 	f.Add(int64(86400), []byte("0123456789abcdef"), uint64(0))
@@ -47,6 +48,29 @@ func FuzzPlan(f *testing.F) {
 		off := p.Offset(seed, id)
 		if off < 0 || off >= p.SlotDuration {
 			t.Fatalf("offset %s outside [0, %s)", off, p.SlotDuration)
+		}
+
+		// The 65,536-bucket plan of the same cycle: valid exactly when the
+		// 256-bucket plan is, whole milliseconds, and nested in it (each
+		// fine slot inside the coarse slot of the same accounts).
+		fp, err := NewBuckets(cycle, BucketsTwoByte)
+		if err != nil {
+			t.Fatalf("cycle %s valid with 256 buckets, rejected with 65536: %v", cycle, err)
+		}
+		if fp.Slots < 16 || fp.Slots > 65536 || fp.Slots&(fp.Slots-1) != 0 || fp.Slots%p.Slots != 0 {
+			t.Fatalf("two-byte slots %d: not a power of two in [16, 65536] and a multiple of %d", fp.Slots, p.Slots)
+		}
+		if fp.SlotDuration*time.Duration(fp.Slots) != cycle || fp.SlotDuration%time.Millisecond != 0 {
+			t.Fatalf("two-byte slot duration %s × %d != cycle %s", fp.SlotDuration, fp.Slots, cycle)
+		}
+		bucket := int(id[15])*256 + int(id[14])
+		flo, fhi := fp.BucketRange(fp.SlotOf(id))
+		if bucket < flo || bucket > fhi {
+			t.Fatalf("two-byte bucket %d outside its slot's range [%d, %d]", bucket, flo, fhi)
+		}
+		from := fp.SlotStart(time.Time{}, fp.SlotOf(id))
+		if c := p.SlotStart(time.Time{}, slot); from.Before(c) || from.Add(fp.SlotDuration).After(c.Add(p.SlotDuration)) {
+			t.Fatalf("two-byte slot %d of %x not inside one-byte slot %d", fp.SlotOf(id), id, slot)
 		}
 
 		s := Schedule{Cycle: cycle}

@@ -8,9 +8,15 @@ import (
 )
 
 const (
-	// Buckets is the number of account buckets: an account's bucket is the
-	// last byte (byte 15) of its UUID, so there are 256 of them.
+	// Buckets is the default number of account buckets: an account's bucket
+	// is the last byte (byte 15) of its UUID, so there are 256 of them.
 	Buckets = 256
+
+	// BucketsTwoByte is the finer bucket count: an account's bucket is
+	// byte 15 × 256 + byte 14 of its UUID, 65,536 of them. The last byte
+	// stays the high part, so a two-byte bucket's slot always lies inside
+	// the slot its one-byte bucket has under the same cycle.
+	BucketsTwoByte = 65536
 
 	// CycleMin is the shortest cycle accepted. Shorter cycles cannot be split
 	// into at least two slots of whole seconds.
@@ -23,15 +29,21 @@ type Plan struct {
 	// Cycle is the length of one full cycle.
 	Cycle time.Duration
 
-	// Slots is the number of slots a cycle is split into:
-	// gcd(cycle in whole seconds, 256). Always a power of two from 2 to 256.
+	// Buckets is the number of account buckets: Buckets (256, one UUID
+	// byte) or BucketsTwoByte (65,536, two bytes).
+	Buckets int
+
+	// Slots is the number of slots a cycle is split into: gcd(cycle in
+	// whole seconds, 256) with 256 buckets, gcd(cycle in milliseconds,
+	// 65,536) with 65,536. Always a power of two, from 2 to Buckets.
 	Slots int
 
-	// SlotDuration is Cycle / Slots, always a whole number of seconds.
+	// SlotDuration is Cycle / Slots: a whole number of seconds with 256
+	// buckets, of milliseconds with 65,536.
 	SlotDuration time.Duration
 
-	// BucketsPerSlot is 256 / Slots: how many consecutive bucket values share
-	// one slot.
+	// BucketsPerSlot is Buckets / Slots: how many consecutive bucket values
+	// share one slot.
 	BucketsPerSlot int
 }
 
@@ -39,14 +51,31 @@ type Plan struct {
 // split into slots.
 var ErrInvalidCycle = errors.New("invalid cycle")
 
-// New returns the plan for cycle. The cycle must be a whole number of seconds
-// that is a multiple of 2 s (any multiple of 2^k seconds yields 2^k slots, up
-// to 256 slots for multiples of 256 s); otherwise an error wrapping
-// ErrInvalidCycle says which lengths work.
+// ErrInvalidBuckets is returned (wrapped) by NewBuckets for a bucket count
+// other than Buckets and BucketsTwoByte.
+var ErrInvalidBuckets = errors.New("invalid bucket count")
+
+// New returns the plan for cycle with the default 256 buckets; see
+// NewBuckets.
 func New(cycle time.Duration) (Plan, error) {
+	return NewBuckets(cycle, Buckets)
+}
+
+// NewBuckets returns the plan for cycle with the given number of buckets,
+// Buckets (256) or BucketsTwoByte (65,536); another count is an error
+// wrapping ErrInvalidBuckets. The cycle must be a whole number of seconds
+// that is a multiple of 2 s, at least CycleMin, whatever the bucket count;
+// otherwise the error wraps ErrInvalidCycle and says which lengths work.
+// With 256 buckets it is split into gcd(cycle in seconds, 256) slots (any
+// multiple of 2^k seconds yields 2^k slots, up to 256 slots for multiples
+// of 256 s); with 65,536 buckets into gcd(cycle in milliseconds, 65,536)
+// slots (24h: 1,024 slots of 1m24.375s; 64s: 512 slots of 125ms).
+func NewBuckets(cycle time.Duration, buckets int) (Plan, error) {
 	const works = "use a whole number of seconds that is a multiple of 2^k s, e.g. 120s (8 slots), 8h (128 slots) or 24h (128 slots); multiples of 256s give the full 256 slots"
 
 	switch {
+	case buckets != Buckets && buckets != BucketsTwoByte:
+		return Plan{}, fmt.Errorf("%w: Buckets must be %d (one UUID byte) or %d (two bytes), got %d", ErrInvalidBuckets, Buckets, BucketsTwoByte, buckets)
 	case cycle < CycleMin:
 		return Plan{}, fmt.Errorf("%w: Cycle must be at least %s, got %s; %s", ErrInvalidCycle, CycleMin, cycle, works)
 	case cycle%time.Second != 0:
@@ -58,23 +87,48 @@ func New(cycle time.Duration) (Plan, error) {
 	if slots < 2 {
 		return Plan{}, fmt.Errorf("%w: Cycle %s is an odd number of seconds and yields a single slot (gcd(%d, 256) = 1); %s", ErrInvalidCycle, cycle, seconds, works)
 	}
+	if buckets == BucketsTwoByte {
+		// The same cycles are valid with either bucket count. An even
+		// number of seconds is a multiple of 16 × 125 ms, so this is at
+		// least 16, and a multiple of the 256-bucket slot count: each
+		// slot of this plan lies inside one slot of that plan.
+		slots = int(gcd(int64(cycle/time.Millisecond), BucketsTwoByte))
+	}
 
 	return Plan{
 		Cycle:          cycle,
+		Buckets:        buckets,
 		Slots:          slots,
 		SlotDuration:   cycle / time.Duration(slots),
-		BucketsPerSlot: Buckets / slots,
+		BucketsPerSlot: buckets / slots,
 	}, nil
 }
 
-// SlotOfBucket returns the slot (0-based) that bucket belongs to.
-func (p Plan) SlotOfBucket(bucket byte) int {
-	return int(bucket) / p.BucketsPerSlot
+// SlotOfBucket returns the slot (0-based) that bucket, in [0, Buckets),
+// belongs to.
+func (p Plan) SlotOfBucket(bucket int) int {
+	return bucket / p.BucketsPerSlot
+}
+
+// BucketOf returns the bucket of the account with the given UUID bytes:
+// id[15] with 256 buckets, id[15]×256 + id[14] with 65,536. It mirrors
+// sqlbucket.ExprFor.
+func (p Plan) BucketOf(id [16]byte) int {
+	return BucketOf(id, p.Buckets)
+}
+
+// BucketOf returns id's bucket among buckets (Buckets or BucketsTwoByte):
+// id[15], or id[15]×256 + id[14].
+func BucketOf(id [16]byte, buckets int) int {
+	if buckets == BucketsTwoByte {
+		return int(id[15])<<8 | int(id[14])
+	}
+	return int(id[15])
 }
 
 // SlotOf returns the slot of the account with the given UUID bytes.
 func (p Plan) SlotOf(id [16]byte) int {
-	return p.SlotOfBucket(id[15])
+	return p.SlotOfBucket(p.BucketOf(id))
 }
 
 // BucketRange returns the inclusive range of bucket values [lo, hi] that make

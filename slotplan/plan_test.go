@@ -76,7 +76,7 @@ func TestSlotMath(t *testing.T) {
 
 		counts := make([]int, slots)
 		for b := range 256 {
-			slot := p.SlotOfBucket(byte(b))
+			slot := p.SlotOfBucket(b)
 			counts[slot]++
 			lo, hi := p.BucketRange(slot)
 			require.True(t, lo <= b && b <= hi, "bucket %d outside its slot range [%d,%d]", b, lo, hi)
@@ -280,4 +280,139 @@ func TestShift(t *testing.T) {
 	require.Equal(t, p.Target(start, 1, id).Add(4*15*time.Second), p.ShiftedTarget(start, 1, id, 4))
 	id[15] = 0xf0 // bucket 240: slot 7, shifted by 4 to slot 3
 	require.Equal(t, p.Target(start, 1, id).Add(-4*15*time.Second), p.ShiftedTarget(start, 1, id, 4))
+}
+
+func TestNewBuckets(t *testing.T) {
+	t.Parallel()
+
+	t.Run("TwoByteSlots", func(t *testing.T) {
+		t.Parallel()
+
+		// Worked by hand, in milliseconds: 86,400,000 = 2^10 * 84,375, so a
+		// day has 1,024 slots of 84,375 ms = 1m24.375s; 64,000 = 2^9 * 125
+		// (512 slots of 125 ms); 28,800,000 = 2^10 * 28,125 (1,024 slots of
+		// 28.125 s); 120,000 = 2^6 * 1,875 (64 slots of 1.875 s); 16,000 =
+		// 2^7 * 125; 2^16 s = 65,536,000 ms = 2^16 * 1,000 (capped at 65,536
+		// slots of 1 s).
+		for _, tt := range []struct {
+			cycle   time.Duration
+			slots   int
+			slotDur time.Duration
+		}{
+			{24 * time.Hour, 1024, time.Minute + 24*time.Second + 375*time.Millisecond},
+			{64 * time.Second, 512, 125 * time.Millisecond},
+			{8 * time.Hour, 1024, 28*time.Second + 125*time.Millisecond},
+			{120 * time.Second, 64, 1875 * time.Millisecond},
+			{16 * time.Second, 128, 125 * time.Millisecond},
+			{65536 * time.Second, 65536, time.Second},
+		} {
+			p, err := NewBuckets(tt.cycle, BucketsTwoByte)
+			require.NoError(t, err, "cycle %s", tt.cycle)
+			require.Equal(t, BucketsTwoByte, p.Buckets)
+			require.Equal(t, tt.slots, p.Slots, "cycle %s", tt.cycle)
+			require.Equal(t, tt.slotDur, p.SlotDuration, "cycle %s", tt.cycle)
+			require.Equal(t, 65536/tt.slots, p.BucketsPerSlot, "cycle %s", tt.cycle)
+			require.Equal(t, tt.cycle, p.SlotDuration*time.Duration(p.Slots))
+		}
+		require.Equal(t, "1m24.375s", mustNewBuckets(t, 24*time.Hour, BucketsTwoByte).SlotDuration.String())
+	})
+
+	t.Run("DefaultIsOneByte", func(t *testing.T) {
+		t.Parallel()
+
+		p, err := New(24 * time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, Buckets, p.Buckets)
+		require.Equal(t, mustNewBuckets(t, 24*time.Hour, Buckets), p)
+	})
+
+	t.Run("RejectedBuckets", func(t *testing.T) {
+		t.Parallel()
+
+		for _, buckets := range []int{0, 1, 128, 255, 512, 4096, 65535, 1 << 20} {
+			_, err := NewBuckets(24*time.Hour, buckets)
+			require.ErrorIs(t, err, ErrInvalidBuckets, "buckets %d", buckets)
+			require.ErrorContains(t, err, "Buckets must be 256 (one UUID byte) or 65536 (two bytes), got")
+		}
+	})
+
+	t.Run("SameCyclesValid", func(t *testing.T) {
+		t.Parallel()
+
+		for _, cycle := range []time.Duration{time.Second, 3 * time.Second, 17 * time.Second, 2500 * time.Millisecond} {
+			_, err := NewBuckets(cycle, BucketsTwoByte)
+			require.ErrorIs(t, err, ErrInvalidCycle, "cycle %s", cycle)
+		}
+	})
+}
+
+func mustNewBuckets(t *testing.T, cycle time.Duration, buckets int) Plan {
+	t.Helper()
+	p, err := NewBuckets(cycle, buckets)
+	require.NoError(t, err)
+	return p
+}
+
+// TestBucketOf checks the two-byte bucket against its definition, byte 15
+// as the high part and byte 14 as the low part, and the one-byte bucket
+// against byte 15, written out by hand.
+func TestBucketOf(t *testing.T) {
+	t.Parallel()
+
+	id := [16]byte{14: 0x34, 15: 0x12}
+	require.Equal(t, 0x12, BucketOf(id, Buckets))
+	require.Equal(t, 0x1234, BucketOf(id, BucketsTwoByte))
+	require.Equal(t, 4660, mustNewBuckets(t, 65536*time.Second, BucketsTwoByte).SlotOf(id)) // one bucket a slot
+	id = [16]byte{0: 0xff, 13: 0xff, 14: 0xff, 15: 0x00}
+	require.Equal(t, 0, BucketOf(id, Buckets))
+	require.Equal(t, 255, BucketOf(id, BucketsTwoByte))
+	id[15] = 0xff
+	require.Equal(t, 65535, BucketOf(id, BucketsTwoByte))
+}
+
+// TestTwoByteNests checks, for every cycle tested here, that the 65,536-bucket
+// plan nests in the 256-bucket plan: its slot count is a multiple of the
+// one-byte plan's, each of its slots covers a time window inside the window
+// of the one-byte slot of the same accounts, and so every account is served
+// inside its old slot. Accounts are drawn at random and at every boundary of
+// byte 14 and byte 15.
+func TestTwoByteNests(t *testing.T) {
+	t.Parallel()
+
+	rng := rand.New(rand.NewPCG(18, 2))
+	var cycles []time.Duration
+	for s := int64(16); s <= 2*86400; s += 2 {
+		if s <= 1024 || s%86400 == 0 || s%3600 == 0 || s%256 == 0 {
+			cycles = append(cycles, time.Duration(s)*time.Second)
+		}
+	}
+	cycles = append(cycles, 65536*time.Second, 7*24*time.Hour)
+	start := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	for _, cycle := range cycles {
+		coarse := mustNewBuckets(t, cycle, Buckets)
+		fine := mustNewBuckets(t, cycle, BucketsTwoByte)
+		require.Zero(t, fine.Slots%coarse.Slots, "cycle %s: %d fine slots, %d coarse", cycle, fine.Slots, coarse.Slots)
+		require.Greater(t, fine.Slots, coarse.Slots, "cycle %s", cycle)
+
+		ids := make([][16]byte, 0, 64)
+		for _, b := range [][2]byte{{0, 0}, {0, 255}, {255, 0}, {255, 255}, {1, 0}, {0, 1}, {127, 255}, {128, 0}} {
+			ids = append(ids, [16]byte{14: b[1], 15: b[0]})
+		}
+		for range 56 {
+			var id [16]byte
+			for k := range id {
+				id[k] = byte(rng.UintN(256))
+			}
+			ids = append(ids, id)
+		}
+		for _, id := range ids {
+			cs, fs := coarse.SlotOf(id), fine.SlotOf(id)
+			cFrom, fFrom := coarse.SlotStart(start, cs), fine.SlotStart(start, fs)
+			cTo, fTo := cFrom.Add(coarse.SlotDuration), fFrom.Add(fine.SlotDuration)
+			require.False(t, fFrom.Before(cFrom) || fTo.After(cTo), "cycle %s id %x: fine slot %d [%s, %s) outside coarse slot %d [%s, %s)",
+				cycle, id, fs, fFrom, fTo, cs, cFrom, cTo)
+			due := fine.Target(start, 7, id)
+			require.False(t, due.Before(cFrom) || !due.Before(cTo), "cycle %s id %x: due %s outside coarse slot", cycle, id, due)
+		}
+	}
 }

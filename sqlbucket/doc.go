@@ -16,6 +16,14 @@
 //
 //	get_byte(uuid_send("id"), 15) BETWEEN $1 AND $2
 //
+// A task of 65,536 buckets (slotplan.BucketsTwoByte) reads two bytes, the
+// last one as the high part, through its own index (ExprFor, IndexDDLFor,
+// SlotPredicateFor); its per-slot range predicate is as sargable:
+//
+//	CREATE INDEX CONCURRENTLY IF NOT EXISTS "accounts_id_riverslot_bucket2_idx"
+//	    ON "public"."accounts" (((get_byte(uuid_send("id"), 15) * 256 + get_byte(uuid_send("id"), 14))), "id")
+//	(get_byte(uuid_send("id"), 15) * 256 + get_byte(uuid_send("id"), 14)) BETWEEN $1 AND $2
+//
 // The talk's text form selects the same rows from the UUID's text:
 //
 //	get_byte(decode(replace("id"::text, '-', ''), 'hex'), 15) / $1 = $2

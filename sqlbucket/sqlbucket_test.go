@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/internal/riverslottest"
 	"github.com/riverslot/riverslot/internal/sqltext"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -25,6 +25,24 @@ func TestExprQuotesIdentifiers(t *testing.T) {
 	require.Equal(t,
 		`CREATE INDEX CONCURRENTLY IF NOT EXISTS "accounts_id_riverslot_bucket_idx" ON "app"."accounts" ((get_byte(uuid_send("id"), 15)), "id")`,
 		sqlbucket.IndexDDL("app", "accounts", "id"))
+}
+
+func TestTwoByteSQL(t *testing.T) {
+	t.Parallel()
+
+	const two = slotplan.BucketsTwoByte
+	require.Equal(t, `(get_byte(uuid_send("id"), 15) * 256 + get_byte(uuid_send("id"), 14))`, sqlbucket.ExprFor("id", two))
+	require.Equal(t, sqlbucket.Expr("id"), sqlbucket.ExprFor("id", slotplan.Buckets))
+	require.Equal(t, `(get_byte(uuid_send("we""ird"), 15) * 256 + get_byte(uuid_send("we""ird"), 14)) BETWEEN $1 AND $2`, sqlbucket.SlotPredicateFor(`we"ird`, two, 1, 2))
+	require.Equal(t, "accounts_id_riverslot_bucket2_idx", sqlbucket.IndexNameFor("accounts", "id", two))
+	require.Equal(t, sqlbucket.IndexName("accounts", "id"), sqlbucket.IndexNameFor("accounts", "id", slotplan.Buckets))
+	require.Equal(t,
+		`CREATE INDEX CONCURRENTLY IF NOT EXISTS "accounts_id_riverslot_bucket2_idx" ON "app"."accounts" (((get_byte(uuid_send("id"), 15) * 256 + get_byte(uuid_send("id"), 14))), "id")`,
+		sqlbucket.IndexDDLFor("app", "accounts", "id", two))
+	long := strings.Repeat("a", 80)
+	require.LessOrEqual(t, len(sqlbucket.IndexNameFor(long, "id", two)), 63)
+	require.NotEqual(t, sqlbucket.IndexName(long, "id"), sqlbucket.IndexNameFor(long, "id", two))
+	require.Panics(t, func() { sqlbucket.ExprFor("id", 4096) })
 }
 
 func TestIndexNameFitsPostgresLimit(t *testing.T) {
@@ -97,6 +115,116 @@ func TestPredicatesAgree(t *testing.T) {
 			require.Equal(t, goSlot, rangeSlot[id], "%d slots, id %s: range vs Go mirror", slots, id)
 			require.Equal(t, goSlot, textSlot[id], "%d slots, id %s: text vs Go mirror", slots, id)
 		}
+	}
+}
+
+// TestTwoBytePredicateAgrees proves, on real Postgres, that the two-byte
+// range predicate and the Go mirror (slotplan.Plan.SlotOf with 65,536
+// buckets) put every one of 10,000 random UUIDs in the same slot, for slot
+// counts from 16 to 65,536, and that the bucket Postgres computes equals
+// the UUID text's last two hex digits followed by the two before them, read
+// as a 16-bit number by Postgres itself (an independent form of the same
+// definition).
+func TestTwoBytePredicateAgrees(t *testing.T) {
+	t.Parallel()
+
+	const two = slotplan.BucketsTwoByte
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.EmptySchema(ctx, t, pool)
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 10_000)
+	require.NoError(t, sqlbucket.CreateIndexFor(ctx, pool, schema, "accounts", "id", two))
+	table := pgx.Identifier{schema, "accounts"}.Sanitize()
+
+	var differ int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE "+sqlbucket.ExprFor("id", two)+
+		" <> ('x' || right(id::text, 2) || left(right(id::text, 4), 2))::bit(16)::int").Scan(&differ))
+	require.Zero(t, differ, "two-byte expression vs the UUID text's last two hex digits, then the two before them")
+
+	rangeSQL := "SELECT id FROM " + table + " WHERE " + sqlbucket.SlotPredicateFor("id", two, 1, 2)
+	for _, cycle := range []time.Duration{16 * time.Second, 64 * time.Second, 24 * time.Hour, 65536 * time.Second} {
+		plan, err := slotplan.NewBuckets(cycle, two)
+		require.NoError(t, err)
+
+		// Bucket ranges of consecutive slots, read in chunks of slots so
+		// 65,536 slots cost 64 queries, not 65,536.
+		chunk := max(1, plan.Slots/64)
+		got := make(map[uuid.UUID]int, len(ids))
+		for first := 0; first < plan.Slots; first += chunk {
+			lo, _ := plan.BucketRange(first)
+			_, hi := plan.BucketRange(first + chunk - 1)
+			rows, err := pool.Query(ctx, "SELECT id, "+sqlbucket.ExprFor("id", two)+" FROM ("+rangeSQL+") s JOIN "+table+" USING (id)", lo, hi)
+			require.NoError(t, err)
+			var (
+				id     uuid.UUID
+				bucket int
+			)
+			_, err = pgx.ForEachRow(rows, []any{&id, &bucket}, func() error {
+				_, dup := got[id]
+				require.False(t, dup, "range predicate selected %s twice", id)
+				got[id] = bucket / plan.BucketsPerSlot
+				return nil
+			})
+			require.NoError(t, err)
+		}
+		require.Len(t, got, len(ids), "%d slots: range predicate must select every account once", plan.Slots)
+		for _, id := range ids {
+			require.Equal(t, plan.SlotOf(id), got[id], "%d slots, id %s: Postgres vs Go mirror", plan.Slots, id)
+		}
+	}
+}
+
+// TestTwoByteRangeUsesIndex shows the two-byte range predicate is sargable
+// on its index under a generic plan (plan_cache_mode = force_generic_plan,
+// as a prepared statement run many times is planned): the bounds are
+// parameters, not constants the planner could fold.
+func TestTwoByteRangeUsesIndex(t *testing.T) {
+	t.Parallel()
+
+	const two = slotplan.BucketsTwoByte
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.EmptySchema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 5_000)
+	require.NoError(t, sqlbucket.CreateIndexFor(ctx, pool, schema, "accounts", "id", two))
+	require.NoError(t, sqlbucket.CreateIndexFor(ctx, pool, schema, "accounts", "id", two)) // idempotent
+
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	table := pgx.Identifier{schema, "accounts"}.Sanitize()
+	_, err = conn.Exec(ctx, "ANALYZE "+table)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	defer conn.Exec(ctx, "RESET plan_cache_mode") //nolint:errcheck
+
+	// A prepared statement, explained with its parameters: under
+	// force_generic_plan the plan cannot depend on the bounds' values.
+	explain := func(sql string, args string) string {
+		_, err := conn.Exec(ctx, "DEALLOCATE ALL")
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, "PREPARE slot_page AS "+sql)
+		require.NoError(t, err)
+		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE slot_page("+args+")", pgx.QueryExecModeSimpleProtocol)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return strings.Join(lines, "\n")
+	}
+	// The per-slot keyset page: range, keyset position, order and limit.
+	bucket := sqlbucket.ExprFor("id", two)
+	page := "SELECT id, " + bucket + " FROM " + table + " WHERE " + sqlbucket.SlotPredicateFor("id", two, 1, 2) +
+		" AND (" + bucket + ", id) > ($4::int, $5::uuid) ORDER BY " + bucket + ", id LIMIT $3"
+	for _, q := range []struct{ sql, args string }{
+		{"SELECT id FROM " + table + " WHERE " + sqlbucket.SlotPredicateFor("id", two, 1, 2), "0, 63"},
+		{page, "0, 63, 100, 0, '00000000-0000-0000-0000-000000000000'"},
+	} {
+		plan := explain(q.sql, q.args)
+		require.Contains(t, plan, "Index", "two-byte range predicate must use an index:\n%s", plan)
+		require.Contains(t, plan, sqlbucket.IndexNameFor("accounts", "id", two), "two-byte range predicate must use its bucket index:\n%s", plan)
+		require.NotContains(t, plan, "Seq Scan", "\n%s", plan)
+		require.Contains(t, plan, "$1", "the plan must be generic (bounds as parameters):\n%s", plan)
 	}
 }
 

@@ -112,7 +112,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 
 	var exists bool
-	if err := w.pool.QueryRow(ctx, t.spec.SQL.Exists, job.Args.AccountID).Scan(&exists); err != nil {
+	if err := t.spec.AccountsDB(w.pool).QueryRow(ctx, t.spec.SQL.Exists, job.Args.AccountID).Scan(&exists); err != nil {
 		return fmt.Errorf("error checking account %s of task %q: %w", job.Args.AccountID, t.spec.Name, err)
 	}
 	if !exists {

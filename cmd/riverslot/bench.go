@@ -10,11 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/riverslot/riverslot/internal/bench"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/bench"
 )
 
 const benchAbout = `Runs the benchmarks against Postgres: fan-out, selection, deep queue, queue
-depth and weights. It creates and drops schemas named riverslot_bench_<benchmark>_<n>,
+depth, weights, and (only when named in --only) scale: a fleet of
+--scale-accounts accounts through seeding, CreateIndexes, bootstraps, one
+slot's fan-out at 1,024 slots, Status and a compressed run. It creates and drops schemas named riverslot_bench_<benchmark>_<n>,
 dropping any existing schema of such a name first: point it at a database of
 its own (make bench uses riverslot_bench).
 `
@@ -35,7 +37,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	chartPath := fs.String("chart", "docs/queue-depth.svg", "SVG chart of the queue-depth run (empty: none)")
 	weightsAccounts := fs.Int("weights-accounts", 1_000_000, "accounts in the weights benchmark (placement quality, churn and weighted selection)")
 	weightsChart := fs.String("weights-chart", "docs/weights.svg", "SVG chart of per-slot weight, hash-only beside balanced (empty: none)")
-	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth, weights (comma-separated)")
+	scaleAccounts := fs.Int("scale-accounts", 10_000_000, "accounts the scale benchmark seeds (--only scale)")
+	scaleRunAccounts := fs.Int("scale-run-accounts", 50_000, "accounts of the scale benchmark's compressed run (at most --scale-accounts)")
+	scaleRunCycle := fs.Duration("scale-run-cycle", 4*time.Minute, "cycle of the scale benchmark's compressed run")
+	scaleRunRetention := fs.Duration("scale-run-retention", time.Minute, "River's CompletedJobRetentionPeriod in the scale benchmark's compressed run")
+	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth, weights, scale (comma-separated; scale runs only when named)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -46,6 +52,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DepthAccounts: *depthAccounts, DepthCycle: *depthCycle, DepthWork: *depthWork,
 		BatchSize: *batch, Reps: *reps, OutDir: *outDir, ChartPath: *chartPath, Only: map[string]bool{},
 		WeightsAccounts: *weightsAccounts, WeightsChartPath: *weightsChart,
+		ScaleAccounts: *scaleAccounts, ScaleRunAccounts: *scaleRunAccounts, ScaleRunCycle: *scaleRunCycle, ScaleRunRetention: *scaleRunRetention,
 	}
 	var err error
 	if cfg.FanOutSizes, err = parseSizes("--fanout-sizes", *fanOut); err != nil {
@@ -57,10 +64,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, name := range strings.Split(*only, ",") {
 		switch name = strings.TrimSpace(name); name {
 		case "":
-		case "fanout", "selection", "deepqueue", "depth", "weights":
+		case "fanout", "selection", "deepqueue", "depth", "weights", "scale":
 			cfg.Only[name] = true
 		default:
-			return usageErr("--only: unknown benchmark %q; use fanout, selection, deepqueue, depth or weights", name)
+			return usageErr("--only: unknown benchmark %q; use fanout, selection, deepqueue, depth, weights or scale", name)
 		}
 	}
 	switch {
@@ -74,10 +81,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--deep-queue and --depth-accounts must be at least 1")
 	case *weightsAccounts < 1000:
 		return usageErr("--weights-accounts must be at least 1000 (128 slots), got %d", *weightsAccounts)
+	case *scaleAccounts < 1024:
+		return usageErr("--scale-accounts must be at least 1024 (one per slot of the 1,024-slot task), got %d", *scaleAccounts)
+	case *scaleRunAccounts < 1 || *scaleRunAccounts > *scaleAccounts:
+		return usageErr("--scale-run-accounts must be between 1 and --scale-accounts (%d), got %d", *scaleAccounts, *scaleRunAccounts)
+	case *scaleRunRetention < time.Second:
+		return usageErr("--scale-run-retention must be at least 1s (River's CompletedJobRetentionPeriod), got %s", *scaleRunRetention)
 	case *depthWork < 0:
 		return usageErr("--depth-work must not be negative, got %s", *depthWork)
 	}
 	if err := checkCycle("--depth-cycle", *depthCycle); err != nil {
+		return err
+	}
+	if err := checkCycle("--scale-run-cycle", *scaleRunCycle); err != nil {
 		return err
 	}
 

@@ -15,11 +15,17 @@ const (
 	defaultBenchURL    = "postgres://postgres@127.0.0.1:5432/riverslot_bench?sslmode=disable" // make bench
 )
 
-// connect opens a pool and pings it; failures exit 2 with a hint.
+// connect opens the --database-url pool and pings it; failures exit 2 with
+// a hint.
 func connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	return connectFlag(ctx, "--database-url", url, maxConns)
+}
+
+// connectFlag is connect for the URL of flag.
+func connectFlag(ctx context.Context, flag, url string, maxConns int32) (*pgxpool.Pool, error) {
 	config, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, usageErr("--database-url is not a valid PostgreSQL URL: %v", err)
+		return nil, usageErr("%s is not a valid PostgreSQL URL: %v", flag, err)
 	}
 	config.MaxConns = maxConns
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -32,11 +38,18 @@ func connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 		if pool != nil {
 			pool.Close()
 		}
-		return nil, usageErr("cannot reach the database at %s: %v (pass --database-url or set $DATABASE_URL; `make demo` and `make bench` start a local PostgreSQL and create their database)", redact(config), err)
+		return nil, usageErr("cannot reach the database at %s: %v (%s)", redact(config), err, connectHint(flag))
 	}
 	return pool, nil
 }
 
 func redact(c *pgxpool.Config) string {
 	return fmt.Sprintf("%s@%s:%d/%s", c.ConnConfig.User, c.ConnConfig.Host, c.ConnConfig.Port, c.ConnConfig.Database)
+}
+
+func connectHint(flag string) string {
+	if flag != "--database-url" {
+		return "check " + flag
+	}
+	return "pass --database-url or set $DATABASE_URL; `make demo` and `make bench` start a local PostgreSQL and create their database"
 }

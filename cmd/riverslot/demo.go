@@ -31,6 +31,8 @@ const cycleStartAheadMax = 24 * time.Hour
 
 type demoOptions struct {
 	databaseURL string
+	// accountsURL is the database of the accounts table ("": databaseURL).
+	accountsURL string
 	accounts    int
 	cycle       time.Duration
 	cycles      int
@@ -43,6 +45,9 @@ type demoOptions struct {
 	reciprocal  bool       // a second task, opposite the first
 	weights     string     // "" or "pareto": seed a weight column and run weighted
 	logLevel    slog.Level // of River's logger
+	// completedRetention is River's CompletedJobRetentionPeriod (0:
+	// River's default, 24 h).
+	completedRetention time.Duration
 }
 
 // tasks are the names of the demo's tasks: --task, and with --reciprocal
@@ -58,6 +63,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	fs := newFlagSet("demo", demoAbout, stderr)
 	o := &demoOptions{}
 	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
+	fs.StringVar(&o.accountsURL, "accounts-database-url", "", "PostgreSQL URL of another database for the accounts table (the demo creates it there, in a schema named --schema; River's database then holds nothing of the accounts); default: --database-url")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "number of random UUIDv4 accounts to seed")
 	fs.DurationVar(&o.cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at most 24h (120s = 8 slots of 15s)")
 	fs.IntVar(&o.cycles, "cycles", 1, "number of consecutive cycles to run")
@@ -69,11 +75,15 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	fs.StringVar(&o.task, "task", "demo", "task name")
 	fs.BoolVar(&o.reciprocal, "reciprocal", false, "run a second task, <task>_opposite, over the same accounts, opposite the first (OppositeOf): no account is synced by both within half a cycle minus one slot")
 	fs.StringVar(&o.weights, "weights", "", "pareto: give every account a weight (column weight, Pareto(1.5) from a fixed seed) and run the task weighted (Task.Weight), reporting per-slot weight max/mean against hash-only placement")
+	fs.DurationVar(&o.completedRetention, "completed-retention", 0, "River's CompletedJobRetentionPeriod: how long River keeps completed jobs (default 0: River's 24h); riverslot's ledger keeps cycles unique whatever it is, e.g. 1m")
 	logLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	o.databaseURL = databaseURL()
+	if o.completedRetention < 0 {
+		return nil, usageErr("--completed-retention must be 0 (River's default, 24h) or a positive duration such as 1m, got %s", o.completedRetention)
+	}
 	if o.weights != "" && o.weights != "pareto" {
 		return nil, usageErr("--weights must be pareto (or omitted for unweighted accounts), got %q", o.weights)
 	}
@@ -135,9 +145,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer monitor.Close()
+	accounts := pool
+	if o.accountsURL != "" {
+		if accounts, err = connectFlag(ctx, "--accounts-database-url", o.accountsURL, int32(min(10, max(o.workers, 1)+2))); err != nil {
+			return err
+		}
+		defer accounts.Close()
+	}
 
 	d := &demo{
-		opts: o, pool: pool, monitor: monitor, plan: mustPlan(o.cycle), stdout: stdout,
+		opts: o, pool: pool, accounts: accounts, monitor: monitor, plan: mustPlan(o.cycle), stdout: stdout,
 		// River's logger, riverslot's logger and the progress display all
 		// write to stderr from their own goroutines.
 		stderr: &lockedWriter{w: stderr},
@@ -158,12 +175,16 @@ type demo struct {
 	opts *demoOptions
 	plan slotplan.Plan
 	pool *pgxpool.Pool
+	// accounts holds the accounts table: pool, or --accounts-database-url's.
+	accounts *pgxpool.Pool
 	// monitor is a separate one-connection pool for progress reads.
 	monitor *pgxpool.Pool
 	stdout  io.Writer
 	stderr  io.Writer
 	// tty is whether stderr is a terminal: live line or one line per slot.
 	tty bool
+	// maxRiverJobRows is the most rows river_job held at a progress read.
+	maxRiverJobRows int64
 }
 
 func (d *demo) logf(format string, args ...any) {
@@ -171,6 +192,9 @@ func (d *demo) logf(format string, args ...any) {
 }
 
 func (d *demo) table() string { return pgx.Identifier{d.opts.schema, "accounts"}.Sanitize() }
+
+// synced is the table the demo's sync function records each sync in.
+func (d *demo) synced() string { return pgx.Identifier{d.opts.schema, "synced"}.Sanitize() }
 
 func (d *demo) run(ctx context.Context) error {
 	if err := d.checkSchema(ctx); err != nil {
@@ -186,7 +210,16 @@ func (d *demo) run(ctx context.Context) error {
 		Schema: d.opts.schema,
 		Table:  "accounts",
 		Filter: "active",
-		Sync:   func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil },
+		// The app's own record of what it synced, as an app keeps
+		// last_synced_at: the run's figures read it, so they hold after
+		// River deletes completed jobs (--completed-retention).
+		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+			_, err := d.pool.Exec(ctx, "INSERT INTO "+d.synced()+" (task, account_id, cycle_start) VALUES ($1, $2, $3)",
+				job.Args.Task, accountID, job.Args.CycleStart)
+			return err
+		},
+		// The pool given to New when the accounts are in River's database.
+		AccountsPool: d.accounts,
 	}
 	if d.opts.weights != "" {
 		task.Weight = "weight"
@@ -239,6 +272,8 @@ func (d *demo) run(ctx context.Context) error {
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: d.opts.workers}},
 		Schema:            d.opts.schema,
 		FetchPollInterval: 250 * time.Millisecond,
+
+		CompletedJobRetentionPeriod: d.opts.completedRetention,
 	}
 	if err := scheduler.Configure(config); err != nil {
 		return err

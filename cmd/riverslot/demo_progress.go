@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/syncjob"
 )
 
@@ -28,7 +28,12 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 type progress struct {
-	inserted, pending, running, completed, unfinished, perSlotDone int64
+	inserted, pending, running, completed, unfinished int64
+	// perSlotDone counts the last cycle's finished fan-outs, from
+	// riverslot's ledger (River may have deleted their jobs).
+	perSlotDone int64
+	// riverJobRows is every row of river_job.
+	riverJobRows int64
 }
 
 func (d *demo) progress(ctx context.Context, cycleStart time.Time, starts []time.Time) (progress, error) {
@@ -40,10 +45,13 @@ func (d *demo) progress(ctx context.Context, cycleStart time.Time, starts []time
 			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state = 'running'),
 			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state = 'completed'),
 			count(*) FILTER (WHERE (args->>'cycle_start')::timestamptz = ANY($4) AND state NOT IN ('completed', 'cancelled', 'discarded')),
-			count(*) FILTER (WHERE kind = $5 AND (args->>'cycle_start')::timestamptz = $6 AND state = 'completed')
+			(SELECT count(*) FROM `+pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+`
+				WHERE task = ANY($1) AND cycle_start = $5 AND slot >= 0 AND finished_at IS NOT NULL),
+			(SELECT count(*) FROM `+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+`)
 		FROM `+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+` WHERE args->>'task' = ANY($1)`,
-		d.opts.tasks(), cycleStart, syncjob.Kind, starts, perslot.Kind, starts[len(starts)-1]).Scan(
-		&p.inserted, &p.pending, &p.running, &p.completed, &p.unfinished, &p.perSlotDone)
+		d.opts.tasks(), cycleStart, syncjob.Kind, starts, starts[len(starts)-1]).Scan(
+		&p.inserted, &p.pending, &p.running, &p.completed, &p.unfinished, &p.perSlotDone, &p.riverJobRows)
+	d.maxRiverJobRows = max(d.maxRiverJobRows, p.riverJobRows)
 	return p, err
 }
 

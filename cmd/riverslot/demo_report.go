@@ -4,14 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverslot/riverslot/bootstrap"
-	"github.com/riverslot/riverslot/internal/measure"
+	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/testkit/measure"
 	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/syncjob"
 )
 
 // demoSummary is the --json output. Every figure is read from the database.
@@ -36,6 +39,14 @@ type demoSummary struct {
 	LatenessP50Seconds  float64         `json:"lateness_p50_seconds"`
 	LatenessP99Seconds  float64         `json:"lateness_p99_seconds"`
 	PerCycle            []*demoCycleRow `json:"per_cycle"`
+	// MaxRiverJobRows is the most rows river_job held at once, sampled at
+	// each progress read (every 0.5 s); CompletedRetentionSeconds is River's
+	// CompletedJobRetentionPeriod (--completed-retention; 0: River's 24 h).
+	// Synced, missed and duplicated come from the demo's own record of its
+	// syncs (the synced table) as well as River's jobs, so they hold after
+	// River deletes completed jobs.
+	MaxRiverJobRows           int64   `json:"max_river_job_rows"`
+	CompletedRetentionSeconds float64 `json:"completed_retention_seconds"`
 
 	// Tasks names every task of the run; the figures above are the first
 	// task's, PerTask has each one's.
@@ -85,9 +96,10 @@ type demoCycleRow struct {
 func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary, error) {
 	jobs := pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()
 
-	// The run's cycle starts and sync kind, as recorded in the job table.
-	rows, err := d.pool.Query(ctx, "SELECT DISTINCT (args->>'cycle_start')::timestamptz AS s FROM "+jobs+
-		" WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = ANY($3) ORDER BY s", bootstrap.Kind, d.opts.task, starts)
+	// The run's cycle starts, as riverslot's ledger records their
+	// bootstraps (River may have deleted the jobs), and sync kind.
+	rows, err := d.pool.Query(ctx, "SELECT DISTINCT cycle_start FROM "+pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+
+		" WHERE slot = $1 AND task = $2 AND cycle_start = ANY($3) ORDER BY 1", ledger.BootstrapSlot, d.opts.task, starts)
 	if err != nil {
 		return nil, err
 	}
@@ -96,20 +108,27 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 		return nil, err
 	}
 	if len(recorded) != len(starts) {
-		return nil, fmt.Errorf("found %d bootstrap jobs for %d cycles", len(recorded), len(starts))
+		return nil, fmt.Errorf("found %d bootstrapped cycles in the ledger for %d cycles", len(recorded), len(starts))
+	}
+	for i := range recorded {
+		recorded[i] = recorded[i].UTC()
 	}
 	var syncKind string
-	if err := d.pool.QueryRow(ctx, "SELECT coalesce(min(kind), '') FROM "+jobs+" WHERE args->>'task' = $1 AND kind NOT IN ($2, $3)",
-		d.opts.task, bootstrap.Kind, perslot.Kind).Scan(&syncKind); err != nil {
+	if err := d.pool.QueryRow(ctx, "SELECT coalesce(min(kind), $4) FROM "+jobs+" WHERE args->>'task' = $1 AND kind NOT IN ($2, $3)",
+		d.opts.task, bootstrap.Kind, perslot.Kind, syncjob.Kind).Scan(&syncKind); err != nil {
 		return nil, err
 	}
 
 	run, err := measure.MeasureRun(ctx, d.pool, measure.Target{
-		RiverSchema: d.opts.schema, AccountsTable: d.table(), IDColumn: "id", Filter: "active",
-		SyncKind: syncKind, Task: d.opts.task,
+		RiverSchema: d.opts.schema, AccountsTable: d.measuredTable(), IDColumn: "id", Filter: "active",
+		SyncKind: syncKind, Task: d.opts.task, SyncedTable: d.synced(),
 	}, perslot.Kind, recorded)
 	if err != nil {
 		return nil, err
+	}
+	if run.Slots == 0 {
+		// River deleted the first cycle's per-slot jobs: the plan says.
+		run.Slots, run.SlotDuration = int64(d.plan.Slots), d.plan.SlotDuration
 	}
 
 	s := &demoSummary{
@@ -125,6 +144,9 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 		PeakQueueDepth:      run.PeakPending,
 		LatenessP50Seconds:  run.LatenessP50.Seconds(),
 		LatenessP99Seconds:  run.LatenessP99.Seconds(),
+		MaxRiverJobRows:     d.maxRiverJobRows,
+
+		CompletedRetentionSeconds: d.opts.completedRetention.Seconds(),
 	}
 	for _, c := range run.Cycles {
 		s.CycleStarts = append(s.CycleStarts, c.CycleStart.Format(time.RFC3339))
@@ -145,8 +167,8 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 		r := run
 		if name != d.opts.task {
 			if r, err = measure.MeasureRun(ctx, d.pool, measure.Target{
-				RiverSchema: d.opts.schema, AccountsTable: d.table(), IDColumn: "id", Filter: "active",
-				SyncKind: syncKind, Task: name,
+				RiverSchema: d.opts.schema, AccountsTable: d.measuredTable(), IDColumn: "id", Filter: "active",
+				SyncKind: syncKind, Task: name, SyncedTable: d.synced(),
 			}, perslot.Kind, recorded); err != nil {
 				return nil, err
 			}
@@ -200,17 +222,17 @@ func (d *demo) measureWeights(ctx context.Context, s *demoSummary, start time.Ti
 	var balanced, hash, heaviest float64
 	var pinned int64
 	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(w) / nullif(sum(w) / $4, 0), 0) FROM (
-			SELECT (j.args->>'slot')::int, sum(a.weight) AS w FROM `+jobs+` j JOIN `+d.table()+` a ON a.id = (j.args->>'account_id')::uuid
+			SELECT (j.args->>'slot')::int, sum(a.weight) AS w FROM `+jobs+` j JOIN `+d.measuredTable()+` a ON a.id = (j.args->>'account_id')::uuid
 			WHERE j.kind = $1 AND j.args->>'task' = $2 AND (j.args->>'cycle_start')::timestamptz = $3 GROUP BY 1) x`,
 		syncKind, d.opts.task, start, s.Slots).Scan(&balanced); err != nil {
 		return err
 	}
 	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(w) / nullif(sum(w) / $1, 0), 0), coalesce(max(h) / nullif(sum(w) / $1, 0), 0) FROM (
-			SELECT get_byte(uuid_send(id), 15) / (256 / $1) AS slot, sum(weight) AS w, max(weight) AS h FROM `+d.table()+` WHERE active GROUP BY 1) x`,
+			SELECT get_byte(uuid_send(id), 15) / (256 / $1) AS slot, sum(weight) AS w, max(weight) AS h FROM `+d.measuredTable()+` WHERE active GROUP BY 1) x`,
 		s.Slots).Scan(&hash, &heaviest); err != nil {
 		return err
 	}
-	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{d.opts.schema, "riverslot_pins"}.Sanitize()+" WHERE task = $1 AND cycle_start = $2",
+	if err := d.accounts.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{d.opts.schema, "riverslot_pins"}.Sanitize()+" WHERE task = $1 AND cycle_start = $2",
 		d.opts.task, start).Scan(&pinned); err != nil {
 		return err
 	}
@@ -220,6 +242,14 @@ func (d *demo) measureWeights(ctx context.Context, s *demoSummary, start time.Ti
 }
 
 func (d *demo) report(ctx context.Context, starts []time.Time) error {
+	d.defaultAccounts()
+	if d.accounts != d.pool {
+		drop, err := d.snapshotAccounts(ctx)
+		if err != nil {
+			return err
+		}
+		defer drop()
+	}
 	s, err := d.summarize(ctx, starts)
 	if err != nil {
 		return fmt.Errorf("error measuring the run: %w", err)
@@ -256,6 +286,7 @@ func (d *demo) printSummary(s *demoSummary) {
 	fmt.Fprintf(tw, "peak pending sync jobs\t%d\n", s.PeakQueueDepth)
 	fmt.Fprintf(tw, "  accounts/slots\t%d\n", s.AccountsPerSlot)
 	fmt.Fprintf(tw, "  accounts (enqueue all at once)\t%d\n", s.Accounts)
+	fmt.Fprintf(tw, "most rows in river_job\t%d (sampled every 0.5s)\n", s.MaxRiverJobRows)
 	if len(s.PerTask) > 1 {
 		for _, t := range s.PerTask {
 			fmt.Fprintf(tw, "task %s\tsynced %d  missed %d  duplicated %d  peak pending %d  lateness p99 %.2fs\n",
@@ -278,4 +309,61 @@ func (d *demo) printSummary(s *demoSummary) {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t\n", i+1, c.CycleStart, c.Accounts, c.Synced, c.Missed, c.Duplicates, c.PeakPending)
 	}
 	_ = tw.Flush()
+}
+
+// measuredTableName is the copy of the accounts that the report measures
+// against in River's database when the accounts live in another
+// (--accounts-database-url): its queries join them with River's jobs.
+const measuredTableName = "accounts_measured"
+
+// measuredTable is the accounts table the report's queries join with
+// River's jobs.
+func (d *demo) measuredTable() string {
+	d.defaultAccounts()
+	if d.accounts != d.pool {
+		return pgx.Identifier{d.opts.schema, measuredTableName}.Sanitize()
+	}
+	return d.table()
+}
+
+// snapshotAccounts copies the accounts (id, active, and weight when
+// weighted) into measuredTable, streaming, for the report's measurement,
+// and returns the function that drops it: the run itself had nothing of
+// the accounts in River's database.
+func (d *demo) snapshotAccounts(ctx context.Context) (drop func(), err error) {
+	table := d.measuredTable()
+	columns := []string{"id", "active"}
+	ddl := "CREATE UNLOGGED TABLE " + table + " (id uuid PRIMARY KEY, active boolean NOT NULL"
+	if d.opts.weights != "" {
+		columns = append(columns, "weight")
+		ddl += ", weight double precision NOT NULL"
+	}
+	if _, err := d.pool.Exec(ctx, ddl+")"); err != nil {
+		return nil, fmt.Errorf("error creating %s to measure the run: %w", table, err)
+	}
+	drop = func() {
+		if _, err := d.pool.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table); err != nil {
+			d.logf("error dropping %s: %v", table, err)
+		}
+	}
+	rows, err := d.accounts.Query(ctx, "SELECT "+strings.Join(columns, ", ")+" FROM "+d.table())
+	if err != nil {
+		drop()
+		return nil, fmt.Errorf("error reading the accounts to measure the run: %w", err)
+	}
+	defer rows.Close()
+	if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.opts.schema, measuredTableName}, columns, pgx.CopyFromFunc(func() ([]any, error) {
+		if !rows.Next() {
+			return nil, rows.Err()
+		}
+		return rows.Values()
+	})); err != nil {
+		drop()
+		return nil, fmt.Errorf("error copying the accounts to measure the run: %w", err)
+	}
+	if _, err := d.pool.Exec(ctx, "ANALYZE "+table); err != nil {
+		drop()
+		return nil, err
+	}
+	return drop, nil
 }

@@ -9,9 +9,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverslot/riverslot/bootstrap"
-	"github.com/riverslot/riverslot/internal/bench"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/bench"
+	"github.com/riverslot/riverslot/internal/testkit/measure"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -54,14 +56,25 @@ func querySchemaState(ctx context.Context, q interface {
 // checkSchema refuses (exit 2) a schema the demo did not create. It runs
 // before the demo touches anything.
 func (d *demo) checkSchema(ctx context.Context) error {
-	state, err := querySchemaState(ctx, d.pool, d.opts.schema)
-	if err != nil {
-		return err
-	}
-	if state == schemaForeign {
-		return foreignSchemaError(d.opts.schema)
+	for _, pool := range d.pools() {
+		state, err := querySchemaState(ctx, pool, d.opts.schema)
+		if err != nil {
+			return err
+		}
+		if state == schemaForeign {
+			return foreignSchemaError(d.opts.schema)
+		}
 	}
 	return nil
+}
+
+// pools are River's database and, when it is another, the accounts'.
+func (d *demo) pools() []*pgxpool.Pool {
+	d.defaultAccounts()
+	if d.accounts != d.pool {
+		return []*pgxpool.Pool{d.pool, d.accounts}
+	}
+	return []*pgxpool.Pool{d.pool}
 }
 
 func foreignSchemaError(schema string) error {
@@ -75,23 +88,29 @@ func foreignSchemaError(schema string) error {
 // index, and returns the number of accounts. Without --keep it drops and
 // recreates the schema, only if the demo created it (demoSchemaComment).
 func (d *demo) prepare(ctx context.Context) (int64, error) {
-	if err := d.resetSchema(ctx); err != nil {
-		return 0, err
+	d.defaultAccounts()
+	for _, pool := range d.pools() {
+		if err := d.resetSchema(ctx, pool); err != nil {
+			return 0, err
+		}
 	}
 	d.logf("migrating River's tables in schema %s", d.opts.schema)
 	if err := riverutil.Migrate(ctx, d.pool, d.opts.schema); err != nil {
 		return 0, err
 	}
-	if _, err := d.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+d.table()+" (id uuid PRIMARY KEY, active boolean NOT NULL DEFAULT true)"); err != nil {
+	if _, err := d.accounts.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+d.table()+" (id uuid PRIMARY KEY, active boolean NOT NULL DEFAULT true)"); err != nil {
 		return 0, fmt.Errorf("error creating accounts table: %w", err)
 	}
+	if _, err := d.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+d.synced()+" "+measure.SyncedTableDDL); err != nil {
+		return 0, fmt.Errorf("error creating the synced table: %w", err)
+	}
 	if d.opts.weights != "" {
-		if _, err := d.pool.Exec(ctx, "ALTER TABLE "+d.table()+" ADD COLUMN IF NOT EXISTS weight double precision NOT NULL DEFAULT 1"); err != nil {
+		if _, err := d.accounts.Exec(ctx, "ALTER TABLE "+d.table()+" ADD COLUMN IF NOT EXISTS weight double precision NOT NULL DEFAULT 1"); err != nil {
 			return 0, fmt.Errorf("error adding the weight column: %w", err)
 		}
 	}
 	var existing int64
-	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+d.table()).Scan(&existing); err != nil {
+	if err := d.accounts.QueryRow(ctx, "SELECT count(*) FROM "+d.table()).Scan(&existing); err != nil {
 		return 0, err
 	}
 	if existing > 0 {
@@ -100,14 +119,14 @@ func (d *demo) prepare(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	d.logf("creating the bucket index")
-	if err := sqlbucket.CreateIndex(ctx, d.pool, d.opts.schema, "accounts", "id"); err != nil {
+	if err := sqlbucket.CreateIndex(ctx, d.accounts, d.opts.schema, "accounts", "id"); err != nil {
 		return 0, err
 	}
-	if _, err := d.pool.Exec(ctx, "ANALYZE "+d.table()); err != nil {
+	if _, err := d.accounts.Exec(ctx, "ANALYZE "+d.table()); err != nil {
 		return 0, err
 	}
 	var n int64
-	err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+d.table()+" WHERE active").Scan(&n)
+	err := d.accounts.QueryRow(ctx, "SELECT count(*) FROM "+d.table()+" WHERE active").Scan(&n)
 	return n, err
 }
 
@@ -129,7 +148,7 @@ func (d *demo) seed(ctx context.Context) error {
 				rows = append(rows, []any{uuid.New(), true})
 			}
 		}
-		if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.opts.schema, "accounts"}, columns, pgx.CopyFromRows(rows)); err != nil {
+		if _, err := d.accounts.CopyFrom(ctx, pgx.Identifier{d.opts.schema, "accounts"}, columns, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("error seeding accounts: %w", err)
 		}
 		done += len(rows)
@@ -169,8 +188,8 @@ func (d *demo) firstCycleStart(ctx context.Context, triggerLead time.Duration) (
 // when it exists, drops and recreates it (without --keep) or keeps it (with
 // --keep). The marker is checked again in the same transaction as the DROP, so
 // a schema that is not the demo's is never dropped.
-func (d *demo) resetSchema(ctx context.Context) error {
-	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+func (d *demo) resetSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		schema := pgx.Identifier{d.opts.schema}.Sanitize()
 		state, err := querySchemaState(ctx, tx, d.opts.schema)
 		if err != nil {
@@ -198,4 +217,11 @@ func (d *demo) resetSchema(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// defaultAccounts makes the accounts pool River's when none is set.
+func (d *demo) defaultAccounts() {
+	if d.accounts == nil {
+		d.accounts = d.pool
+	}
 }

@@ -49,16 +49,26 @@ const cycleMax = 24 * time.Hour
 
 // checkCycle validates a --cycle flag (or another flag naming a cycle).
 func checkCycle(flagName string, cycle time.Duration) error {
+	if err := checkCycleMin(flagName, cycle); err != nil {
+		return err
+	}
 	if _, err := slotplan.New(cycle); err != nil {
 		return usageErr("%s: %v", flagName, err)
-	}
-	if cycle < riverutil.CycleMin {
-		return usageErr("%s must be at least %s, got %s: River's scheduler promotes jobs every 5 s, so the slots of a shorter cycle cannot start on time",
-			flagName, riverutil.CycleMin, cycle)
 	}
 	if cycle > cycleMax {
 		return usageErr("%s must be at most %s, got %s: this command runs compressed cycles and waits for them to finish; "+
 			"use a cycle of 24h or less (the library itself accepts longer cycles)", flagName, cycleMax, cycle)
+	}
+	return nil
+}
+
+// checkCycleMin refuses a cycle shorter than the library's minimum,
+// riverutil.CycleMin; checked before slotplan.New, whose own minimum (2 s)
+// is lower.
+func checkCycleMin(flagName string, cycle time.Duration) error {
+	if cycle < riverutil.CycleMin {
+		return usageErr("%s must be at least %s, got %s: River's scheduler promotes jobs every 5 s, so the slots of a shorter cycle cannot start on time; use e.g. 16s (16 slots of 1s) or 120s (8 slots of 15s)",
+			flagName, riverutil.CycleMin, cycle)
 	}
 	return nil
 }
@@ -111,6 +121,7 @@ type taskFlags struct {
 	schema, accountsSchema, table, filter, task *string
 	weight                                      *string
 	cycle, offset                               *time.Duration
+	buckets                                     *int
 }
 
 func addTaskFlags(fs *flag.FlagSet) *taskFlags {
@@ -123,6 +134,7 @@ func addTaskFlags(fs *flag.FlagSet) *taskFlags {
 		weight:         fs.String("weight", "", "the task's Weight: numeric SQL expression over the accounts table (empty: hash placement only)"),
 		cycle:          fs.Duration("cycle", 120*time.Second, "the task's Cycle: a whole number of seconds, a multiple of 2s, 16s to 24h"),
 		offset:         fs.Duration("trigger-offset", 0, "the task's TriggerOffset: cycle grid offset from the Unix epoch, in [0, --cycle)"),
+		buckets:        fs.Int("buckets", slotplan.Buckets, "the task's Buckets: 256 (last UUID byte) or 65536 (last two bytes, finer slots)"),
 	}
 }
 
@@ -130,6 +142,9 @@ func addTaskFlags(fs *flag.FlagSet) *taskFlags {
 func (f *taskFlags) check() error {
 	if err := checkCycle("--cycle", *f.cycle); err != nil {
 		return err
+	}
+	if *f.buckets != slotplan.Buckets && *f.buckets != slotplan.BucketsTwoByte {
+		return usageErr("--buckets must be %d or %d (Task.Buckets), got %d", slotplan.Buckets, slotplan.BucketsTwoByte, *f.buckets)
 	}
 	if err := checkSchemaName("--schema", *f.schema); err != nil {
 		return err
@@ -144,7 +159,7 @@ func (f *taskFlags) check() error {
 // riverTask is the task the flags describe.
 func (f *taskFlags) riverTask() riverutil.Task {
 	return riverutil.Task{
-		Name: *f.task, Cycle: *f.cycle, TriggerOffset: *f.offset,
+		Name: *f.task, Cycle: *f.cycle, TriggerOffset: *f.offset, Buckets: *f.buckets,
 		Schema: *f.accountsSchema, Table: *f.table, Filter: *f.filter, Weight: *f.weight,
 	}
 }

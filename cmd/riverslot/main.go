@@ -5,6 +5,7 @@
 //	riverslot plan    print a cycle's slots and an account's sync times (no database)
 //	riverslot worker  run one River node for a task over an existing schema
 //	riverslot status  show where a task's cycle stands
+//	riverslot web     serve the operator's page and its JSON API
 //	riverslot bench   run the benchmarks against Postgres
 //	riverslot simulate  predict queue depth and lateness of a fleet (no database)
 //
@@ -36,6 +37,7 @@ commands:
   worker  run one River node for a task over an existing schema
           (with the periodic trigger; --periodic=false to only work jobs)
   status  show where a task's cycle stands (exit 1 when behind or failed)
+  web     serve the operator's page and JSON API for the tasks in a schema
   bench   run the benchmarks against Postgres
   simulate  predict a fleet's queue depth, lateness and throughput over days
           in seconds, for riverslot and its alternatives (no database)
@@ -92,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runWorker(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = runStatus(ctx, args[1:], stdout, stderr)
+	case "web":
+		err = runWeb(ctx, args[1:], stdout, stderr)
 	case "simulate":
 		err = runSimulate(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -20,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 )
@@ -50,7 +51,7 @@ func TestUsage(t *testing.T) {
 
 	code, stdout, _ := runCmd(t, "help")
 	require.Equal(t, 0, code)
-	for _, cmd := range []string{"demo", "plan", "worker", "bench", "status", "simulate"} {
+	for _, cmd := range []string{"demo", "plan", "worker", "bench", "status", "web", "simulate"} {
 		require.Contains(t, stdout, "\n  "+cmd+" ", "usage lists %s", cmd)
 		code, _, stderr := runCmd(t, cmd, "-h")
 		require.Equal(t, 0, code, "%s -h", cmd)
@@ -99,9 +100,11 @@ func TestDemoBadFlags(t *testing.T) {
 		want string
 	}{
 		{"ZeroAccounts", []string{"--accounts", "0"}, "riverslot demo: --accounts must be at least 1, got 0"},
+		{"NegativeRetention", []string{"--completed-retention", "-1s"}, "riverslot demo: --completed-retention must be 0 (River's default, 24h) or a positive duration such as 1m, got -1s"},
 		{"NegativeAccounts", []string{"--accounts", "-5"}, "riverslot demo: --accounts must be at least 1, got -5"},
-		{"OneSlotCycle", []string{"--cycle", "3s"}, "riverslot demo: --cycle: invalid cycle: Cycle 3s is an odd number of seconds and yields a single slot"},
-		{"SubSecondCycle", []string{"--cycle", "500ms"}, "riverslot demo: --cycle: invalid cycle: Cycle must be at least 2s, got 500ms"},
+		{"OneSlotCycle", []string{"--cycle", "17s"}, "riverslot demo: --cycle: invalid cycle: Cycle 17s is an odd number of seconds and yields a single slot"},
+		{"SubSecondCycle", []string{"--cycle", "500ms"}, "riverslot demo: --cycle must be at least 16s, got 500ms: River's scheduler promotes jobs every 5 s"},
+		{"CycleOfOneAndAHalfSeconds", []string{"--cycle", "1500ms"}, "riverslot demo: --cycle must be at least 16s, got 1.5s"},
 		{"CycleShorterThanRiversTick", []string{"--cycle", "8s"}, "riverslot demo: --cycle must be at least 16s, got 8s: River's scheduler promotes jobs every 5 s"},
 		{"CycleLongerThanADay", []string{"--cycle", "25h"}, "riverslot demo: --cycle must be at most 24h0m0s, got 25h0m0s: this command runs compressed cycles and waits for them to finish"},
 		{"ZeroCycles", []string{"--cycles", "0"}, "riverslot demo: --cycles must be at least 1, got 0"},
@@ -179,7 +182,8 @@ func TestPlan(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"--cycle", "3s"}, "riverslot plan: --cycle: invalid cycle"},
+			{[]string{"--cycle", "17s"}, "riverslot plan: --cycle: invalid cycle"},
+			{[]string{"--cycle", "1500ms"}, "riverslot plan: --cycle must be at least 16s, got 1.5s"},
 			{[]string{"--anchor", "25:00"}, `riverslot plan: --anchor: want HH:MM or HH:MM:SS, got "25:00"`},
 			{[]string{"--tz", "Mars/Olympus"}, `riverslot plan: --tz: unknown time zone "Mars/Olympus"`},
 			{[]string{"--account", "not-a-uuid"}, `riverslot plan: --account must be a UUID such as 0b6e4f2a-8c1d-4f5e-9a7b-3c2d1e0f9a8b, got "not-a-uuid"`},
@@ -359,12 +363,12 @@ func TestDemoJSON(t *testing.T) {
 	require.Zero(t, s.Missed)
 	require.Zero(t, s.Duplicates)
 
-	// riverslot status on the second cycle, as an operator would: the task
-	// as configured (the demo's grid offset), --json, exit 0 when on track.
-	offset := time.Duration(second.UnixNano() % int64(cycle))
+	// riverslot status on the second cycle, as an operator would: --task
+	// alone (the cycle, its plan and grid come from the jobs, not from
+	// repeating the demo's --cycle), --json, exit 0 when on track.
 	svg := filepath.Join(t.TempDir(), "cycle.svg")
 	code, out, errOut := runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
-		"--task", "demo", "--cycle", cycle.String(), "--trigger-offset", offset.String(), "--cycle-start", s.CycleStarts[1], "--json", "--svg", svg)
+		"--task", "demo", "--cycle-start", s.CycleStarts[1], "--json", "--svg", svg)
 	require.Equal(t, 0, code, "stderr:\n%s", errOut)
 	var st map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
@@ -388,8 +392,8 @@ func TestDemoJSON(t *testing.T) {
 
 	code, _, errOut = runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
 		"--task", "demo", "--cycle", cycle.String(), "--cycle-start", "2026-01-01T00:00:03Z")
-	require.Equal(t, 2, code, "a cycle start off the task's grid is bad input")
-	require.Contains(t, errOut, "--cycle-start 2026-01-01T00:00:03Z is not a cycle start of the task")
+	require.Equal(t, 2, code, "a cycle start without jobs, off the task's grid, is bad input")
+	require.Contains(t, errOut, `--cycle-start: cycleStart 2026-01-01T00:00:03Z is not a cycle start of task "demo" and no job of the task has that cycle start`)
 
 	// Accounts per slot, from the seeded ids (slot = last byte / 4).
 	rows, err := pool.Query(ctx, "SELECT id FROM "+pgx.Identifier{schema, "accounts"}.Sanitize())
@@ -613,12 +617,13 @@ func TestBenchAndWorkerBadFlags(t *testing.T) {
 		{[]string{"bench", "--batch-size", "0"}, "riverslot bench: --batch-size must be at least 1, got 0"},
 		{[]string{"bench", "--text-slots", "129"}, "riverslot bench: --text-slots must be between 1 and 128 (the slots of the 24h cycle it samples), got 129"},
 		{[]string{"bench", "--depth-cycle", "25h"}, "riverslot bench: --depth-cycle must be at most 24h0m0s, got 25h0m0s"},
-		{[]string{"bench", "--depth-cycle", "3s"}, "riverslot bench: --depth-cycle: invalid cycle"},
+		{[]string{"bench", "--depth-cycle", "17s"}, "riverslot bench: --depth-cycle: invalid cycle"},
 		{[]string{"bench", "--depth-work", "-1s"}, "riverslot bench: --depth-work must not be negative, got -1s"},
 		{[]string{"bench", "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, "riverslot bench: cannot reach the database"},
 		{[]string{"worker", "--workers", "0"}, "riverslot worker: --workers must be between 1 and 10000 (River's limit per queue), got 0"},
+		{[]string{"worker", "--completed-retention", "-1m"}, "riverslot worker: --completed-retention must be 0 (River's default, 24h) or a positive duration such as 1m, got -1m0s"},
 		{[]string{"worker", "--cycle", "25h"}, "riverslot worker: --cycle must be at most 24h0m0s, got 25h0m0s: this command runs compressed cycles"},
-		{[]string{"worker", "--cycle", "3s"}, "riverslot worker: --cycle: invalid cycle"},
+		{[]string{"worker", "--cycle", "17s"}, "riverslot worker: --cycle: invalid cycle"},
 		{[]string{"worker", "--rescue-after", "-1s"}, "riverslot worker: --rescue-after must not be negative, got -1s"},
 		{[]string{"worker", "--per-slot-timeout", "-1s"}, "riverslot worker: --per-slot-timeout must not be negative, got -1s"},
 		{[]string{"worker", "--accounts-schema", "pg_catalog"}, "riverslot worker: --accounts-schema must not start with pg_"},
@@ -771,11 +776,15 @@ func TestDemoKeepResumes(t *testing.T) {
 	schema := newDemoSchemaName(t, pool)
 	args := []string{"demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--accounts", "400", "--cycle", "16s"}
 
-	// First run: cancelled (as by Ctrl-C) 10 s in, mid-cycle.
-	runCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// First run: cancelled (as by Ctrl-C) mid-cycle, once its progress line
+	// says the fourth of the 16 slots has begun (not after a fixed time: a
+	// busy machine may still be building the index then).
+	runCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	var stdout, stderr bytes.Buffer
-	code := run(runCtx, args, &stdout, &stderr)
+	var stdout bytes.Buffer
+	stderr := &cancelOnMatch{re: regexp.MustCompile(`cycle 1/1 slot ([4-9]|1[0-6])/16`), cancel: cancel}
+	code := run(runCtx, args, &stdout, stderr)
+	require.True(t, stderr.matched(), "the demo never reached slot 4 of its cycle; stderr:\n%s", stderr.String())
 	require.Equal(t, 130, code, "stderr:\n%s", stderr.String())
 	require.Contains(t, stderr.String(), "interrupted; rerun with --keep to resume the same cycle")
 
@@ -795,6 +804,40 @@ func TestDemoKeepResumes(t *testing.T) {
 	require.EqualValues(t, 400, s.Synced)
 	require.Zero(t, s.Missed)
 	require.Zero(t, s.Duplicates)
+}
+
+// cancelOnMatch is a writer that keeps what is written and calls cancel the
+// first time the text written so far matches re.
+type cancelOnMatch struct {
+	re     *regexp.Regexp
+	cancel context.CancelFunc
+
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	done bool
+}
+
+func (w *cancelOnMatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if !w.done && w.re.Match(w.buf.Bytes()) {
+		w.done = true
+		w.cancel()
+	}
+	return n, err
+}
+
+func (w *cancelOnMatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+func (w *cancelOnMatch) matched() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done
 }
 
 // newDemoSchemaName returns a schema name that does not exist yet, for the

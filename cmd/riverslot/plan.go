@@ -31,6 +31,7 @@ follows the first one's pins shifted by half the slots, as the library does.
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("plan", planAbout, stderr)
 	cycle := fs.Duration("cycle", 24*time.Hour, "cycle length: a whole number of seconds, a multiple of 2s (24h, 8h, 120s)")
+	buckets := fs.Int("buckets", slotplan.Buckets, "the task's Buckets: 256 (last UUID byte) or 65536 (last two bytes; 24h gives 1024 slots)")
 	anchor := fs.String("anchor", "00:00", "time of day HH:MM[:SS] at which cycles start (in --tz)")
 	tz := fs.String("tz", "", "IANA time zone of --anchor, e.g. Europe/London; empty: an absolute UTC grid")
 	account := fs.String("account", "", "account UUID: print its bucket, slot, offset and next three sync times")
@@ -47,7 +48,13 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	// Every flag is checked before anything is printed.
-	plan, err := slotplan.New(*cycle)
+	if *buckets != slotplan.Buckets && *buckets != slotplan.BucketsTwoByte {
+		return usageErr("--buckets must be %d or %d (Task.Buckets), got %d", slotplan.Buckets, slotplan.BucketsTwoByte, *buckets)
+	}
+	if err := checkCycleMin("--cycle", *cycle); err != nil {
+		return err
+	}
+	plan, err := slotplan.NewBuckets(*cycle, *buckets)
 	if err != nil {
 		return usageErr("--cycle: %v", err)
 	}
@@ -151,9 +158,15 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		where = "wall clock in " + loc.String()
 	}
 	fmt.Fprintf(stdout, "cycle          %s (%d s)\n", *cycle, int64(*cycle/time.Second))
-	fmt.Fprintf(stdout, "slots          %d = gcd(%d, 256)\n", plan.Slots, int64(*cycle/time.Second))
-	fmt.Fprintf(stdout, "slot duration  %s\n", plan.SlotDuration)
-	fmt.Fprintf(stdout, "buckets/slot   %d (bucket = last byte of the UUID)\n", plan.BucketsPerSlot)
+	if plan.Buckets == slotplan.BucketsTwoByte {
+		fmt.Fprintf(stdout, "slots          %d = gcd(%d ms, 65536)\n", plan.Slots, int64(*cycle/time.Millisecond))
+		fmt.Fprintf(stdout, "slot duration  %s\n", plan.SlotDuration)
+		fmt.Fprintf(stdout, "buckets/slot   %d of 65536 (bucket = byte 15 x 256 + byte 14 of the UUID)\n", plan.BucketsPerSlot)
+	} else {
+		fmt.Fprintf(stdout, "slots          %d = gcd(%d, 256)\n", plan.Slots, int64(*cycle/time.Second))
+		fmt.Fprintf(stdout, "slot duration  %s\n", plan.SlotDuration)
+		fmt.Fprintf(stdout, "buckets/slot   %d (bucket = last byte of the UUID)\n", plan.BucketsPerSlot)
+	}
 	fmt.Fprintf(stdout, "cycle starts   %s + k*%s, %s\n", *anchor, *cycle, where)
 	fmt.Fprintf(stdout, "current cycle  %s\n", current.Format(time.RFC3339))
 	fmt.Fprintf(stdout, "next cycle     %s\n\n", next.Format(time.RFC3339))
@@ -163,7 +176,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for slot := range plan.Slots {
 		lo, hi := plan.BucketRange(slot)
 		start := time.Duration(slot) * plan.SlotDuration
-		fmt.Fprintf(tw, "%d\t+%s\t+%s\t%d-%d (0x%02x-0x%02x)\n", slot, clock(start), clock(start+plan.SlotDuration), lo, hi, lo, hi)
+		if plan.Buckets == slotplan.BucketsTwoByte {
+			fmt.Fprintf(tw, "%d\t+%s\t+%s\t%d-%d (0x%04x-0x%04x)\n", slot, clock(start), clock(start+plan.SlotDuration), lo, hi, lo, hi)
+		} else {
+			fmt.Fprintf(tw, "%d\t+%s\t+%s\t%d-%d (0x%02x-0x%02x)\n", slot, clock(start), clock(start+plan.SlotDuration), lo, hi, lo, hi)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -173,7 +190,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	fmt.Fprintf(stdout, "\naccount        %s\n", id)
-	fmt.Fprintf(stdout, "bucket         %d (0x%02x)\n", id[15], id[15])
+	if plan.Buckets == slotplan.BucketsTwoByte {
+		fmt.Fprintf(stdout, "bucket         %d (0x%04x: byte 15 0x%02x, byte 14 0x%02x)\n", plan.BucketOf(id), plan.BucketOf(id), id[15], id[14])
+	} else {
+		fmt.Fprintf(stdout, "bucket         %d (0x%02x)\n", id[15], id[15])
+	}
 	asked := *databaseURL != ""
 	for i, pt := range tasks {
 		slot := plan.Shift(plan.SlotOf(id), pt.shift)
@@ -365,11 +386,12 @@ type pinLookup struct {
 
 // cyclePinsSQL returns the account's pin ($3) in each cycle of task $1 and
 // plan $2 among $4 that has pins, in the pins tables of schema: (cycle
-// start, slot), slot -1 when it is not pinned in that cycle.
+// start, slot), slot -1 when it is not pinned in that cycle. A cycle that
+// fell back follows the pins it fell back to (none: hash placement).
 func cyclePinsSQL(schema string) string {
 	return "SELECT c.cycle_start, coalesce(p.slot, -1) FROM " + sqlbucket.QualifiedTable(schema, taskspec.PinCyclesTable) + " c LEFT JOIN " +
 		sqlbucket.QualifiedTable(schema, taskspec.PinsTable) +
-		" p ON p.task = c.task AND p.plan = c.plan AND p.cycle_start = c.cycle_start AND p.account_id = $3" +
+		" p ON p.task = c.task AND p.plan = c.plan AND p.cycle_start = coalesce(c.follows, c.cycle_start) AND p.account_id = $3" +
 		" WHERE c.task = $1 AND c.plan = $2 AND c.cycle_start = ANY($4)"
 }
 

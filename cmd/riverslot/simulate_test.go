@@ -140,7 +140,7 @@ func TestSimulateBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--accounts", "0"}, "--accounts must be between 1 and 100,000,000, got 0"},
-		{[]string{"--cycle", "7s"}, "--cycle: invalid cycle"},
+		{[]string{"--cycle", "17s"}, "--cycle: invalid cycle"},
 		{[]string{"--cycle", "8s"}, "--cycle must be at least 16s, got 8s"},
 		{[]string{"--workers", "0"}, "--workers must be between 1 and 10000"},
 		{[]string{"--strategy", "fifo"}, `--strategy: unknown strategy "fifo": use naive, lrs and/or riverslot`},
@@ -183,4 +183,34 @@ func TestSimulateTableDeterministic(t *testing.T) {
 	code, second, stderr := runCmd(t, args...)
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, first, second)
+}
+
+// simulate --buckets 65536 runs the task with two-byte buckets: a 64 s
+// cycle has 512 slots (gcd(64000, 65536)) where 256 buckets give 64, every
+// account is synced once, and fewer jobs wait at once.
+func TestSimulateBuckets(t *testing.T) {
+	// Not parallel: CPU-bound, see TestSimulateJSON.
+
+	peaks := map[string]float64{}
+	for _, tt := range []struct {
+		buckets string
+		slots   int
+	}{{"256", 64}, {"65536", 512}} {
+		code, stdout, stderr := runCmd(t, "simulate", "--accounts", "20000", "--cycle", "64s", "--buckets", tt.buckets, "--json")
+		require.Equal(t, 0, code, stderr)
+		var out struct {
+			Results []map[string]any `json:"results"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+		require.Len(t, out.Results, 1)
+		require.EqualValues(t, tt.slots, out.Results[0]["slots"], "--buckets %s", tt.buckets)
+		require.EqualValues(t, 20000, out.Results[0]["jobs_completed"])
+		peaks[tt.buckets] = out.Results[0]["peak_queue_depth"].(float64)
+	}
+	require.Less(t, peaks["65536"], peaks["256"], "finer slots hold fewer pending jobs")
+
+	code, stdout, stderr := runCmd(t, "simulate", "--buckets", "1024")
+	require.Equal(t, 2, code)
+	require.Empty(t, stdout)
+	require.Contains(t, stderr, "riverslot simulate: --buckets must be 256 or 65536 (Task.Buckets), got 1024")
 }

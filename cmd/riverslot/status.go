@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,64 +23,24 @@ slot's fan-out (scheduled, running, done, failed), the sync jobs by state
 accounts expected against enqueued under the cycle's placement (hash, or the
 pins its per-slot jobs follow), and one verdict: on track, behind by N
 slots, failed slot K with River's error, or slot K selected N accounts, M
-expected. Give the task as the app configures it (--cycle, --trigger-offset,
---table, --filter, ...); the cycle is found under the plan its jobs carry, so
-a task OppositeOf another needs no flag for it, nor a weighted task --weight.
+expected. --task and the database are enough: the latest cycle, its plan
+(cycle length, seed, phase), placement and pins are read from the task's
+jobs, so a phased task, a task OppositeOf another or a weighted task needs
+no flag for it. --cycle and --trigger-offset matter only for a cycle that
+has no job yet; --cycle-start shows an earlier cycle. Give --table and
+--filter as the app configures them (accounts expected per slot).
 
-Exit codes: 0 on track, 1 behind or failed, 2 bad input.
+For StartingGrace (30s) after River elects a leader (a restart), slots that
+wait for their fan-out make the verdict "starting", not "behind".
+
+Exit codes: 0 on track or starting, 1 behind or failed, 2 bad input.
 `
-
-// statusJSON is the --json output.
-type statusJSON struct {
-	Task               string           `json:"task"`
-	CycleStart         string           `json:"cycle_start"`
-	Plan               string           `json:"plan"`
-	Placement          string           `json:"placement"`
-	PinsTask           string           `json:"pins_task,omitempty"`
-	PinsShift          int              `json:"pins_shift,omitempty"`
-	Slots              int              `json:"slots"`
-	SlotsDone          int              `json:"slots_done"`
-	SlotsFailed        int              `json:"slots_failed"`
-	AccountsExpected   int64            `json:"accounts_expected"`
-	SyncEnqueued       int64            `json:"sync_enqueued"`
-	SyncSkipped        int64            `json:"sync_skipped"`
-	SyncPending        int64            `json:"sync_pending"`
-	SyncRunning        int64            `json:"sync_running"`
-	SyncRetryable      int64            `json:"sync_retryable"`
-	SyncCompleted      int64            `json:"sync_completed"`
-	SyncFailed         int64            `json:"sync_failed"`
-	SyncCancelled      int64            `json:"sync_cancelled"`
-	SyncSkippedStale   int64            `json:"sync_skipped_stale"`
-	SyncSkippedTooSoon int64            `json:"sync_skipped_too_soon"`
-	LatenessP50Seconds float64          `json:"lateness_p50_seconds"`
-	LatenessP99Seconds float64          `json:"lateness_p99_seconds"`
-	NextSlot           *int             `json:"next_slot"`
-	NextSlotAt         *string          `json:"next_slot_at"`
-	Verdict            string           `json:"verdict"`
-	OnTrack            bool             `json:"on_track"`
-	OffSlots           int              `json:"off_slots"`
-	PerSlot            []statusSlotJSON `json:"per_slot"`
-}
-
-type statusSlotJSON struct {
-	Slot      int    `json:"slot"`
-	Start     string `json:"start"`
-	State     string `json:"state"`
-	Attempts  int    `json:"attempts"`
-	Expected  int64  `json:"accounts_expected"`
-	PinnedIn  int64  `json:"pinned_in"`
-	PinnedOut int64  `json:"pinned_out"`
-	Enqueued  int64  `json:"enqueued"`
-	Skipped   int64  `json:"skipped"`
-	Batches   int    `json:"batches"`
-	Error     string `json:"error,omitempty"`
-}
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", statusAbout, stderr)
 	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
 	tf := addTaskFlags(fs)
-	schema, task, cycle, offset := tf.schema, tf.task, tf.cycle, tf.offset
+	schema, task := tf.schema, tf.task
 	cycleStart := fs.String("cycle-start", "", "RFC 3339 start of the cycle to show (default: the latest cycle with a bootstrap job)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the view")
 	watch := fs.Duration("watch", 0, "redraw every interval until interrupted (e.g. 2s)")
@@ -122,16 +83,6 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := scheduler.Configure(&river.Config{Schema: *schema}); err != nil {
 		return usageErr("%v", err)
 	}
-	if !at.IsZero() {
-		info, err := scheduler.Task(*task)
-		if err != nil {
-			return err
-		}
-		if start := info.Schedule.Start(at); !start.Equal(at) {
-			return usageErr("--cycle-start %s is not a cycle start of the task (--cycle %s, --trigger-offset %s); the cycle containing it starts at %s",
-				*cycleStart, *cycle, *offset, start.UTC().Format(time.RFC3339))
-		}
-	}
 
 	for {
 		var st *riverutil.TaskStatus
@@ -144,6 +95,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			if ctx.Err() != nil {
 				return &exitError{code: 130, msg: "interrupted"}
 			}
+			if !at.IsZero() && errors.Is(err, riverutil.ErrNoCycle) {
+				return usageErr("--cycle-start: %v", err)
+			}
 			return err
 		}
 		if *svg != "" {
@@ -154,7 +108,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
-			if err := enc.Encode(statusToJSON(st)); err != nil {
+			if err := enc.Encode(st); err != nil {
 				return err
 			}
 		} else {
@@ -164,7 +118,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			printStatus(stdout, st)
 		}
 		if *watch == 0 {
-			if !st.Current.OnTrack {
+			if !st.Current.OnTrack && !st.Current.Starting {
 				return &exitError{code: 1}
 			}
 			return nil
@@ -175,31 +129,6 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		case <-time.After(*watch):
 		}
 	}
-}
-
-func statusToJSON(st *riverutil.TaskStatus) *statusJSON {
-	c := st.Current
-	out := &statusJSON{
-		Task: st.Task, CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Plan: c.Plan, Placement: c.Placement,
-		PinsTask: c.PinsTask, PinsShift: c.PinsShift, Slots: c.Slots,
-		SlotsDone: c.SlotsDone, SlotsFailed: c.SlotsFailed, AccountsExpected: c.AccountsExpected,
-		SyncEnqueued: c.Enqueued, SyncSkipped: c.Skipped, SyncPending: c.Pending, SyncRunning: c.Running,
-		SyncRetryable: c.Retryable, SyncCompleted: c.Completed, SyncFailed: c.Discarded, SyncCancelled: c.Cancelled,
-		SyncSkippedStale: c.SkippedStale, SyncSkippedTooSoon: c.SkippedTooSoon,
-		LatenessP50Seconds: c.LatenessP50.Seconds(), LatenessP99Seconds: c.LatenessP99.Seconds(),
-		Verdict: c.Verdict, OnTrack: c.OnTrack, OffSlots: c.OffSlots,
-	}
-	if c.NextSlot >= 0 {
-		next, at := c.NextSlot, c.NextSlotAt.UTC().Format(time.RFC3339)
-		out.NextSlot, out.NextSlotAt = &next, &at
-	}
-	for _, p := range c.PerSlot {
-		out.PerSlot = append(out.PerSlot, statusSlotJSON{
-			Slot: p.Slot, Start: p.Start.UTC().Format(time.RFC3339), State: p.State, Attempts: p.Attempts,
-			Expected: p.Expected, PinnedIn: p.PinnedIn, PinnedOut: p.PinnedOut, Enqueued: p.Enqueued, Skipped: p.Skipped, Batches: p.Batches, Error: p.Error,
-		})
-	}
-	return out
 }
 
 // printStatus draws one bar per slot (enqueued against expected) and the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -17,7 +18,8 @@ import (
 
 const workerAbout = `Runs one River client with one riverslot task over a demo's schema until
 SIGINT or SIGTERM: River's tables in --schema, which riverslot demo created,
-and an accounts table (--accounts-schema, --table) with a uuid column id.
+and an accounts table (--accounts-schema, --table) with a uuid column id, in
+the same database or in --accounts-database-url's.
 Several workers on one schema form a cluster.
 
 The worker's sync only records (below), so it refuses (exit 2) a --schema
@@ -48,6 +50,7 @@ Without that table a sync does nothing.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("worker", workerAbout, stderr)
 	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
+	accountsURL := fs.String("accounts-database-url", "", "PostgreSQL URL of the database holding the accounts table (the app's database or a read replica; riverslot demo --accounts-database-url creates the demo's there); default: --database-url")
 	tf := addTaskFlags(fs)
 	schema := tf.schema
 	id := fs.String("id", "", "River client ID (default: River's)")
@@ -57,9 +60,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	workSync := fs.Bool("work-sync", true, "work the sync queue (false: sync jobs stay queued)")
 	periodic := fs.Bool("periodic", true, "run the periodic trigger that starts each cycle (RunOnStart); false: this node starts no cycle")
 	latePolicy := fs.String("late-policy", string(riverutil.LatePolicySpread), "spread or skip")
+	completedRetention := fs.Duration("completed-retention", 0, "river.Config.CompletedJobRetentionPeriod: how long River keeps completed jobs (default 0: River's 24h); riverslot's ledger keeps cycles unique whatever it is")
 	rescueAfter := fs.Duration("rescue-after", 0, "river.Config.RescueStuckJobsAfter (default: the longest job timeout + 1m, set by Scheduler.Configure)")
 	perSlotTimeout := fs.Duration("per-slot-timeout", 0, "per-slot attempt timeout (default: the library's)")
 	syncTimeout := fs.Duration("sync-timeout", 0, "sync attempt timeout (default: the library's)")
+	pinsTimeout := fs.Duration("pins-timeout", 0, "a weighted task's PinsTimeout (default: the library's)")
 	maxConns := fs.Int("max-conns", 10, "database connections this process may open")
 	record := fs.Bool("record", true, "record each sync in <--schema>.synced if that table exists (see above)")
 	metricsAddr := fs.String("metrics-addr", "", "serve riverslot's OpenTelemetry metrics in Prometheus' format at http://ADDR/metrics, e.g. :9090 (default: no metrics)")
@@ -72,8 +77,12 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageErr("--workers must be between 1 and %d (River's limit per queue), got %d", river.QueueNumWorkersMax, *workers)
 	case *maxConns < 2:
 		return usageErr("--max-conns must be at least 2, got %d", *maxConns)
+	case *completedRetention < 0:
+		return usageErr("--completed-retention must be 0 (River's default, 24h) or a positive duration such as 1m, got %s", *completedRetention)
 	case *rescueAfter < 0:
 		return usageErr("--rescue-after must not be negative, got %s; omit it for the longest job timeout + 1m (Scheduler.Configure)", *rescueAfter)
+	case *pinsTimeout < 0:
+		return usageErr("--pins-timeout must not be negative, got %s; omit it for the library's default", *pinsTimeout)
 	case *perSlotTimeout < 0:
 		return usageErr("--per-slot-timeout must not be negative, got %s; omit it for the library's default", *perSlotTimeout)
 	}
@@ -97,6 +106,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := checkWorkerSchema(ctx, pool, *schema); err != nil {
 		return err
 	}
+	var accountsPool *pgxpool.Pool
+	if *accountsURL != "" {
+		if accountsPool, err = connectFlag(ctx, "--accounts-database-url", *accountsURL, int32(*maxConns)); err != nil {
+			return err
+		}
+		defer accountsPool.Close()
+	}
 
 	// riverslot's own lines (a cycle bootstrapped, a failed slot) at info;
 	// River's at --log-level.
@@ -118,6 +134,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	task := tf.riverTask()
 	task.BatchSize, task.Queue, task.ControlQueue = *batch, *syncQueue, river.QueueDefault
 	task.LatePolicy, task.PerSlotTimeout, task.SyncTimeout = riverutil.LatePolicy(*latePolicy), *perSlotTimeout, *syncTimeout
+	if task.Weight != "" {
+		task.PinsTimeout = *pinsTimeout
+	}
 	task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
 		if !recordOK {
 			return nil
@@ -126,7 +145,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			job.Args.Task, accountID, job.Args.CycleStart, clientID)
 		return err
 	}
-	schedulerConfig := &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{task}}
+	schedulerConfig := &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{task}, AccountsPool: accountsPool}
 	if metrics != nil {
 		schedulerConfig.MeterProvider = metrics.provider
 	}
@@ -148,6 +167,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Schema:               *schema,
 		FetchPollInterval:    250 * time.Millisecond,
 		RescueStuckJobsAfter: *rescueAfter,
+
+		CompletedJobRetentionPeriod: *completedRetention,
 	}
 	if *rescueAfter > 0 {
 		// River requires RescueStuckJobsAfter >= JobTimeout (the default

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/internal/riverslottest"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
 // TestPlaceOnce runs Place for one cycle in two transactions at

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/internal/riverslottest"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/slotplan"
 )
@@ -77,7 +77,7 @@ func TestPrune(t *testing.T) {
 	for _, at := range []time.Time{now.Add(100 * spec.Plan.Cycle), now} {
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
-		_, err = Prune(ctx, tx, spec, schema, at)
+		_, err = Prune(ctx, tx, tx, spec, schema, at)
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
 	}

@@ -3,7 +3,7 @@ package taskspec_test
 import (
 	"testing"
 
-	"github.com/riverslot/riverslot/internal/riverslottest"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
 func TestMain(m *testing.M) { riverslottest.RunTests(m) }

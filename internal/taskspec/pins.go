@@ -1,6 +1,8 @@
 package taskspec
 
 import (
+	"time"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -25,6 +27,8 @@ const PinCandidatesMax = 100_000
 //	    task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
 //	    threshold double precision, pinned int, created_at timestamptz NOT NULL DEFAULT now(),
 //	    PRIMARY KEY (task, plan, cycle_start))
+//	ALTER TABLE "riverslot_pin_cycles" ADD COLUMN IF NOT EXISTS fallback text,
+//	    ADD COLUMN IF NOT EXISTS follows timestamptz
 //	CREATE TABLE IF NOT EXISTS "riverslot_pins" (
 //	    task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
 //	    account_id uuid NOT NULL, bucket int NOT NULL, slot int NOT NULL,
@@ -46,6 +50,9 @@ func PinsDDL(schema string) []string {
 	task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
 	threshold double precision, pinned int, created_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (task, plan, cycle_start))`,
+		// A cycle whose pins took longer than PinsTimeout: fallback is
+		// "previous" (it follows the pins of cycle follows) or "hash".
+		"ALTER TABLE " + cycles + " ADD COLUMN IF NOT EXISTS fallback text, ADD COLUMN IF NOT EXISTS follows timestamptz",
 		"CREATE TABLE IF NOT EXISTS " + pins + ` (
 	task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
 	account_id uuid NOT NULL, bucket int NOT NULL, slot int NOT NULL,
@@ -76,6 +83,16 @@ type PinsSQL struct {
 	Claim string
 	// Record stores the threshold $4 and pin count $5 on that row.
 	Record string
+	// Decision returns (pinned, fallback, follows) of the cycle ($1 task,
+	// $2 plan, $3 cycle start): what its bootstrap decided.
+	Decision string
+	// Fallback records on that row that the cycle fell back: $4 is
+	// "previous" (following the pins of cycle $5) or "hash".
+	Fallback string
+	// Latest returns the start of the latest cycle of task $1 and plan $2
+	// before $3 whose pins were computed (NULL if none): the pins a cycle
+	// falls back to when its own take longer than PinsTimeout.
+	Latest string
 }
 
 // PinsRef names the pins a cycle's per-slot jobs follow: those the
@@ -83,11 +100,26 @@ type PinsSQL struct {
 // tables of Schema. An account pinned to slot p is served in slot p + Shift:
 // a task OppositeOf a weighted task follows that task's pins shifted by
 // half the slots, so the two never meet on an account, giants included.
+//
+// CycleStart, when set, names the pinned cycle whose pins are followed:
+// a cycle whose own pins could not be computed within the task's
+// PinsTimeout follows the latest pins computed before it. Zero: the
+// cycle's own pins.
 type PinsRef struct {
-	Task   string `json:"task"`
-	Plan   string `json:"plan"`
-	Schema string `json:"schema,omitempty"`
-	Shift  int    `json:"shift,omitempty"`
+	Task       string    `json:"task"`
+	Plan       string    `json:"plan"`
+	Schema     string    `json:"schema,omitempty"`
+	Shift      int       `json:"shift,omitempty"`
+	CycleStart time.Time `json:"cycle_start,omitzero"`
+}
+
+// PinsCycle returns the cycle start the pins are stored under: CycleStart
+// when set, else cycleStart (the following cycle's own).
+func (r *PinsRef) PinsCycle(cycleStart time.Time) time.Time {
+	if r.CycleStart.IsZero() {
+		return cycleStart
+	}
+	return r.CycleStart
 }
 
 // PinRead holds the queries a per-slot job runs on the pins a cycle
@@ -113,7 +145,7 @@ type PinRead struct {
 // pins tables of schema.
 func (s *Spec) PinRead(schema string) PinRead {
 	pins := sqlbucket.QualifiedTable(schema, PinsTable)
-	bucket := sqlbucket.Expr(s.IDColumn)
+	bucket := s.BucketExpr()
 	// Each pin of the slot, in id order, looked up by (bucket, id) in a
 	// subquery of its own, so the filter sees only the accounts table.
 	pinnedHead := "SELECT a.i, a.b FROM " + pins + " p CROSS JOIN LATERAL (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b FROM " +
@@ -132,33 +164,42 @@ func (s *Spec) PinRead(schema string) PinRead {
 // PinOfSQL returns the query for one account's pin in the pins tables of
 // schema: (cycle start, slot, weight) of account $3 in the latest pinned
 // cycle of task $1 and plan $2; slot and weight are NULL when the account
-// is not pinned in that cycle, and there is no row when no cycle was.
+// is not pinned in that cycle, and there is no row when no cycle was. A
+// cycle that fell back follows the pins it fell back to (none: hash).
 func PinOfSQL(schema string) string {
 	return "SELECT c.cycle_start, p.slot, p.weight FROM " + sqlbucket.QualifiedTable(schema, PinCyclesTable) + " c LEFT JOIN " +
 		sqlbucket.QualifiedTable(schema, PinsTable) +
-		" p ON p.task = c.task AND p.plan = c.plan AND p.cycle_start = c.cycle_start AND p.account_id = $3" +
+		" p ON p.task = c.task AND p.plan = c.plan AND p.cycle_start = coalesce(c.follows, c.cycle_start) AND p.account_id = $3" +
 		" WHERE c.task = $1 AND c.plan = $2 ORDER BY c.cycle_start DESC LIMIT 1"
+}
+
+// PruneKeptSQL returns the query for the (plan, cycle start) of every pin
+// cycle of task $1 that a per-slot job in riverSchema's river_job can still
+// read: one in any state but completed (running, retryable, scheduled,
+// cancelled or discarded can still run, by River or an operator) that
+// follows those pins (its pins ref, or its own cycle for jobs made before
+// placements were recorded). The per-slot jobs are found through River's
+// GIN index on args. It runs on River's database, PruneSQL on the pins'.
+func PruneKeptSQL(riverSchema string) string {
+	jobs := sqlbucket.QualifiedTable(riverSchema, "river_job")
+	return "SELECT DISTINCT coalesce(args->'pins'->>'plan', args->>'plan', ''), coalesce((args->'pins'->>'cycle_start')::timestamptz, (args->>'cycle_start')::timestamptz)" +
+		" FROM " + jobs + " WHERE kind = '" + PerSlotKind + "' AND state <> 'completed'" +
+		" AND (args @> jsonb_build_object('pins', jsonb_build_object('task', $1::text))" +
+		" OR (args @> jsonb_build_object('task', $1::text) AND NOT args ? 'placement'))"
 }
 
 // PruneSQL returns the statement that deletes the pin cycles (and their
 // pins) of task $1 that started before $2 and that no cycle can still need:
-// the latest pinned cycle of each plan is kept (the next cycle's hysteresis
-// starts from it), and so is every cycle with a per-slot job that reads its
-// pins (its own, or an OppositeOf task's) in any state but completed, in
-// River's river_job of riverSchema: a running, retryable, scheduled,
-// cancelled or discarded per-slot job can still run, by River or an
-// operator, so its cycle keeps its pins while River keeps the job. The
-// per-slot jobs are found through River's GIN index on args.
-func PruneSQL(schema, riverSchema string) string {
+// the latest cycle of each plan whose pins were computed is kept (the next cycle's hysteresis
+// starts from it), and so is every (plan, cycle start) of the arrays $3,
+// $4, those PruneKeptSQL found: a cycle keeps its pins while a per-slot job
+// that reads them can still run.
+func PruneSQL(schema string) string {
 	pins := sqlbucket.QualifiedTable(schema, PinsTable)
 	cycles := sqlbucket.QualifiedTable(schema, PinCyclesTable)
-	jobs := sqlbucket.QualifiedTable(riverSchema, "river_job")
 	return "WITH gone AS (DELETE FROM " + cycles + " c WHERE c.task = $1 AND c.cycle_start < $2" +
-		" AND c.cycle_start < (SELECT max(l.cycle_start) FROM " + cycles + " l WHERE l.task = c.task AND l.plan = c.plan)" +
-		" AND NOT EXISTS (SELECT 1 FROM " + jobs + " j WHERE j.kind = '" + PerSlotKind + "' AND j.state <> 'completed'" +
-		" AND (j.args @> jsonb_build_object('pins', jsonb_build_object('task', c.task, 'plan', c.plan))" +
-		" OR (j.args @> jsonb_build_object('task', c.task, 'plan', c.plan) AND NOT j.args ? 'placement'))" +
-		" AND (j.args->>'cycle_start')::timestamptz = c.cycle_start)" +
+		" AND c.cycle_start < (SELECT max(l.cycle_start) FROM " + cycles + " l WHERE l.task = c.task AND l.plan = c.plan AND l.pinned IS NOT NULL)" +
+		" AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::timestamptz[]) k(plan, cycle_start) WHERE k.plan = c.plan AND k.cycle_start = c.cycle_start)" +
 		" RETURNING c.task, c.plan, c.cycle_start)" +
 		" DELETE FROM " + pins + " p USING gone g WHERE p.task = g.task AND p.plan = g.plan AND p.cycle_start = g.cycle_start"
 }
@@ -171,24 +212,27 @@ const PerSlotKind = "riverslot_perslot"
 func (s *Spec) buildPinsSQL() {
 	pins := sqlbucket.QualifiedTable(s.Schema, PinsTable)
 	cycles := sqlbucket.QualifiedTable(s.Schema, PinCyclesTable)
-	bucket := sqlbucket.Expr(s.IDColumn)
+	bucket := s.BucketExpr()
 	weight := s.WeightExpr()
 	where := " WHERE true" + s.FilterClause
-	prevCycle := "(SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3)"
+	prevCycle := "(SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3 AND pinned IS NOT NULL)"
 	s.Pins = PinsSQL{
 		SlotWeights: "SELECT " + bucket + ", sum(w), sum(w * w) FROM (SELECT " + s.QuotedID + ", " + weight + " AS w FROM " +
 			s.QualifiedTable + where + ") a GROUP BY 1",
 		Candidates: "SELECT " + s.QuotedID + ", " + bucket + ", " + weight + " AS w FROM " + s.QualifiedTable + where +
 			" ORDER BY w DESC, " + s.QuotedID + " LIMIT $1",
 		RangeAccounts: "SELECT " + s.QuotedID + ", " + bucket + ", " + weight + " AS w FROM " + s.QualifiedTable +
-			" WHERE " + sqlbucket.SlotPredicate(s.IDColumn, 1, 2) + s.FilterClause,
+			" WHERE " + s.SlotPredicate(1, 2) + s.FilterClause,
 		// The accounts in a derived table of their own, so the filter and
 		// weight never meet the pins table's columns.
 		Previous: "SELECT a.i, a.b, a.w, p.slot FROM (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable +
 			" WHERE " + s.QuotedID + " IN (SELECT account_id FROM " + pins + " WHERE task = $1 AND plan = $2 AND cycle_start = " + prevCycle + ")" + s.FilterClause +
 			") a JOIN " + pins + " p ON p.account_id = a.i AND p.task = $1 AND p.plan = $2 AND p.cycle_start = " + prevCycle,
-		Claim:  "INSERT INTO " + cycles + " (task, plan, cycle_start) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING true",
-		Record: "UPDATE " + cycles + " SET threshold = $4, pinned = $5 WHERE task = $1 AND plan = $2 AND cycle_start = $3",
+		Claim:    "INSERT INTO " + cycles + " (task, plan, cycle_start) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING true",
+		Record:   "UPDATE " + cycles + " SET threshold = $4, pinned = $5 WHERE task = $1 AND plan = $2 AND cycle_start = $3",
+		Decision: "SELECT pinned, coalesce(fallback, ''), follows FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start = $3",
+		Fallback: "UPDATE " + cycles + " SET fallback = $4, follows = $5 WHERE task = $1 AND plan = $2 AND cycle_start = $3",
+		Latest:   "SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3 AND pinned IS NOT NULL",
 	}
 }
 

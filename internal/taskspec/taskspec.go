@@ -6,6 +6,7 @@
 package taskspec
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
@@ -34,10 +36,15 @@ type Spec struct {
 	Shift int
 
 	// PlanID names the slot layout and offsets jobs are made for: cycle,
-	// slots and seed. Bootstrap and per-slot jobs carry it, so a job made
+	// slots, seed, bucket count (when not 256) and shift. Bootstrap and per-slot jobs carry it, so a job made
 	// under another plan is recognised and never collides with this plan's
 	// cycles.
 	PlanID string
+
+	// AccountsPool reaches the database holding the accounts table (and a
+	// weighted task's pins tables, created next to it), when that is not
+	// River's: see AccountsDB. Nil: River's database.
+	AccountsPool *pgxpool.Pool
 
 	// Schema, Table and IDColumn are the raw identifiers; QualifiedTable and
 	// QuotedID are their quoted forms.
@@ -69,6 +76,11 @@ type Spec struct {
 
 	PerSlotTimeout, SyncTimeout time.Duration
 
+	// PinsTimeout bounds a weighted bootstrap's pin computation; past it
+	// the cycle falls back to the latest computed pins, else to hash
+	// placement. BootstrapTimeout is the bootstrap job's timeout.
+	PinsTimeout, BootstrapTimeout time.Duration
+
 	// ControlQueue and ControlPriority are used for bootstrap and per-slot
 	// jobs.
 	ControlQueue    string
@@ -97,11 +109,31 @@ type SQL struct {
 	Exists string
 }
 
+// AccountsDB returns the pool the task's accounts (and pins) are read
+// through: AccountsPool, else riverPool (the accounts live in River's
+// database).
+func (s *Spec) AccountsDB(riverPool *pgxpool.Pool) *pgxpool.Pool {
+	if s.AccountsPool != nil {
+		return s.AccountsPool
+	}
+	return riverPool
+}
+
+// SeparateAccounts reports whether the accounts live in another database
+// than River's jobs: their reads then run on AccountsPool, outside River's
+// transactions.
+func (s *Spec) SeparateAccounts() bool { return s.AccountsPool != nil }
+
 // PlanID returns the plan identifier of plan, seed and shift, e.g.
 // "120s/8/9c1185a5c5e9fc54", or "120s/8/9c1185a5c5e9fc54/+4" for a task
-// whose slots are shifted by 4.
+// whose slots are shifted by 4. A plan of 65,536 buckets says so after the
+// seed: "86400s/1024/9c1185a5c5e9fc54/b65536", so it never equals a 256-bucket
+// plan's id (256-bucket ids are as they always were).
 func PlanID(plan slotplan.Plan, seed uint64, shift int) string {
 	id := strconv.FormatInt(int64(plan.Cycle/time.Second), 10) + "s/" + strconv.Itoa(plan.Slots) + "/" + fmt.Sprintf("%016x", seed)
+	if plan.Buckets != 0 && plan.Buckets != slotplan.Buckets {
+		id += "/b" + strconv.Itoa(plan.Buckets)
+	}
 	if shift != 0 {
 		id += "/+" + strconv.Itoa(shift)
 	}
@@ -132,9 +164,9 @@ func (s *Spec) BuildSQL() {
 		s.FilterClause = " AND (" + s.Filter + ")"
 	}
 
-	bucket := sqlbucket.Expr(s.IDColumn)
+	bucket := s.BucketExpr()
 	head := "SELECT " + s.QuotedID + ", " + bucket + " FROM " + s.QualifiedTable +
-		" WHERE " + sqlbucket.SlotPredicate(s.IDColumn, 1, 2)
+		" WHERE " + s.SlotPredicate(1, 2)
 	tail := s.FilterClause + " ORDER BY " + bucket + ", " + s.QuotedID + " LIMIT $3"
 	keyset := " AND (" + bucket + ", " + s.QuotedID + ") > ($4::int, $5::uuid)"
 	s.SQL = SQL{
@@ -147,6 +179,29 @@ func (s *Spec) BuildSQL() {
 		s.buildPinsSQL()
 	}
 }
+
+// BucketExpr is the bucket expression of the task's ID column for its
+// plan's bucket count (sqlbucket.ExprFor).
+func (s *Spec) BucketExpr() string {
+	return sqlbucket.ExprFor(s.IDColumn, s.buckets())
+}
+
+// SlotPredicate is the sargable predicate of the task's bucket range, with
+// the bounds as bind parameters $lo and $hi (sqlbucket.SlotPredicateFor).
+func (s *Spec) SlotPredicate(lo, hi int) string {
+	return sqlbucket.SlotPredicateFor(s.IDColumn, s.buckets(), lo, hi)
+}
+
+// IndexName and IndexDDL are the name and DDL of the bucket index the
+// task's per-slot selection reads (sqlbucket.IndexNameFor, IndexDDLFor).
+func (s *Spec) IndexName() string { return sqlbucket.IndexNameFor(s.Table, s.IDColumn, s.buckets()) }
+
+// IndexDDL: see IndexName.
+func (s *Spec) IndexDDL() string {
+	return sqlbucket.IndexDDLFor(s.Schema, s.Table, s.IDColumn, s.buckets())
+}
+
+func (s *Spec) buckets() int { return cmp.Or(s.Plan.Buckets, slotplan.Buckets) }
 
 // BootstrapOpts returns the insert options of a bootstrap job: the control
 // queue and priority, unique by args in every state. It runs as soon as it
@@ -176,29 +231,36 @@ func UniqueEveryState() river.UniqueOpts {
 	}}
 }
 
-// ParsePlanID splits a plan id made by PlanID into its cycle, slots, seed
-// and shift.
-func ParsePlanID(id string) (cycle time.Duration, slots int, seed uint64, shift int, err error) {
-	const form = "<seconds>s/<slots>/<seed>[/+<shift>]"
+// ParsePlanID splits a plan id made by PlanID into its cycle, slots, seed,
+// bucket count and shift.
+func ParsePlanID(id string) (cycle time.Duration, slots int, seed uint64, buckets, shift int, err error) {
+	const form = "<seconds>s/<slots>/<seed>[/b<buckets>][/+<shift>]"
 	parts := strings.Split(id, "/")
-	if len(parts) < 3 || len(parts) > 4 || !strings.HasSuffix(parts[0], "s") {
-		return 0, 0, 0, 0, fmt.Errorf("plan id %q is not of the form %s", id, form)
+	if len(parts) < 3 || len(parts) > 5 || !strings.HasSuffix(parts[0], "s") {
+		return 0, 0, 0, 0, 0, fmt.Errorf("plan id %q is not of the form %s", id, form)
 	}
 	secs, err1 := strconv.ParseInt(strings.TrimSuffix(parts[0], "s"), 10, 64)
 	slots, err2 := strconv.Atoi(parts[1])
 	seed, err3 := strconv.ParseUint(parts[2], 16, 64)
-	var err4 error
-	if len(parts) == 4 {
-		if !strings.HasPrefix(parts[3], "+") {
-			err4 = errors.New("the shift must start with '+'")
-		} else {
-			shift, err4 = strconv.Atoi(parts[3][1:])
-		}
+	buckets = slotplan.Buckets
+	rest := parts[3:]
+	var err4, err5 error
+	if len(rest) > 0 && strings.HasPrefix(rest[0], "b") {
+		buckets, err4 = strconv.Atoi(rest[0][1:])
+		rest = rest[1:]
 	}
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return 0, 0, 0, 0, fmt.Errorf("plan id %q is not of the form %s: %w", id, form, err)
+	switch {
+	case len(rest) > 1:
+		err5 = errors.New("too many parts")
+	case len(rest) == 1 && !strings.HasPrefix(rest[0], "+"):
+		err5 = errors.New("the shift must start with '+'")
+	case len(rest) == 1:
+		shift, err5 = strconv.Atoi(rest[0][1:])
 	}
-	return time.Duration(secs) * time.Second, slots, seed, shift, nil
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+		return 0, 0, 0, 0, 0, fmt.Errorf("plan id %q is not of the form %s: %w", id, form, err)
+	}
+	return time.Duration(secs) * time.Second, slots, seed, buckets, shift, nil
 }
 
 // ForPlan returns the spec a job made for planID runs under: s itself for
@@ -211,16 +273,16 @@ func (s *Spec) ForPlan(planID string, cycleStart time.Time) (*Spec, error) {
 	if planID == "" || planID == s.PlanID {
 		return s, nil
 	}
-	cycle, slots, seed, shift, err := ParsePlanID(planID)
+	cycle, slots, seed, buckets, shift, err := ParsePlanID(planID)
 	if err != nil {
 		return nil, err
 	}
-	plan, err := slotplan.New(cycle)
+	plan, err := slotplan.NewBuckets(cycle, buckets)
 	if err != nil {
 		return nil, fmt.Errorf("plan id %q: %w", planID, err)
 	}
 	if plan.Slots != slots {
-		return nil, fmt.Errorf("plan id %q: a %s cycle has %d slots, not %d", planID, cycle, plan.Slots, slots)
+		return nil, fmt.Errorf("plan id %q: a %s cycle of %d buckets has %d slots, not %d", planID, cycle, buckets, plan.Slots, slots)
 	}
 	if shift < 0 || shift >= slots {
 		return nil, fmt.Errorf("plan id %q: shift %d out of [0, %d)", planID, shift, slots)
@@ -235,10 +297,15 @@ func (s *Spec) ForPlan(planID string, cycleStart time.Time) (*Spec, error) {
 	}
 	other := *s
 	other.Plan, other.Schedule, other.Seed, other.Shift, other.PlanID = plan, schedule, seed, shift, planID
-	if other.PinsFrom != nil && other.PinsFrom.Plan.Cycle != plan.Cycle {
-		// The task it is OppositeOf has no cycle of this plan's length to
-		// follow: the bootstrap of such a cycle places by hash.
+	if other.PinsFrom != nil && (other.PinsFrom.Plan.Cycle != plan.Cycle || other.PinsFrom.Plan.Buckets != plan.Buckets) {
+		// The task it is OppositeOf has no cycle of this plan's length
+		// (or buckets) to follow: the bootstrap of such a cycle places by
+		// hash.
 		other.PinsFrom = nil
+	}
+	if plan.Buckets != s.Plan.Buckets {
+		// The bucket expression differs: the plan's own queries.
+		other.BuildSQL()
 	}
 	other.Lead = min(s.Lead, plan.SlotDuration/2)
 	other.LateGrace = min(s.LateGrace, cycle)

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/sqlbucket"
+)
+
+const webAbout = `Serves the operator's page and its JSON API (riverutil.Scheduler.Handler)
+for the riverslot tasks it finds in River's job table of --schema: each
+task's current cycle (per-slot bars, slot circle, verdict, next slot), the
+coverage and lateness of its last cycles, failures with their last error, and
+an account search. The page refreshes itself and needs no network access
+beyond this server.
+
+  GET /                      the page (?task=NAME, &account=UUID)
+  GET /api/status?task=NAME[&cycle_start=RFC3339]   as riverslot status --json
+  GET /api/cycles?task=NAME[&limit=N]                recent cycles
+  GET /api/accounts/{id}?task=NAME                   one account
+
+It only reads: its database sessions are read-only. It binds 127.0.0.1
+unless --addr says otherwise and has no authentication of its own; to open
+it to others, mount Scheduler.Handler in the app behind its own auth.
+--table and --filter name the accounts table as the app configures it (the
+page never counts it; an account's pin is read from the pins tables).
+
+Exit codes: 0 after SIGINT/SIGTERM, 2 bad input (no task found, address in
+use, unreachable database).
+`
+
+// webTasksMax bounds the tasks riverslot web serves.
+const webTasksMax = 100
+
+// webTasksSQL finds the tasks of a River schema: the latest cycle and plan
+// of each task with a bootstrap job (River's kind index).
+const webTasksSQL = `SELECT DISTINCT ON (args->>'task') args->>'task', args->>'plan', (args->>'cycle_start')::timestamptz FROM %s
+	WHERE kind = 'riverslot_bootstrap' AND coalesce(args->>'plan', '') <> '' AND coalesce(args->>'task', '') <> ''
+	ORDER BY args->>'task', (args->>'cycle_start')::timestamptz DESC LIMIT $1`
+
+func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("web", webAbout, stderr)
+	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
+	schema := fs.String("schema", "riverslot_demo", "schema of River's tables (and of the accounts table unless --accounts-schema is set)")
+	accountsSchema := fs.String("accounts-schema", "", "schema of the accounts table (default: --schema)")
+	table := fs.String("table", "accounts", "accounts table, with a uuid column id")
+	filter := fs.String("filter", "active", "the tasks' Filter: SQL boolean expression over the accounts table (empty: every row)")
+	only := fs.String("task", "", "serve only these tasks (comma-separated; default: every task found)")
+	addr := fs.String("addr", "127.0.0.1:8080", "host:port to listen on; 127.0.0.1 keeps it on this machine")
+	refresh := fs.Duration("refresh", riverutil.HandlerRefreshDefault, "how often the page reloads itself")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := checkSchemaName("--schema", *schema); err != nil {
+		return err
+	}
+	if *accountsSchema == "" {
+		*accountsSchema = *schema
+	} else if err := checkSchemaName("--accounts-schema", *accountsSchema); err != nil {
+		return err
+	}
+	if *refresh < riverutil.HandlerRefreshMin {
+		return usageErr("--refresh must be at least %s, got %s", riverutil.HandlerRefreshMin, *refresh)
+	}
+	var wanted []string
+	for name := range strings.SplitSeq(*only, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			if err := checkTaskName(name); err != nil {
+				return err
+			}
+			wanted = append(wanted, name)
+		}
+	}
+
+	pool, err := connectReadOnly(ctx, databaseURL(), 4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	tasks, err := findTasks(ctx, pool, *schema)
+	if err != nil {
+		return err
+	}
+	if len(wanted) > 0 {
+		var kept []riverutil.Task
+		for _, name := range wanted {
+			i := slices.IndexFunc(tasks, func(t riverutil.Task) bool { return t.Name == name })
+			if i < 0 {
+				return usageErr("--task %q has no bootstrap job in %s.river_job; tasks found: %s", name, *schema, taskList(tasks))
+			}
+			kept = append(kept, tasks[i])
+		}
+		tasks = kept
+	}
+	for i := range tasks {
+		tasks[i].Schema, tasks[i].Table, tasks[i].Filter = *accountsSchema, *table, *filter
+	}
+	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: tasks})
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if err := scheduler.Configure(&river.Config{Schema: *schema}); err != nil {
+		return usageErr("%v", err)
+	}
+	handler, err := scheduler.NewHandler(&riverutil.HandlerConfig{Refresh: *refresh, Logger: slog.New(slog.NewTextHandler(stderr, nil))})
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return usageErr("--addr %q: %v; give host:port, e.g. 127.0.0.1:8080 or 127.0.0.1:0", *addr, err)
+	}
+	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- server.Serve(ln) }()
+	fmt.Fprintf(stdout, "serving http://%s/ for %s (schema %s); Ctrl-C stops\n", ln.Addr(), taskList(tasks), *schema)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("error serving: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := server.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("error stopping the server: %w", err)
+	}
+	return nil
+}
+
+// connectReadOnly is connect with every session read-only
+// (default_transaction_read_only): the page cannot write, whatever it runs.
+func connectReadOnly(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	config, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, usageErr("--database-url is not a valid PostgreSQL URL: %v", err)
+	}
+	config.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	config.MaxConns = maxConns
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(pingCtx, config)
+	if err == nil {
+		err = pool.Ping(pingCtx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		return nil, usageErr("cannot reach the database at %s: %v (pass --database-url or set $DATABASE_URL)", redact(config), err)
+	}
+	return pool, nil
+}
+
+// findTasks returns the tasks with a bootstrap job in schema's river_job,
+// each with the cycle and grid of its latest cycle's plan; the rest of each
+// task (seed, phase, placement) is read from its jobs when shown.
+func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]riverutil.Task, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", sqlbucket.QualifiedTable(schema, "river_job")).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("error looking for River's tables: %w", err)
+	}
+	if !exists {
+		return nil, usageErr("--schema %q has no river_job table; give the schema of the app's River tables (river.Config.Schema)", schema)
+	}
+	rows, err := pool.Query(ctx, fmt.Sprintf(webTasksSQL, sqlbucket.QualifiedTable(schema, "river_job")), webTasksMax)
+	if err != nil {
+		return nil, fmt.Errorf("error finding the tasks: %w", err)
+	}
+	var (
+		tasks       []riverutil.Task
+		name, plan  string
+		latest      time.Time
+		unreadable  []string
+		noopSyncErr = func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &plan, &latest}, func() error {
+		cycle, _, seed, buckets, _, err := taskspec.ParsePlanID(plan)
+		if err != nil {
+			unreadable = append(unreadable, fmt.Sprintf("%s (%v)", name, err))
+			return nil
+		}
+		offset := time.Duration(latest.UnixNano() % int64(cycle))
+		tasks = append(tasks, riverutil.Task{Name: name, Cycle: cycle, TriggerOffset: offset, Seed: seed, Buckets: buckets, Sync: noopSyncErr})
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("error finding the tasks: %w", err)
+	}
+	if len(tasks) == 0 {
+		msg := fmt.Sprintf("no riverslot task in --schema %q: its river_job has no bootstrap job (run the app, or riverslot demo, first)", schema)
+		if len(unreadable) > 0 {
+			msg += "; unreadable plans: " + strings.Join(unreadable, ", ")
+		}
+		return nil, usageErr("%s", msg)
+	}
+	return tasks, nil
+}
+
+func taskList(tasks []riverutil.Task) string {
+	names := make([]string, len(tasks))
+	for i, t := range tasks {
+		names[i] = fmt.Sprintf("%q", t.Name)
+	}
+	return "tasks " + strings.Join(names, ", ")
+}

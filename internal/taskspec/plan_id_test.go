@@ -1,0 +1,78 @@
+package taskspec_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/sqlbucket"
+)
+
+func TestPlanIDBuckets(t *testing.T) {
+	t.Parallel()
+
+	for _, cycle := range []time.Duration{16 * time.Second, 64 * time.Second, 24 * time.Hour} {
+		coarse, err := slotplan.NewBuckets(cycle, slotplan.Buckets)
+		require.NoError(t, err)
+		fine, err := slotplan.NewBuckets(cycle, slotplan.BucketsTwoByte)
+		require.NoError(t, err)
+		for _, shift := range []int{0, coarse.Slots / 2} {
+			a, b := taskspec.PlanID(coarse, 42, shift), taskspec.PlanID(fine, 42, shift)
+			require.NotEqual(t, a, b, "cycle %s shift %d", cycle, shift)
+			require.NotContains(t, a, "/b", "256-bucket plan ids are as before")
+
+			gotCycle, slots, seed, buckets, gotShift, err := taskspec.ParsePlanID(b)
+			require.NoError(t, err)
+			require.Equal(t, []any{cycle, fine.Slots, uint64(42), slotplan.BucketsTwoByte, shift}, []any{gotCycle, slots, seed, buckets, gotShift})
+			_, _, _, buckets, _, err = taskspec.ParsePlanID(a)
+			require.NoError(t, err)
+			require.Equal(t, slotplan.Buckets, buckets)
+		}
+	}
+	require.Equal(t, "86400s/1024/000000000000002a/b65536/+512", taskspec.PlanID(mustPlan(t, 24*time.Hour, slotplan.BucketsTwoByte), 42, 512))
+	require.Equal(t, "86400s/128/000000000000002a/+64", taskspec.PlanID(mustPlan(t, 24*time.Hour, slotplan.Buckets), 42, 64))
+
+	for _, bad := range []string{"86400s/1024/2a/bx", "86400s/1024/2a/b65536/4", "86400s/1024/2a/b65536/+1/+2"} {
+		_, _, _, _, _, err := taskspec.ParsePlanID(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+func mustPlan(t *testing.T, cycle time.Duration, buckets int) slotplan.Plan {
+	t.Helper()
+	p, err := slotplan.NewBuckets(cycle, buckets)
+	require.NoError(t, err)
+	return p
+}
+
+// TestForPlanBuckets: a job made under a plan of the other bucket count runs
+// with that plan's slots and that plan's bucket expression, both ways.
+func TestForPlanBuckets(t *testing.T) {
+	t.Parallel()
+
+	coarse := riverslottest.Spec(t, "t", "s", "accounts", "", 64*time.Second, 100)
+	fine := riverslottest.SpecBuckets(t, "t", "s", "accounts", "", 64*time.Second, 100, slotplan.BucketsTwoByte)
+	require.NotEqual(t, coarse.PlanID, fine.PlanID)
+	require.Contains(t, fine.SQL.FirstPage, sqlbucket.SlotPredicateFor("id", slotplan.BucketsTwoByte, 1, 2))
+	start := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+
+	got, err := coarse.ForPlan(fine.PlanID, start)
+	require.NoError(t, err)
+	require.Equal(t, fine.Plan, got.Plan)
+	require.Equal(t, fine.SQL, got.SQL)
+	require.Equal(t, 512, got.Plan.Slots)
+
+	got, err = fine.ForPlan(coarse.PlanID, start)
+	require.NoError(t, err)
+	require.Equal(t, coarse.Plan, got.Plan)
+	require.Equal(t, coarse.SQL, got.SQL)
+	require.False(t, strings.Contains(got.SQL.FirstPage, ", 14)"), got.SQL.FirstPage)
+
+	_, err = fine.ForPlan("64s/64/000000000000002a/b65536", start)
+	require.ErrorContains(t, err, "a 1m4s cycle of 65536 buckets has 512 slots, not 64")
+}

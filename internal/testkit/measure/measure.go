@@ -1,0 +1,194 @@
+// Package measure computes cycle figures from River's job table: how many
+// accounts were synced once, missed or duplicated, the peak number of pending
+// sync jobs (inserted, not yet started) and start lateness. The integration
+// tests and the riverslot demo share it, so both report the same numbers the
+// same way, measured from the database.
+package measure
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverslot/riverslot/sqlbucket"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// latenessAndPeakSQL selects, over the sync jobs in CTE s: start lateness
+// p50 and p99 (attempted_at - scheduled_at, seconds) and the peak number of
+// jobs inserted but not yet started, by a sweep over insert (+1) and start
+// (-1) events; a start sorts before an insert at the same instant.
+const latenessAndPeakSQL = `
+		coalesce((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
+		coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)) FROM s WHERE attempted_at IS NOT NULL), 0),
+		coalesce((SELECT max(depth) FROM (
+			SELECT sum(d) OVER (ORDER BY ts, d ROWS UNBOUNDED PRECEDING) AS depth FROM (
+				SELECT created_at AS ts, 1 AS d FROM s
+				UNION ALL
+				SELECT attempted_at, -1 FROM s WHERE attempted_at IS NOT NULL
+			) events
+		) sweep), 0)`
+
+// Cycle is what one cycle of one task did, measured from river_job.
+type Cycle struct {
+	CycleStart time.Time `json:"cycle_start"`
+	Accounts   int64     `json:"accounts"`
+	SyncJobs   int64     `json:"sync_jobs"`
+	Completed  int64     `json:"completed"`
+	// SyncedOnce counts accounts with exactly one sync job in the cycle.
+	SyncedOnce int64 `json:"synced_once"`
+	// Missed counts accounts in the table with no sync job in the cycle.
+	Missed int64 `json:"missed"`
+	// Duplicated counts accounts with more than one sync job in the cycle.
+	Duplicated int64 `json:"duplicated"`
+	// Skipped counts sync jobs completed without calling Sync because they
+	// were stale or too soon after another sync of the account (their
+	// output's riverslot_skipped); they are counted in SyncedOnce too.
+	Skipped int64 `json:"skipped"`
+	// PeakPending is the largest number of the cycle's sync jobs that were
+	// inserted but not yet started at any one moment.
+	PeakPending int64 `json:"peak_pending"`
+	// LatenessP50 and LatenessP99 are percentiles of attempted_at -
+	// scheduled_at over started sync jobs.
+	LatenessP50 time.Duration `json:"lateness_p50"`
+	LatenessP99 time.Duration `json:"lateness_p99"`
+}
+
+// SyncedTableDDL is the column list of the table an app-like sync function
+// records each sync in (task, account, cycle): the record of what was synced
+// that survives River's deletion of completed jobs. riverslot demo and
+// worker write it; Target.SyncedTable reads it.
+const SyncedTableDDL = "(task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, client_id text, synced_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+
+// Target names the tables and the task to measure.
+type Target struct {
+	RiverSchema   string
+	AccountsTable string // quoted, qualified
+	IDColumn      string
+	Filter        string
+	SyncKind      string
+	Task          string
+	// SyncedTable (quoted, qualified; optional) is a table of
+	// SyncedTableDDL's form the task's sync function writes to. With it, an
+	// account's syncs in a cycle are the larger of its sync jobs River
+	// still keeps and its recorded syncs, so SyncedOnce, Missed and
+	// Duplicated hold after River deleted completed jobs (a sync skipped as
+	// stale whose job River deleted then counts as missed). The other
+	// figures cover the jobs River keeps.
+	SyncedTable string
+}
+
+// MeasureCycle computes the figures of one cycle.
+func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleStart time.Time) (*Cycle, error) {
+	jobs := pgx.Identifier{target.RiverSchema, "river_job"}.Sanitize()
+	id := pgx.Identifier{target.IDColumn}.Sanitize()
+	filter := "true"
+	if target.Filter != "" {
+		filter = "(" + target.Filter + ")"
+	}
+	c := &Cycle{CycleStart: cycleStart.UTC()}
+
+	// Sync jobs of this cycle. cycle_start is compared as timestamptz so the
+	// JSON text form does not matter.
+	cte := `WITH s AS (
+		SELECT (args->>'account_id')::uuid AS account_id, state, created_at, attempted_at, scheduled_at,
+			coalesce(metadata->'output' ? '` + syncjob.OutputSkipped + `', false) AS skipped
+		FROM ` + jobs + `
+		WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = $3
+	)`
+	per := `per AS (SELECT account_id, count(*) AS n FROM s GROUP BY account_id)`
+	if target.SyncedTable != "" {
+		per = `per AS (SELECT account_id, max(n) AS n FROM (
+		SELECT account_id, count(*) AS n FROM s GROUP BY account_id
+		UNION ALL
+		SELECT account_id, count(*) FROM ` + target.SyncedTable + ` WHERE task = $2 AND cycle_start = $3 GROUP BY account_id) x GROUP BY account_id)`
+	}
+	err := pool.QueryRow(ctx, cte+`,
+	`+per+`,
+	acc AS (SELECT `+id+` AS account_id FROM `+target.AccountsTable+` WHERE `+filter+`)
+	SELECT
+		(SELECT count(*) FROM acc),
+		(SELECT count(*) FROM s),
+		(SELECT count(*) FROM s WHERE state = 'completed'),
+		(SELECT count(*) FROM per WHERE n = 1),
+		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL),
+		(SELECT count(*) FROM per WHERE n > 1),
+		(SELECT count(*) FROM s WHERE skipped),
+`+latenessAndPeakSQL,
+		target.SyncKind, target.Task, cycleStart).Scan(
+		&c.Accounts, &c.SyncJobs, &c.Completed, &c.SyncedOnce, &c.Missed, &c.Duplicated, &c.Skipped,
+		(*seconds)(&c.LatenessP50), (*seconds)(&c.LatenessP99), &c.PeakPending)
+	if err != nil {
+		return nil, fmt.Errorf("error measuring cycle %s: %w", cycleStart.Format(time.RFC3339), err)
+	}
+	return c, nil
+}
+
+// seconds scans a float number of seconds into a time.Duration.
+type seconds time.Duration
+
+func (s *seconds) Scan(src any) error {
+	switch v := src.(type) {
+	case float64:
+		*s = seconds(time.Duration(v * float64(time.Second)))
+		return nil
+	case nil:
+		*s = 0
+		return nil
+	}
+	return fmt.Errorf("cannot scan %T into seconds", src)
+}
+
+// Run is the measurement of several cycles of one task.
+type Run struct {
+	Cycles []*Cycle `json:"cycles"`
+	// PeakPending is the largest number of the run's sync jobs (all cycles)
+	// inserted but not yet started at any one moment.
+	PeakPending int64 `json:"peak_pending"`
+	LatenessP50 time.Duration
+	LatenessP99 time.Duration
+	// Slots is the number of distinct per-slot jobs of the first cycle, and
+	// SlotDuration the smallest gap between their scheduled times, both read
+	// back from the job table.
+	Slots        int64
+	SlotDuration time.Duration
+	// Buckets is the number of distinct bucket values among the accounts.
+	Buckets int64
+}
+
+// MeasureRun measures every cycle in cycleStarts and the run as a whole.
+func MeasureRun(ctx context.Context, pool *pgxpool.Pool, target Target, perSlotKind string, cycleStarts []time.Time) (*Run, error) {
+	run := &Run{}
+	for _, start := range cycleStarts {
+		c, err := MeasureCycle(ctx, pool, target, start)
+		if err != nil {
+			return nil, err
+		}
+		run.Cycles = append(run.Cycles, c)
+	}
+
+	jobs := pgx.Identifier{target.RiverSchema, "river_job"}.Sanitize()
+	err := pool.QueryRow(ctx, `WITH s AS (
+		SELECT created_at, attempted_at, scheduled_at FROM `+jobs+`
+		WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = ANY($3)
+	), p AS (
+		SELECT scheduled_at FROM `+jobs+`
+		WHERE kind = $4 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = $5
+	)
+	SELECT
+`+latenessAndPeakSQL+`,
+		(SELECT count(*) FROM p),
+		coalesce((SELECT extract(epoch FROM min(gap))::float8 FROM (
+			SELECT scheduled_at - lag(scheduled_at) OVER (ORDER BY scheduled_at) AS gap FROM p) g WHERE gap > interval '0'), 0),
+		(SELECT count(DISTINCT `+sqlbucket.Expr(target.IDColumn)+`) FROM `+target.AccountsTable+`)`,
+		target.SyncKind, target.Task, cycleStarts, perSlotKind, cycleStarts[0]).Scan(
+		(*seconds)(&run.LatenessP50), (*seconds)(&run.LatenessP99), &run.PeakPending,
+		&run.Slots, (*seconds)(&run.SlotDuration), &run.Buckets)
+	if err != nil {
+		return nil, fmt.Errorf("error measuring run: %w", err)
+	}
+	return run, nil
+}

@@ -1,0 +1,355 @@
+package riverutil
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// Bounds of Cycles' limit.
+const (
+	CyclesLimitDefault = 24
+	CyclesLimitMax     = 200
+)
+
+// CycleSummary is how one cycle of a task went, from what its jobs carry.
+type CycleSummary struct {
+	CycleStart time.Time
+	Plan       string
+	Slots      int
+	SlotsDone  int
+	// FailedSlots are the slots whose fan-out failed for good (discarded
+	// or cancelled); MissingSlots those without a per-slot job.
+	FailedSlots, MissingSlots []int
+	// Selected is the accounts the cycle's fan-outs selected (Enqueued plus
+	// SkippedLate); Enqueued the sync jobs they inserted; SkippedLate the
+	// late accounts they skipped (the next cycle covers them).
+	Selected, Enqueued, SkippedLate int64
+	// Sync jobs of the cycle: Unfinished (pending, running or retryable),
+	// Failed (discarded or cancelled), SkippedStale and SkippedTooSoon
+	// (completed without calling Sync), each counted up to SkippedCountMax.
+	Unfinished, Failed, SkippedStale, SkippedTooSoon int64
+	// Synced is Enqueued less Unfinished, Failed and SkippedStale: the
+	// accounts whose Sync ran (or, for SkippedTooSoon, had run less than
+	// half a cycle before).
+	Synced int64
+	// NotSelected estimates the accounts of failed or missing slots that
+	// their fan-out never reached: the accounts the same slot selected in
+	// the nearest listed cycle where its fan-out finished, less what it
+	// enqueued here.
+	NotSelected int64
+	// Missed is SkippedLate + SkippedStale + Failed + NotSelected: accounts
+	// the cycle did not sync. Coverage is Synced / (Selected +
+	// NotSelected), the share of accounts synced within their cycle (1
+	// for a cycle with no account).
+	Missed   int64
+	Coverage float64
+	// Duplicates is the sync jobs the fan-outs enqueued beyond the accounts
+	// they selected (0 when every batch committed once).
+	Duplicates int64
+	// Lateness of the cycle's completed sync jobs (started after their
+	// scheduled time), from a sample of up to 2,000 spread over the cycle.
+	LatenessP50, LatenessP99 time.Duration
+	LatenessSample           int
+	// Finished: the cycle has ended and none of its slots or sync jobs is
+	// still to run.
+	Finished bool
+}
+
+// Cycles returns the named task's most recent cycles, newest first, at most
+// limit (CyclesLimitDefault when 0, at most CyclesLimitMax), for as long as
+// River keeps their jobs (its CompletedJobRetentionPeriod) or riverslot's
+// ledger keeps their rows (4 cycles + 1 h): a cycle and its slots' results
+// outlive River's deletion there; its sync job figures (failed, skipped,
+// lateness) cover the sync jobs River still keeps. It never reads the accounts table
+// and never lists a cycle's sync jobs: its figures come from the per-slot
+// jobs' results, River's indexes on job state and metadata, and a bounded
+// sample for lateness.
+func (s *Scheduler) Cycles(ctx context.Context, taskName string, limit int) ([]CycleSummary, error) {
+	spec, err := s.spec(taskName)
+	if err != nil {
+		return nil, err
+	}
+	if !s.configured {
+		return nil, errNoRiverSchema
+	}
+	switch {
+	case limit == 0:
+		limit = CyclesLimitDefault
+	case limit < 0 || limit > CyclesLimitMax:
+		return nil, fmt.Errorf("limit must be between 1 and %d, got %d", CyclesLimitMax, limit)
+	}
+	return s.cycleHistory(ctx, spec, limit, time.Now())
+}
+
+// cyclesSQL lists the task's cycles by their bootstrap jobs (River's kind
+// index; one job per cycle and plan), newest first, the configured plan
+// first among cycles that start together.
+const cyclesSQL = `SELECT args->>'plan', (args->>'cycle_start')::timestamptz FROM %s
+	WHERE kind = $1 AND args->>'task' = $2 AND coalesce(args->>'plan', '') <> ''
+	ORDER BY 2 DESC, args->>'plan' = $3 DESC, id DESC LIMIT $4`
+
+// historySlotsSQL reads the per-slot jobs of the listed cycles ($3) of one
+// plan ($4), through River's kind index.
+const historySlotsSQL = `SELECT args->>'cycle_start', (args->>'slot')::int, state, metadata FROM %s
+	WHERE kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = ANY($3) AND args->>'plan' = $4`
+
+// historyCountsSQL counts, each up to $6, a cycle's ($2 task, $3 cycle
+// start) unfinished sync jobs (River's fetching index), failed ones
+// finalized since $4 (its finalized_at index) and those completed without
+// calling Sync as stale ($7) or too soon ($8) (its metadata GIN index; $5
+// is syncjob.OutputSkipped).
+const historyCountsSQL = `SELECT
+	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE state IN ('scheduled', 'available', 'pending', 'running', 'retryable')
+		AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) u),
+	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE state IN ('discarded', 'cancelled') AND finalized_at >= $4
+		AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) f),
+	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('output', jsonb_build_object($5::text, $7::text))
+		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) stale),
+	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('output', jsonb_build_object($5::text, $8::text))
+		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) too_soon)`
+
+// historyLatenessSQL samples a cycle's ($2 task, $3 cycle start) completed
+// sync jobs: from each window start of $4 (spread over the cycle), the
+// first $5 finalized before the next ($6, same length), each window a short
+// range of River's (state, finalized_at) index.
+const historyLatenessSQL = `SELECT count(*),
+	coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY l), 0)::float8,
+	coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY l), 0)::float8
+	FROM unnest($4::timestamptz[], $6::timestamptz[]) w(since, until) CROSS JOIN LATERAL (
+		SELECT extract(epoch FROM attempted_at - scheduled_at) AS l FROM %s
+		WHERE state = 'completed' AND finalized_at >= w.since AND finalized_at < w.until
+		  AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3
+		ORDER BY finalized_at LIMIT $5) s`
+
+// latenessWindows is how many windows historyLatenessSQL samples a cycle
+// in, latenessSample/latenessWindows jobs each.
+const latenessWindows = 16
+
+// cycleHistory returns the task's last limit cycles, newest first, as of
+// now. It is the one place history is read: from River's job table and
+// riverslot's ledger (cycles and slots whose jobs River deleted).
+func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit int, now time.Time) ([]CycleSummary, error) {
+	table := s.riverTable(spec)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(cyclesSQL, table), bootstrap.Kind, spec.Name, spec.PlanID, 2*limit)
+	if err != nil {
+		return nil, fmt.Errorf("error listing the task's cycles: %w", err)
+	}
+	type cycleRef struct {
+		plan  string
+		start time.Time
+		spec  *taskspec.Spec
+	}
+	var (
+		cycles []cycleRef
+		plan   string
+		start  time.Time
+	)
+	seen := make(map[time.Time]bool)
+	add := func() error {
+		start = start.UTC()
+		if !seen[start] {
+			seen[start] = true
+			cycles = append(cycles, cycleRef{plan: plan, start: start})
+		}
+		return nil
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&plan, &start}, add); err != nil {
+		return nil, fmt.Errorf("error listing the task's cycles: %w", err)
+	}
+	// And those the ledger records, whose jobs River may have deleted.
+	rows, err = s.pool.Query(ctx, "SELECT plan, cycle_start FROM "+s.ledger().QualifiedTable()+
+		" WHERE task = $1 AND slot = $2 ORDER BY cycle_start DESC, plan = $3 DESC LIMIT $4", spec.Name, ledger.BootstrapSlot, spec.PlanID, limit)
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, []any{&plan, &start}, add)
+	}
+	if err != nil && !isUndefinedTable(err) {
+		return nil, fmt.Errorf("error listing the task's cycles in the ledger: %w", err)
+	}
+	slices.SortStableFunc(cycles, func(a, b cycleRef) int { return b.start.Compare(a.start) })
+	if len(cycles) > limit {
+		cycles = cycles[:limit]
+	}
+	out := make([]CycleSummary, len(cycles))
+	byPlan := make(map[string][]string)
+	index := make(map[string]int) // plan + cycle start -> index in out
+	for i := range cycles {
+		c := &cycles[i]
+		if c.spec, err = planSpec(spec, c.plan, c.start); err != nil {
+			return nil, err
+		}
+		key := c.start.Format(time.RFC3339Nano)
+		byPlan[c.plan] = append(byPlan[c.plan], key)
+		index[c.plan+"\x00"+key] = i
+		out[i] = CycleSummary{CycleStart: c.start, Plan: c.plan, Slots: c.spec.Plan.Slots}
+	}
+
+	// Per-slot results of every listed cycle.
+	selected := make([][]int64, len(out)) // per cycle and slot, -1 when unknown
+	states := make([][]string, len(out))
+	for i := range out {
+		selected[i] = slices.Repeat([]int64{-1}, out[i].Slots)
+		states[i] = slices.Repeat([]string{SlotMissing}, out[i].Slots)
+	}
+	for plan, keys := range byPlan {
+		rows, err := s.pool.Query(ctx, fmt.Sprintf(historySlotsSQL, table), perslot.Kind, spec.Name, keys, plan)
+		if err != nil {
+			return nil, fmt.Errorf("error reading the cycles' per-slot jobs: %w", err)
+		}
+		var (
+			key      string
+			slot     int
+			state    string
+			metadata []byte
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&key, &slot, &state, &metadata}, func() error {
+			i, ok := index[plan+"\x00"+key]
+			if !ok || slot < 0 || slot >= out[i].Slots {
+				return nil
+			}
+			c := &out[i]
+			var md struct {
+				Output  *perslot.Result `json:"output"`
+				Cursors map[string]struct {
+					Inserted int64 `json:"inserted"`
+					Skipped  int64 `json:"skipped"`
+				} `json:"river:resumable_cursor"`
+			}
+			var enqueued, skipped, accounts int64
+			if json.Unmarshal(metadata, &md) == nil {
+				if cur, ok := md.Cursors["fan_out"]; ok {
+					enqueued, skipped = cur.Inserted, cur.Skipped
+				}
+				if md.Output != nil {
+					enqueued, skipped, accounts = md.Output.Inserted, md.Output.Skipped, md.Output.Accounts
+				}
+			}
+			c.Enqueued += enqueued
+			c.SkippedLate += skipped
+			sel := max(accounts, enqueued+skipped)
+			if accounts > 0 && enqueued+skipped > accounts {
+				c.Duplicates += enqueued + skipped - accounts
+				sel = accounts
+			}
+			c.Selected += sel
+			switch state {
+			case "completed":
+				c.SlotsDone++
+				states[i][slot], selected[i][slot] = SlotDone, sel
+			case "discarded", "cancelled":
+				c.FailedSlots = append(c.FailedSlots, slot)
+				states[i][slot], selected[i][slot] = SlotFailed, sel
+			default:
+				states[i][slot], selected[i][slot] = SlotScheduled, sel
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("error reading the cycles' per-slot jobs: %w", err)
+		}
+	}
+
+	// Slots whose per-slot jobs River deleted, from the ledger.
+	for i := range out {
+		if !slices.Contains(states[i], SlotMissing) {
+			continue
+		}
+		c := &out[i]
+		recorded, err := s.ledger().Slots(ctx, s.pool, spec.Name, c.Plan, c.CycleStart)
+		if err != nil {
+			return nil, err
+		}
+		for slot, r := range recorded {
+			if slot < 0 || slot >= c.Slots || states[i][slot] != SlotMissing {
+				continue
+			}
+			if r.Finished == nil {
+				c.FailedSlots = append(c.FailedSlots, slot)
+				states[i][slot] = SlotFailed
+				continue
+			}
+			sel := max(r.Accounts, r.Inserted+r.Skipped)
+			c.SlotsDone++
+			c.Enqueued += r.Inserted
+			c.SkippedLate += r.Skipped
+			c.Selected += sel
+			states[i][slot], selected[i][slot] = SlotDone, sel
+		}
+	}
+
+	for i := range out {
+		c, cs := &out[i], cycles[i].spec
+		key := c.CycleStart.Format(time.RFC3339Nano)
+		slices.Sort(c.FailedSlots)
+		for slot, st := range states[i] {
+			if st == SlotMissing {
+				c.MissingSlots = append(c.MissingSlots, slot)
+			}
+			if st != SlotMissing && st != SlotFailed {
+				continue
+			}
+			// The nearest listed cycle of the same plan where the slot
+			// finished.
+			for d := 1; d < len(out); d++ {
+				j := -1
+				for _, k := range []int{i - d, i + d} {
+					if k >= 0 && k < len(out) && out[k].Plan == c.Plan && states[k][slot] == SlotDone {
+						j = k
+						break
+					}
+				}
+				if j >= 0 {
+					c.NotSelected += max(selected[j][slot]-max(selected[i][slot], 0), 0)
+					break
+				}
+			}
+		}
+		if err := s.pool.QueryRow(ctx, fmt.Sprintf(historyCountsSQL, table), syncjob.Kind, spec.Name, key, c.CycleStart.Add(-cs.Plan.Cycle),
+			syncjob.OutputSkipped, SkippedCountMax, syncjob.SkippedStale, syncjob.SkippedTooSoon).
+			Scan(&c.Unfinished, &c.Failed, &c.SkippedStale, &c.SkippedTooSoon); err != nil {
+			return nil, fmt.Errorf("error counting the sync jobs of cycle %s: %w", key, err)
+		}
+		c.Synced = max(c.Enqueued-c.Unfinished-c.Failed-c.SkippedStale, 0)
+		c.Missed = c.SkippedLate + c.SkippedStale + c.Failed + c.NotSelected
+		c.Coverage = 1
+		if all := c.Selected + c.NotSelected; all > 0 {
+			c.Coverage = float64(c.Synced) / float64(all)
+		}
+		end := cs.CycleEnd(c.CycleStart)
+		c.Finished = now.After(end) && c.Unfinished == 0 && c.SlotsDone+len(c.FailedSlots) == c.Slots
+
+		// Lateness: a sample spread over the cycle and the half cycle
+		// after it (late syncs finish then).
+		span := end.Sub(c.CycleStart) + cs.Plan.Cycle/2
+		since := make([]time.Time, latenessWindows)
+		until := make([]time.Time, latenessWindows)
+		for w := range since {
+			since[w] = c.CycleStart.Add(span * time.Duration(w) / latenessWindows)
+			until[w] = c.CycleStart.Add(span * time.Duration(w+1) / latenessWindows)
+		}
+		var p50, p99 float64
+		if err := s.pool.QueryRow(ctx, fmt.Sprintf(historyLatenessSQL, table), syncjob.Kind, spec.Name, key, since,
+			latenessSample/latenessWindows, until).Scan(&c.LatenessSample, &p50, &p99); err != nil {
+			return nil, fmt.Errorf("error sampling the lateness of cycle %s: %w", key, err)
+		}
+		c.LatenessP50 = time.Duration(p50 * float64(time.Second))
+		c.LatenessP99 = time.Duration(p99 * float64(time.Second))
+	}
+	return out, nil
+}
+
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}

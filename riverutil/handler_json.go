@@ -1,0 +1,210 @@
+package riverutil
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// statusJSON is the JSON form of a TaskStatus: riverslot status --json and
+// Handler's /api/status.
+type statusJSON struct {
+	Task               string           `json:"task"`
+	CycleStart         string           `json:"cycle_start"`
+	Plan               string           `json:"plan"`
+	Placement          string           `json:"placement"`
+	PinsTask           string           `json:"pins_task,omitempty"`
+	PinsShift          int              `json:"pins_shift,omitempty"`
+	Slots              int              `json:"slots"`
+	SlotsDone          int              `json:"slots_done"`
+	SlotsFailed        int              `json:"slots_failed"`
+	AccountsExpected   int64            `json:"accounts_expected"`
+	SyncEnqueued       int64            `json:"sync_enqueued"`
+	SyncSkipped        int64            `json:"sync_skipped"`
+	SyncPending        int64            `json:"sync_pending"`
+	SyncRunning        int64            `json:"sync_running"`
+	SyncRetryable      int64            `json:"sync_retryable"`
+	SyncCompleted      int64            `json:"sync_completed"`
+	SyncFailed         int64            `json:"sync_failed"`
+	SyncCancelled      int64            `json:"sync_cancelled"`
+	SyncSkippedStale   int64            `json:"sync_skipped_stale"`
+	SyncSkippedTooSoon int64            `json:"sync_skipped_too_soon"`
+	LatenessP50Seconds float64          `json:"lateness_p50_seconds"`
+	LatenessP99Seconds float64          `json:"lateness_p99_seconds"`
+	NextSlot           *int             `json:"next_slot"`
+	NextSlotAt         *string          `json:"next_slot_at"`
+	Verdict            string           `json:"verdict"`
+	OnTrack            bool             `json:"on_track"`
+	Starting           bool             `json:"starting"`
+	BehindSlots        int              `json:"behind_slots"`
+	OffSlots           int              `json:"off_slots"`
+	PerSlot            []statusSlotJSON `json:"per_slot"`
+}
+
+type statusSlotJSON struct {
+	Slot      int    `json:"slot"`
+	Start     string `json:"start"`
+	State     string `json:"state"`
+	Attempts  int    `json:"attempts"`
+	Expected  int64  `json:"accounts_expected"`
+	PinnedIn  int64  `json:"pinned_in"`
+	PinnedOut int64  `json:"pinned_out"`
+	Enqueued  int64  `json:"enqueued"`
+	Skipped   int64  `json:"skipped"`
+	Batches   int    `json:"batches"`
+	Error     string `json:"error,omitempty"`
+}
+
+// MarshalJSON encodes the current cycle as riverslot status --json prints
+// it (and Handler's /api/status serves it): snake_case fields, times in
+// RFC 3339, durations in seconds.
+func (st TaskStatus) MarshalJSON() ([]byte, error) {
+	c := st.Current
+	if c == nil {
+		return json.Marshal(struct {
+			Task string `json:"task"`
+		}{st.Task})
+	}
+	out := &statusJSON{
+		Task: st.Task, CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Plan: c.Plan, Placement: c.Placement,
+		PinsTask: c.PinsTask, PinsShift: c.PinsShift, Slots: c.Slots,
+		SlotsDone: c.SlotsDone, SlotsFailed: c.SlotsFailed, AccountsExpected: c.AccountsExpected,
+		SyncEnqueued: c.Enqueued, SyncSkipped: c.Skipped, SyncPending: c.Pending, SyncRunning: c.Running,
+		SyncRetryable: c.Retryable, SyncCompleted: c.Completed, SyncFailed: c.Discarded, SyncCancelled: c.Cancelled,
+		SyncSkippedStale: c.SkippedStale, SyncSkippedTooSoon: c.SkippedTooSoon,
+		LatenessP50Seconds: c.LatenessP50.Seconds(), LatenessP99Seconds: c.LatenessP99.Seconds(),
+		Verdict: c.Verdict, OnTrack: c.OnTrack, Starting: c.Starting, BehindSlots: c.BehindSlots, OffSlots: c.OffSlots,
+		PerSlot: make([]statusSlotJSON, 0, len(c.PerSlot)),
+	}
+	if c.NextSlot >= 0 {
+		next, at := c.NextSlot, c.NextSlotAt.UTC().Format(time.RFC3339)
+		out.NextSlot, out.NextSlotAt = &next, &at
+	}
+	for _, p := range c.PerSlot {
+		out.PerSlot = append(out.PerSlot, statusSlotJSON{
+			Slot: p.Slot, Start: p.Start.UTC().Format(time.RFC3339), State: p.State, Attempts: p.Attempts,
+			Expected: p.Expected, PinnedIn: p.PinnedIn, PinnedOut: p.PinnedOut, Enqueued: p.Enqueued, Skipped: p.Skipped, Batches: p.Batches, Error: p.Error,
+		})
+	}
+	return json.Marshal(out)
+}
+
+// cyclesJSON is /api/cycles.
+type cyclesJSON struct {
+	Task   string      `json:"task"`
+	Source string      `json:"source"`
+	Cycles []cycleJSON `json:"cycles"`
+}
+
+type cycleJSON struct {
+	CycleStart         string  `json:"cycle_start"`
+	Plan               string  `json:"plan"`
+	Slots              int     `json:"slots"`
+	SlotsDone          int     `json:"slots_done"`
+	FailedSlots        []int   `json:"failed_slots"`
+	MissingSlots       []int   `json:"missing_slots"`
+	AccountsSelected   int64   `json:"accounts_selected"`
+	SyncEnqueued       int64   `json:"sync_enqueued"`
+	SyncSkippedLate    int64   `json:"sync_skipped_late"`
+	SyncUnfinished     int64   `json:"sync_unfinished"`
+	SyncFailed         int64   `json:"sync_failed"`
+	SyncSkippedStale   int64   `json:"sync_skipped_stale"`
+	SyncSkippedTooSoon int64   `json:"sync_skipped_too_soon"`
+	Synced             int64   `json:"synced"`
+	NotSelected        int64   `json:"not_selected"`
+	Missed             int64   `json:"missed"`
+	Coverage           float64 `json:"coverage"`
+	Duplicates         int64   `json:"duplicates"`
+	LatenessP50Seconds float64 `json:"lateness_p50_seconds"`
+	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
+	LatenessSample     int     `json:"lateness_sample"`
+	Finished           bool    `json:"finished"`
+}
+
+func toCyclesJSON(task string, cycles []CycleSummary) *cyclesJSON {
+	out := &cyclesJSON{Task: task, Source: "river_job+ledger", Cycles: make([]cycleJSON, 0, len(cycles))}
+	for _, c := range cycles {
+		out.Cycles = append(out.Cycles, cycleJSON{
+			CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Plan: c.Plan, Slots: c.Slots, SlotsDone: c.SlotsDone,
+			FailedSlots: nonNil(c.FailedSlots), MissingSlots: nonNil(c.MissingSlots),
+			AccountsSelected: c.Selected, SyncEnqueued: c.Enqueued, SyncSkippedLate: c.SkippedLate,
+			SyncUnfinished: c.Unfinished, SyncFailed: c.Failed, SyncSkippedStale: c.SkippedStale, SyncSkippedTooSoon: c.SkippedTooSoon,
+			Synced: c.Synced, NotSelected: c.NotSelected, Missed: c.Missed, Coverage: c.Coverage, Duplicates: c.Duplicates,
+			LatenessP50Seconds: c.LatenessP50.Seconds(), LatenessP99Seconds: c.LatenessP99.Seconds(), LatenessSample: c.LatenessSample,
+			Finished: c.Finished,
+		})
+	}
+	return out
+}
+
+func nonNil(s []int) []int {
+	if s == nil {
+		return []int{}
+	}
+	return s
+}
+
+// accountJSON is /api/accounts/{id}.
+type accountJSON struct {
+	Task              string           `json:"task"`
+	AccountID         string           `json:"account_id"`
+	Plan              string           `json:"plan"`
+	CycleStart        string           `json:"cycle_start"`
+	Bucket            int              `json:"bucket"`
+	Slot              int              `json:"slot"`
+	OffsetSeconds     float64          `json:"offset_seconds"`
+	Pinned            bool             `json:"pinned"`
+	PinnedSlot        *int             `json:"pinned_slot"`
+	PinWeight         *float64         `json:"pin_weight"`
+	NextSyncs         []string         `json:"next_syncs"`
+	CurrentCycleSync  *accountSyncJSON `json:"current_cycle_sync"`
+	PreviousCycleSync *accountSyncJSON `json:"previous_cycle_sync"`
+	LastSyncedAt      *string          `json:"last_synced_at"`
+}
+
+type accountSyncJSON struct {
+	JobID       int64   `json:"job_id"`
+	CycleStart  string  `json:"cycle_start"`
+	Slot        int     `json:"slot"`
+	State       string  `json:"state"`
+	ScheduledAt string  `json:"scheduled_at"`
+	AttemptedAt *string `json:"attempted_at"`
+	FinalizedAt *string `json:"finalized_at"`
+	Attempts    int     `json:"attempts"`
+	Skipped     string  `json:"skipped,omitempty"`
+	LastError   string  `json:"last_error,omitempty"`
+}
+
+func rfc3339(t *time.Time) *string {
+	if t == nil || t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(time.RFC3339Nano)
+	return &s
+}
+
+func toAccountJSON(a *AccountStatus) *accountJSON {
+	out := &accountJSON{
+		Task: a.Task, AccountID: a.AccountID.String(), Plan: a.Plan, CycleStart: a.CycleStart.UTC().Format(time.RFC3339),
+		Bucket: a.Bucket, Slot: a.Slot, OffsetSeconds: a.Offset.Seconds(), Pinned: a.Pinned, NextSyncs: []string{},
+		LastSyncedAt: rfc3339(&a.LastSynced),
+	}
+	if a.Pinned {
+		slot, w := a.PinnedSlot, a.PinWeight
+		out.PinnedSlot, out.PinWeight = &slot, &w
+	}
+	for _, t := range a.NextSyncs {
+		out.NextSyncs = append(out.NextSyncs, t.UTC().Format(time.RFC3339Nano))
+	}
+	conv := func(j *AccountSync) *accountSyncJSON {
+		if j == nil {
+			return nil
+		}
+		return &accountSyncJSON{
+			JobID: j.JobID, CycleStart: j.CycleStart.UTC().Format(time.RFC3339), Slot: j.Slot, State: j.State,
+			ScheduledAt: j.ScheduledAt.UTC().Format(time.RFC3339Nano), AttemptedAt: rfc3339(j.AttemptedAt), FinalizedAt: rfc3339(j.FinalizedAt),
+			Attempts: j.Attempts, Skipped: j.Skipped, LastError: j.LastError,
+		}
+	}
+	out.CurrentCycleSync, out.PreviousCycleSync = conv(a.Current), conv(a.Previous)
+	return out
+}

@@ -1,0 +1,159 @@
+package riverutil
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/taskspec"
+)
+
+// This file holds what riverutil reads from riverslot's ledger
+// (riverslot_ledger in River's schema, see internal/ledger and
+// docs/scale.md): the cycles bootstrapped and what each slot's fan-out did,
+// which outlive River's deletion of finished jobs.
+
+func (s *Scheduler) ledger() ledger.Ledger { return ledger.New(s.riverSchema) }
+
+// latestFromLedger returns the task's latest cycle as the ledger records
+// its bootstrap, when it is later than (or there is no) latest, the cycle
+// found in River's job table.
+func (s *Scheduler) latestFromLedger(ctx context.Context, spec *taskspec.Spec, latest time.Time, plan string, found bool) (time.Time, string, bool, error) {
+	start, lplan, ok, err := s.ledger().LatestCycle(ctx, s.pool, spec.Name, spec.PlanID)
+	if err != nil {
+		return latest, plan, found, err
+	}
+	if ok && (!found || start.After(latest)) {
+		return start, lplan, true, nil
+	}
+	return latest, plan, found, nil
+}
+
+// cyclePlanFromLedger returns the plan of the task's cycle at cycleStart
+// as the ledger records its bootstrap (River may have deleted its jobs).
+func (s *Scheduler) cyclePlanFromLedger(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) (string, bool, error) {
+	return s.ledger().CyclePlan(ctx, s.pool, spec.Name, cycleStart, spec.PlanID)
+}
+
+// expectedCounts returns the accounts of each hash slot, as Status expects
+// the cycle at cycleStart to select them: for each slot, the count its
+// latest fan-out of an earlier cycle recorded in the ledger (a count taken
+// once per cycle, by the fan-out itself, through the bucket index). Only
+// when some slot has no such record (the task's first cycle under its
+// plan) does it count the accounts table (hashCounts, cached a minute).
+func (s *Scheduler) expectedCounts(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) ([]int64, error) {
+	counts, complete, err := s.ledger().RangeCounts(ctx, s.pool, spec.Name, spec.PlanID, spec.Plan.Slots, cycleStart)
+	if err != nil {
+		return nil, err
+	}
+	if complete {
+		return counts, nil
+	}
+	return s.hashCounts(ctx, spec)
+}
+
+// slotsFromLedger fills the slots of c that River's job table no longer
+// shows (River deleted their finished per-slot jobs) from the ledger: a
+// slot whose fan-out finished is done, with what it recorded; a slot the
+// ledger gave a job that is gone without finishing is failed.
+func (s *Scheduler) slotsFromLedger(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time, c *CycleStatus) error {
+	rows, err := s.ledger().Slots(ctx, s.pool, spec.Name, spec.PlanID, cycleStart)
+	if err != nil {
+		return err
+	}
+	for i := range c.PerSlot {
+		p := &c.PerSlot[i]
+		r, ok := rows[i]
+		if !ok || p.State != SlotMissing {
+			continue
+		}
+		if r.Finished != nil {
+			p.State = SlotDone
+			p.Enqueued, p.Skipped, p.Batches = r.Inserted, r.Skipped, r.Batches
+			c.SlotsDone++
+			c.Enqueued += p.Enqueued
+			c.Skipped += p.Skipped
+			continue
+		}
+		p.State = SlotFailed
+		p.Error = fmt.Sprintf("per-slot job %d is no longer in River's job table and never finished its fan-out (cancelled or discarded, then deleted by River's retention)", r.JobID)
+		c.SlotsFailed++
+		if c.FailedSlot < 0 || i < c.FailedSlot {
+			c.FailedSlot, c.FailedError = i, p.Error
+		}
+	}
+	return nil
+}
+
+// checkLedger returns an error when riverslot's ledger table is missing
+// from River's schema (Migrate creates it). Before Configure, River's
+// schema is unknown and the ledger is not checked.
+func (s *Scheduler) checkLedger(ctx context.Context) error {
+	if !s.configured {
+		return nil
+	}
+	ok, err := s.ledger().Exists(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w (schema %q)", ledger.ErrMissing, s.riverSchema)
+	}
+	return nil
+}
+
+// RowBudgetWarn is the number of rows in river_job above which Check warns:
+// River users report slow counts, slow scheduling and autovacuum
+// starvation from about 4-7 million rows.
+const RowBudgetWarn = 5_000_000
+
+// riverDefaultCompletedRetention is River's CompletedJobRetentionPeriod
+// default.
+const riverDefaultCompletedRetention = 24 * time.Hour
+
+// RowBudget returns about how many rows a task keeps in River's job table
+// with accounts accounts and River keeping completed jobs for retention
+// (-1: forever): accounts x (Lead + slot + retention) / cycle, the pending
+// sync jobs (queued Lead before their slot, started within it) and the
+// completed ones River still keeps, plus one per-slot job per slot and
+// cycle kept. A retention of -1 gives -1 (unbounded).
+func RowBudget(accounts int64, info TaskInfo, retention time.Duration) int64 {
+	if retention < 0 {
+		return -1
+	}
+	cycle := float64(info.Plan.Cycle)
+	window := float64(info.Lead + info.Plan.SlotDuration + retention)
+	cycles := window / cycle
+	return int64(float64(accounts)*cycles) + int64(float64(info.Plan.Slots+1)*max(cycles, 1))
+}
+
+// checkRowBudget warns when a task's account estimate (pg_class.reltuples
+// of its table: no count) and River's completed-job retention would keep
+// more than RowBudgetWarn rows in river_job.
+func (s *Scheduler) checkRowBudget(ctx context.Context, spec *taskspec.Spec) error {
+	var estimate float64
+	if err := spec.AccountsDB(s.pool).QueryRow(ctx, "SELECT coalesce((SELECT reltuples FROM pg_class WHERE oid = to_regclass($1)), 0)", spec.QualifiedTable).Scan(&estimate); err != nil {
+		return fmt.Errorf("error estimating the accounts of Table %s: %w", spec.QualifiedTable, err)
+	}
+	if estimate < 0 { // never analyzed
+		return nil
+	}
+	retention := s.completedRetention
+	if retention == 0 {
+		retention = riverDefaultCompletedRetention
+	}
+	info, err := s.Task(spec.Name)
+	if err != nil {
+		return err
+	}
+	rows := RowBudget(int64(estimate), info, retention)
+	if rows >= 0 && rows <= RowBudgetWarn {
+		return nil
+	}
+	s.log().WarnContext(ctx, "riverslot: this configuration keeps more rows in river_job than RowBudgetWarn; shorten River's CompletedJobRetentionPeriod (riverslot does not need it: its ledger keeps cycles unique) or see docs/scale.md",
+		slog.String("task", spec.Name), slog.Int64("accounts_estimate", int64(estimate)),
+		slog.Duration("completed_retention", retention), slog.Int64("river_job_rows", rows), slog.Int64("warn_above", RowBudgetWarn))
+	return nil
+}

@@ -1,0 +1,107 @@
+package riverutil_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/slotplan"
+)
+
+func TestRowBudget(t *testing.T) {
+	t.Parallel()
+	day, err := slotplan.New(24 * time.Hour) // 128 slots of 11m15s
+	require.NoError(t, err)
+	info := riverutil.TaskInfo{Plan: day, Lead: 10 * time.Second}
+	// Worked out by hand. 24 h retention: the window is 10 + 675 + 86,400 =
+	// 87,085 s, 87,085 / 86,400 = 1.0079282 cycles; 100M x 1.0079282 =
+	// 100,792,824 sync jobs (truncated), 129 x 1.0079282 = 130.02 -> 130
+	// per-slot jobs (128 slots + 1): 100,792,954.
+	require.EqualValues(t, 100_792_954, riverutil.RowBudget(100_000_000, info, 24*time.Hour))
+	// 1 min retention: 10 + 675 + 60 = 745 s, 745 / 86,400 = 0.0086227
+	// cycles; 100M x 0.0086227 = 862,268 sync jobs, and at least one cycle
+	// of per-slot jobs: 129. 862,268 + 129 = 862,397.
+	require.EqualValues(t, 862_397, riverutil.RowBudget(100_000_000, info, time.Minute), "at least one cycle of per-slot jobs")
+	require.EqualValues(t, -1, riverutil.RowBudget(1, info, -1), "kept forever: unbounded")
+}
+
+// TestCheckShortSlots: a 16 s cycle has 16 slots of 1 s, shorter than
+// River's 5 s scheduler tick; Check warns with the default LateGrace (one
+// slot, 1 s), not with LateGrace 5 s nor on a 24 h cycle.
+func TestCheckShortSlots(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 10)
+	const warning = "riverslot: slots are shorter than River's 5 s scheduler tick and LateGrace is too, so most accounts would be enqueued late; set LateGrace to at least 5s or use a longer Cycle"
+	check := func(t *testing.T, cycle, lateGrace time.Duration) []map[string]slog.Value {
+		t.Helper()
+		logger, records := riverslottest.RecordingLogger(slog.LevelWarn)
+		s, err := riverutil.New(pool, &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{{
+			Name: "transactions", Cycle: cycle, LateGrace: lateGrace, Schema: schema, Table: "accounts", Sync: noopSync,
+		}}})
+		require.NoError(t, err)
+		require.NoError(t, s.Check(ctx))
+		return records.Find(warning)
+	}
+	warned := check(t, 16*time.Second, 0)
+	require.Len(t, warned, 1)
+	require.Equal(t, time.Second, warned[0]["slot"].Duration())
+	require.Equal(t, time.Second, warned[0]["late_grace"].Duration())
+	require.Empty(t, check(t, 16*time.Second, 5*time.Second))
+	require.Empty(t, check(t, 24*time.Hour, 0))
+}
+
+// TestCheckLedgerAndRowBudget: Check warns when the table's estimate and
+// River's retention keep more than RowBudgetWarn rows (1,000 accounts on a
+// 16 s cycle with River's 24 h default: 5.4M), not with a 1 minute
+// retention; after Configure it fails without the ledger table, which
+// Migrate (run twice: idempotent) creates.
+func TestCheckLedgerAndRowBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 1000)
+	_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, "accounts"}.Sanitize())
+	require.NoError(t, err)
+	const warning = "riverslot: this configuration keeps more rows in river_job than RowBudgetWarn; shorten River's CompletedJobRetentionPeriod (riverslot does not need it: its ledger keeps cycles unique) or see docs/scale.md"
+
+	check := func(t *testing.T, retention time.Duration) ([]map[string]slog.Value, error) {
+		t.Helper()
+		logger, records := riverslottest.RecordingLogger(slog.LevelWarn)
+		s, err := riverutil.New(pool, &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{{
+			Name: "transactions", Cycle: 16 * time.Second, Schema: schema, Table: "accounts", Sync: noopSync,
+		}}})
+		require.NoError(t, err)
+		require.NoError(t, s.Configure(&river.Config{Schema: schema, CompletedJobRetentionPeriod: retention}))
+		err = s.Check(ctx)
+		return records.Find(warning), err
+	}
+
+	warned, err := check(t, 0)
+	require.NoError(t, err)
+	require.Len(t, warned, 1, "River's 24 h default on a 16 s cycle")
+	require.EqualValues(t, 1000, warned[0]["accounts_estimate"].Int64())
+	require.InDelta(t, (1000+17)*86401.5/16, warned[0]["river_job_rows"].Int64(), 2, "(accounts + slots + 1) x (lead 0.5 s + slot 1 s + 24 h) / 16 s")
+	warned, err = check(t, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, warned)
+
+	_, err = pool.Exec(ctx, "DROP TABLE "+pgx.Identifier{schema, "riverslot_ledger"}.Sanitize())
+	require.NoError(t, err)
+	_, err = check(t, time.Minute)
+	require.ErrorContains(t, err, "riverslot's ledger table riverslot_ledger does not exist in River's schema; run riverutil.Migrate")
+	require.NoError(t, riverutil.Migrate(ctx, pool, schema))
+	require.NoError(t, riverutil.Migrate(ctx, pool, schema))
+	_, err = check(t, time.Minute)
+	require.NoError(t, err)
+}
