@@ -103,12 +103,16 @@ func TestTwoFullCycles(t *testing.T) {
 		require.Less(t, m.LatenessP50, 5*time.Second+2*plan.SlotDuration, "lateness p50")
 		require.Less(t, m.LatenessP99, cycle/2, "lateness p99")
 
-		// Peak pending near accounts/slots: a slot's jobs are queued Lead
-		// before it, and River's 5 s scheduler tick can hold the previous
-		// slot's last jobs a little longer: (1 + lead/slot) x accounts/slots
-		// plus 5 s worth of a slot.
+		// Peak pending near accounts/slots, not the fleet: a sync job is
+		// pending from its insert, Lead before its slot, until it starts,
+		// its lateness after its time. So at most (1 + (lead + lateness
+		// p99)/slot) slots' worth, plus the 1% later than p99. Lateness is
+		// the machine's (a loaded run measured p99 10.3 s and a peak of
+		// 1,321 for 281 a slot); with p99 under half a cycle (above) the
+		// bound stays under 2,714, and a fan-out that enqueued the cycle at
+		// once holds all 4,500.
 		perSlot := float64(active) / float64(plan.Slots)
-		bound := (1+float64(info.Lead)/float64(plan.SlotDuration))*perSlot + perSlot*float64(5*time.Second)/float64(plan.SlotDuration)
+		bound := (1+float64(info.Lead+m.LatenessP99)/float64(plan.SlotDuration))*perSlot + 0.01*float64(active)
 		require.LessOrEqual(t, float64(m.PeakPending), bound, "peak pending %d vs accounts/slots %.0f", m.PeakPending, perSlot)
 
 		// Each sync job is scheduled inside its account's slot window, at

@@ -7,6 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
 // demoSchemaMarker is the comment `riverslot demo` writes on the schema it
@@ -22,15 +24,19 @@ func markSchemaAsDemos(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sc
 	require.NoError(t, err)
 }
 
-// heavyProcessTests bounds how many of the tests that run a riverslot demo
-// and several workers (about 25 connections each) run at once, so that with
-// the rest of the suite they fit in Postgres' default max_connections.
-var heavyProcessTests = make(chan struct{}, 2)
+// Connections each child process may open, for
+// riverslottest.ReserveConnections: startWorker passes --max-conns 5 (a
+// worker that reads an accounts database opens a second pool of 5 there);
+// a demo with --workers 5 opens min(20, 5+5) plus one for its monitor.
+const (
+	workerConns = 5
+	demoConns   = 11
+)
 
-// holdHeavyProcessSlot waits for a slot of heavyProcessTests and frees it
-// when the test ends.
-func holdHeavyProcessSlot(t *testing.T) {
+// reserveProcessConns reserves the connections of the demos and workers a
+// test runs at once, so that parallel process tests fit in the server's
+// max_connections.
+func reserveProcessConns(t *testing.T, demos, workers int) {
 	t.Helper()
-	heavyProcessTests <- struct{}{}
-	t.Cleanup(func() { <-heavyProcessTests })
+	riverslottest.ReserveConnections(t, demos*demoConns+workers*workerConns)
 }

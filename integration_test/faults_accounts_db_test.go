@@ -33,6 +33,7 @@ import (
 // TestKillMidFanOut; one trial, one slot of a 16 s cycle.
 func TestKillMidFanOutAccountsDatabase(t *testing.T) {
 	t.Parallel()
+	reserveProcessConns(t, 0, 4) // node A, then node B, each with a pool on both databases
 
 	const (
 		accounts  = 12_000 // all in slot 0

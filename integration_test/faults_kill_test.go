@@ -42,6 +42,7 @@ func TestKillMidFanOut(t *testing.T) {
 		// Trials run one after another (the test as a whole runs beside the
 		// others).
 		t.Run(fmt.Sprintf("Trial%dKillAfter%d", i+1, killAfter), func(t *testing.T) {
+			reserveProcessConns(t, 0, 2) // node A, killed, then node B
 			ctx, b := setup(t, 0)
 			markSchemaAsDemos(ctx, t, b.pool, b.schema) // riverslot worker serves only the demo's schemas
 			// Cycle 16s: 16 slots, slot 0 = buckets 0..15.

@@ -39,6 +39,7 @@ func TestKillMidFanOutWeighted(t *testing.T) {
 	)
 	for i, killAfter := range []int64{2_000, 5_000, 5_050} {
 		t.Run(fmt.Sprintf("Trial%dKillAfter%d", i+1, killAfter), func(t *testing.T) {
+			reserveProcessConns(t, 0, 2) // node A, killed, then node B
 			ctx, b := setup(t, 0)
 			markSchemaAsDemos(ctx, t, b.pool, b.schema) // riverslot worker serves only the demo's schemas
 			accounts := pgx.Identifier{b.schema, "accounts"}.Sanitize()

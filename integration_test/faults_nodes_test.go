@@ -23,6 +23,7 @@ import (
 // first full cycle.
 func TestThreeNodes(t *testing.T) {
 	t.Parallel()
+	reserveProcessConns(t, 0, 3)
 
 	const (
 		accounts = 3000

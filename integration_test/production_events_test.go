@@ -269,7 +269,7 @@ func finisherArgs(cycle time.Duration, offset time.Duration, task string, extra 
 // finisher's slots.
 func TestDemoWeightedCycleFinishedByUnweightedWorker(t *testing.T) {
 	t.Parallel()
-	holdHeavyProcessSlot(t)
+	reserveProcessConns(t, 1, 1) // the demo, then its finisher
 
 	const (
 		accounts = 4_000
@@ -355,7 +355,7 @@ func TestDemoWeightedCycleFinishedByUnweightedWorker(t *testing.T) {
 // node does not work the sync queue, so no Sync call can be cut by the kill.
 func TestUnweightedCycleFinishedByWeightedWorker(t *testing.T) {
 	t.Parallel()
-	holdHeavyProcessSlot(t)
+	reserveProcessConns(t, 0, 2)
 
 	const (
 		cycle               = 80 * time.Second
@@ -446,7 +446,7 @@ func TestUnweightedCycleFinishedByWeightedWorker(t *testing.T) {
 // covers syncs placed close to it).
 func TestLateSlotsOfAnotherGridsCycleAreSpread(t *testing.T) {
 	t.Parallel()
-	holdHeavyProcessSlot(t)
+	reserveProcessConns(t, 1, 1) // the demo, then its finisher
 
 	const (
 		accounts = 4_000
@@ -554,7 +554,7 @@ func TestLateSlotsOfAnotherGridsCycleAreSpread(t *testing.T) {
 // next cycle.
 func TestStaleQueuedSyncsSkippedAfterOutage(t *testing.T) {
 	t.Parallel()
-	holdHeavyProcessSlot(t)
+	reserveProcessConns(t, 0, 3)
 
 	const (
 		accounts = 2000

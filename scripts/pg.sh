@@ -10,6 +10,12 @@
 #   5. a throwaway cluster made with the local initdb/pg_ctl binaries in
 #      .pgdata/ (port 5432, or 54329 if 5432 is taken);
 # and otherwise fails with instructions.
+#
+# With PG_OWN=1 (what `make test` sets) and no TEST_DATABASE_URL, step 5
+# comes first: the tests get a cluster of their own, tuned for a test suite
+# (max_connections 300, so test packages can run two at a time; fsync off:
+# its data is thrown away), and the server on 5432 is left alone. Without
+# initdb it falls back to the order above.
 set -euo pipefail
 
 db=${1:-riverslot_test}
@@ -54,6 +60,57 @@ wait_for() {
 	return 1
 }
 
+# own_cluster starts (or finds running) a throwaway cluster made with the
+# local initdb/pg_ctl binaries, prints its URL and exits; it returns when
+# there are no such binaries.
+own_cluster() {
+	local bindir="" port data run=()
+	if have initdb && have pg_ctl; then
+		bindir=$(dirname "$(command -v initdb)")
+	else
+		bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+	fi
+	[ -n "$bindir" ] && [ -x "$bindir/initdb" ] || return 0
+
+	data="$root/.pgdata"
+	if [ "$(id -u)" = 0 ]; then
+		# PostgreSQL refuses to run as root.
+		id postgres >/dev/null 2>&1 || return 0
+		data=/tmp/riverslot-pgdata
+		run=(runuser -u postgres --)
+	fi
+	# A cluster of ours already running: its port is in postmaster.pid.
+	if [ -f "$data/postmaster.pid" ]; then
+		port=$(sed -n 4p "$data/postmaster.pid")
+		url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+		if answers "$url"; then
+			log "using the throwaway cluster in $data (127.0.0.1:$port)"
+			ensure_db "$url"
+			exit 0
+		fi
+	fi
+	port=5432
+	if (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then port=54329; fi
+	if [ ! -f "$data/PG_VERSION" ]; then
+		log "creating a throwaway cluster in $data with $bindir/initdb"
+		mkdir -p "$data"
+		if [ ${#run[@]} -gt 0 ]; then chown postgres "$data"; fi
+		"${run[@]}" "$bindir/initdb" -D "$data" -U postgres --auth=trust >/dev/null
+	fi
+	log "starting it on 127.0.0.1:$port"
+	"${run[@]}" "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
+		-o "-p $port -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" start >&2 || die
+	url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+	wait_for "$url" || die
+	ensure_db "$url"
+	exit 0
+}
+
+if [ "${PG_OWN:-}" = 1 ] && [ -z "${TEST_DATABASE_URL:-}" ]; then
+	own_cluster
+	log "no initdb found for a cluster of the tests' own; looking for a server"
+fi
+
 for var in TEST_DATABASE_URL DATABASE_URL; do
 	url=${!var:-}
 	if [ -n "$url" ]; then
@@ -95,33 +152,5 @@ if have pg_ctlcluster && ls /etc/postgresql/*/main >/dev/null 2>&1; then
 	log "the installed cluster did not answer on 127.0.0.1:5432 with user postgres"
 fi
 
-bindir=""
-if have initdb && have pg_ctl; then
-	bindir=$(dirname "$(command -v initdb)")
-else
-	bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
-fi
-[ -n "$bindir" ] && [ -x "$bindir/initdb" ] || die
-
-port=5432
-if (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then port=54329; fi
-data="$root/.pgdata"
-run=()
-if [ "$(id -u)" = 0 ]; then
-	# PostgreSQL refuses to run as root.
-	id postgres >/dev/null 2>&1 || die
-	data=/tmp/riverslot-pgdata
-	run=(runuser -u postgres --)
-fi
-if [ ! -f "$data/PG_VERSION" ]; then
-	log "creating a throwaway cluster in $data with $bindir/initdb"
-	mkdir -p "$data"
-	[ ${#run[@]} -gt 0 ] && chown postgres "$data"
-	"${run[@]}" "$bindir/initdb" -D "$data" -U postgres --auth=trust >/dev/null
-fi
-log "starting it on 127.0.0.1:$port"
-"${run[@]}" "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
-	-o "-p $port -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=300" start >&2 || die
-url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
-wait_for "$url" || die
-ensure_db "$url"
+own_cluster
+die

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,7 @@ func TestMain(m *testing.M) {
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	defer reserveCmdConns(t, args)()
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
@@ -702,6 +704,7 @@ func runWorkerUntilStarted(t *testing.T, args ...string) (int, string, string) {
 func startWorkerCmd(t *testing.T, args ...string) (stdout, stderr *signalWriter, stop func() int) {
 	t.Helper()
 
+	reserveCmdConns(t, append([]string{"worker"}, args...)) // given back when the test ends
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout = &signalWriter{started: make(chan struct{})}
 	started := stdout.started
@@ -774,11 +777,15 @@ func TestDemoKeepResumes(t *testing.T) {
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := newDemoSchemaName(t, pool)
-	args := []string{"demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--accounts", "400", "--cycle", "16s"}
+	args := []string{"demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--accounts", "400", "--cycle", "32s"}
+	// Both runs' connections, so the rerun starts at once: it must find the
+	// cycle unfinished (before start + 32 s).
+	holdCmdConns(t, args)
 
 	// First run: cancelled (as by Ctrl-C) mid-cycle, once its progress line
 	// says the fourth of the 16 slots has begun (not after a fixed time: a
-	// busy machine may still be building the index then).
+	// busy machine may still be building the index then), about 8 s into
+	// the cycle: the rerun has about 24 s to start.
 	runCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var stdout bytes.Buffer
@@ -979,4 +986,69 @@ func TestDemoSchemaOwnership(t *testing.T) {
 
 	require.Contains(t, prepare(t, false), "dropping and recreating schema "+schema+", created by an earlier demo")
 	require.False(t, strayExists(t), "without --keep the demo's own schema is recreated")
+}
+
+// reserveCmdConns reserves, in the test binary's connection budget
+// (riverslottest.ReserveConnections), the connections `riverslot args...`
+// run in-process may open, by the pool sizes of its commands: demo
+// min(20, --workers+5) plus its monitor (and min(10, --workers+2) on an
+// accounts database), worker --max-conns (twice with an accounts database),
+// status and web 4, plan 1, bench 30. Commands that do not reach a
+// database reserve nothing.
+func reserveCmdConns(t *testing.T, args []string) (release func()) {
+	t.Helper()
+	if _, held := cmdConnsHeld.Load(t); held {
+		return func() {}
+	}
+	if len(args) == 0 || !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--database-url") }) {
+		return func() {}
+	}
+	flag := func(name string, def int) int {
+		for i, a := range args {
+			v, ok := strings.CutPrefix(a, name+"=")
+			if !ok && a == name && i+1 < len(args) {
+				v, ok = args[i+1], true
+			}
+			if n, err := strconv.Atoi(v); ok && err == nil {
+				return n
+			}
+		}
+		return def
+	}
+	accountsDB := slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--accounts-database-url") })
+	n := 0
+	switch args[0] {
+	case "demo":
+		workers := max(flag("--workers", 50), 1)
+		n = min(20, workers+5) + 1
+		if accountsDB {
+			n += min(10, workers+2)
+		}
+	case "worker":
+		n = flag("--max-conns", 10)
+		if accountsDB {
+			n *= 2
+		}
+	case "status", "web":
+		n = 4
+	case "plan":
+		n = 1
+	case "bench":
+		n = 30
+	}
+	return riverslottest.ReserveConnections(t, n)
+}
+
+// cmdConnsHeld holds the tests that reserved their commands' connections
+// for their whole run (holdCmdConns); runCmd does not reserve again for them.
+var cmdConnsHeld sync.Map
+
+// holdCmdConns reserves what `riverslot args...` may open until the test
+// ends, for a test whose commands must follow each other without waiting
+// for connections in between.
+func holdCmdConns(t *testing.T, args []string) {
+	t.Helper()
+	reserveCmdConns(t, args)
+	cmdConnsHeld.Store(t, true)
+	t.Cleanup(func() { cmdConnsHeld.Delete(t) })
 }

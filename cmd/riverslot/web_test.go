@@ -50,6 +50,7 @@ func (b *syncBuffer) String() string {
 // ends, and returns its base URL.
 func startWeb(t *testing.T, args ...string) string {
 	t.Helper()
+	reserveCmdConns(t, []string{"web", "--database-url"}) // given back when the test ends
 	ctx, cancel := context.WithCancel(context.Background())
 	out, outW := io.Pipe()
 	var stderr syncBuffer

@@ -132,6 +132,7 @@ func TestWorkerRefusesAppSchema(t *testing.T) {
 // test (and is stopped).
 func runWorkerOrFail(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	defer reserveCmdConns(t, append([]string{"worker"}, args...))()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -63,7 +63,7 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 			poolErr = err
 			return
 		}
-		config.MaxConns = 30 // make test runs packages one at a time; worker processes add their own
+		config.MaxConns = poolConns // worker processes and in-process commands reserve their own: ReserveConnections
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		pool, poolErr = pgxpool.NewWithConfig(ctx, config)
@@ -123,7 +123,7 @@ func AccountsPool(tb testing.TB) (*pgxpool.Pool, string) {
 			accountsErr = err
 			return
 		}
-		config.MaxConns = 10
+		config.MaxConns = accountsConns
 		accountsPool, accountsErr = NewPool(ctx, config)
 	})
 	require.NoError(tb, accountsErr, "the accounts database beside %s", DatabaseURL())

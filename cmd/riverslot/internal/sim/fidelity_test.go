@@ -58,6 +58,8 @@ func TestFidelity(t *testing.T) {
 		poll     = 250 * time.Millisecond // the demo's FetchPollInterval, and simulate's default
 	)
 	flags := []string{"--accounts", fmt.Sprint(accounts), "--cycle", "120s", "--json"}
+	// The demo's pool: min(20, its 50 workers + 5), and its monitor.
+	riverslottest.ReserveConnections(t, 21)
 
 	type figures struct {
 		Peak int64   `json:"peak_queue_depth"`
