@@ -14,8 +14,10 @@ help: ## List the targets
 #   1. integration_test alone: real River clients and worker processes on
 #      short real cycles load both CPUs by themselves (a second package beside
 #      them made sync lateness p50 reach 31 s and syncs go stale);
-#   2. every other package, TEST_P at a time (2 when the server allows 250
-#      connections or more, as the cluster of make test's own does; else 1).
+#   2. every other package, TEST_P at a time (3 when the server allows 400
+#      connections or more, as the cluster of make test's own does; 2 from
+#      250; else 1),
+#      the longest (LONG_PKGS: real cycles, mostly waiting) first.
 # The test binaries are built first, so no compile competes with a cycle.
 # PG_OWN=1: scripts/pg.sh starts a throwaway cluster for the tests when the
 # PostgreSQL server binaries are installed (TEST_DATABASE_URL overrides).
@@ -26,15 +28,16 @@ help: ## List the targets
 # tests, and the slowest tests and packages at the end.
 TEST_DB ?= riverslot_test
 TEST_P ?=
+LONG_PKGS = ./cmd/riverslot ./cmd/riverslot/internal/sim ./cmd/riverslot/internal/bench
 GOTEST = $(GO) test -json -race -count=1 -parallel 16 -timeout 20m
 test: ## Get a Postgres (see scripts/pg.sh), create riverslot_test, run go test -race ./..., list the slowest tests
 	@set -o pipefail; url=$$(PG_OWN=1 $(PG) $(TEST_DB)) && echo "test database: $$url" && \
 		$(GO) build -o .testreport ./scripts/testreport && \
 		echo "building the test binaries" && $(GO) test -race -count=1 -run '^$$' ./... >/dev/null && \
-		p=$(TEST_P) && if [ -z "$$p" ]; then p=1; [ "$$($(GO) run ./scripts/pgensure maxconns "$$url")" -ge 250 ] && p=2; fi; \
+		p=$(TEST_P) && if [ -z "$$p" ]; then c=$$($(GO) run ./scripts/pgensure maxconns "$$url"); p=$$(( c >= 400 ? 3 : c >= 250 ? 2 : 1 )); fi; \
 		echo "integration_test, then the other packages $$p at a time" && \
 		{ TEST_DATABASE_URL="$$url" $(GOTEST) -p 1 ./integration_test; r1=$$?; \
-		  TEST_DATABASE_URL="$$url" RIVERSLOT_TEST_BINARIES=$$p $(GOTEST) -p $$p $$($(GO) list ./... | grep -v '/integration_test$$'); r2=$$?; \
+		  TEST_DATABASE_URL="$$url" RIVERSLOT_TEST_BINARIES=$$p $(GOTEST) -p $$p $(LONG_PKGS) $$($(GO) list ./... | grep -v -e '/integration_test$$' $(patsubst ./%,-e '/%$$',$(LONG_PKGS))); r2=$$?; \
 		  exit $$((r1 | r2)); } | ./.testreport -slowest 15
 
 .PHONY: demo

