@@ -3,6 +3,8 @@ package riverutil_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -34,7 +36,7 @@ func BenchmarkStatus(b *testing.B) {
 	begun := time.Now()
 	st, err := s.Status(ctx, "transactions")
 	require.NoError(b, err)
-	b.Logf("first Status (counts the 1,000,000 accounts per slot): %s", time.Since(begun).Round(time.Millisecond))
+	b.Logf("first Status (counts the accounts per slot): %s", time.Since(begun).Round(time.Millisecond))
 	require.Equal(b, 64, st.Current.SlotsDone)
 	require.EqualValues(b, 7800, st.Current.Pending)
 	require.EqualValues(b, 5000, st.Current.SkippedStale)
@@ -51,9 +53,11 @@ func BenchmarkStatus(b *testing.B) {
 	}
 }
 
-// seedStatusBench builds BenchmarkStatus's schema (1,000,000 accounts, two
-// pinned 24 h cycles of task transactions, 1,007,800 sync jobs) and returns
-// a configured scheduler over it and the schema. BenchmarkHandler shares it.
+// seedStatusBench builds BenchmarkStatus's schema (1,000,000 accounts, or
+// RIVERSLOT_BENCH_ACCOUNTS; two pinned 24 h cycles of task transactions,
+// 1,007,800 sync jobs whatever the accounts: what River keeps of a larger
+// fleet with a shorter retention) and returns a configured scheduler over
+// it and the schema. BenchmarkHandler shares it.
 func seedStatusBench(b *testing.B) (*riverutil.Scheduler, string) {
 	b.Helper()
 	ctx := context.Background()
@@ -85,7 +89,7 @@ func seedStatusBench(b *testing.B) (*riverutil.Scheduler, string) {
 		args []any
 	}{
 		{"CREATE TABLE " + table + " (id uuid PRIMARY KEY, active boolean NOT NULL DEFAULT true)", nil},
-		{"INSERT INTO " + table + " SELECT gen_random_uuid(), g % 50 <> 0 FROM generate_series(1, 1000000) g", nil},
+		{"INSERT INTO " + table + " SELECT gen_random_uuid(), g % 50 <> 0 FROM generate_series(1, $1::bigint) g", []any{benchAccounts(b)}},
 		{sqlbucket.IndexDDL(schema, "accounts", "id"), nil},
 		// Both cycles' bootstrap jobs, done.
 		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, attempted_at, finalized_at, created_at)
@@ -135,4 +139,20 @@ func seedStatusBench(b *testing.B) (*riverutil.Scheduler, string) {
 	}
 
 	return s, schema
+}
+
+// benchAccounts is RIVERSLOT_BENCH_ACCOUNTS, else 1,000,000: the size of
+// the accounts table BenchmarkStatus and BenchmarkHandler seed.
+func benchAccounts(b *testing.B) int64 {
+	b.Helper()
+	v := os.Getenv("RIVERSLOT_BENCH_ACCOUNTS")
+	if v == "" {
+		return 1_000_000
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1000 {
+		b.Fatalf("RIVERSLOT_BENCH_ACCOUNTS must be a whole number of accounts, at least 1000, got %q", v)
+	}
+	b.Logf("seeding %d accounts (RIVERSLOT_BENCH_ACCOUNTS)", n)
+	return n
 }
