@@ -13,7 +13,16 @@ import (
 const (
 	PinsTable      = "riverslot_pins"
 	PinCyclesTable = "riverslot_pin_cycles"
+	// PinCensusTable holds the weight censuses of a weighted task: the
+	// per-slot weights and heaviest accounts its pins are computed from,
+	// taken in bounded steps ahead of the cycle (see pinning.Step).
+	PinCensusTable = "riverslot_pin_census"
 )
+
+// CensusSteps is how many steps a weight census takes: each reads
+// Buckets/CensusSteps buckets (one of 256, or 256 of 65,536), about the
+// fleet / 256 accounts, in a transaction of its own.
+const CensusSteps = 256
 
 // PinCandidatesMax is how many of the heaviest accounts a bootstrap
 // considers for pinning each cycle (besides the previous pins).
@@ -38,6 +47,21 @@ const PinCandidatesMax = 100_000
 //	    ON "riverslot_pins" (task, plan, cycle_start, slot, account_id)
 //	CREATE INDEX IF NOT EXISTS "riverslot_pins_bucket_idx"
 //	    ON "riverslot_pins" (task, plan, cycle_start, bucket, account_id)
+//	CREATE TABLE IF NOT EXISTS "riverslot_pin_census" (
+//	    task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+//	    started_at timestamptz NOT NULL DEFAULT now(), next_bucket int NOT NULL DEFAULT 0,
+//	    steps int NOT NULL DEFAULT 0, accounts bigint NOT NULL DEFAULT 0,
+//	    totals double precision[] NOT NULL, sum_sq double precision NOT NULL DEFAULT 0,
+//	    candidate_ids uuid[] NOT NULL DEFAULT '{}', candidate_buckets int[] NOT NULL DEFAULT '{}',
+//	    candidate_weights double precision[] NOT NULL DEFAULT '{}',
+//	    finished_at timestamptz,
+//	    PRIMARY KEY (task, plan, cycle_start))
+//
+// One riverslot_pin_census row is the weight census taken for the pins of
+// one (task, plan, cycle): per-slot weight totals (by home slot), the sum of
+// squared weights and the PinCandidatesMax heaviest accounts (heaviest
+// first, ties by id) of the buckets below next_bucket; finished_at is set
+// once every bucket is counted.
 //
 // A pin keeps the account's bucket, so that a per-slot job loads the pins
 // of its own bucket range only, and fetches a pinned account through the
@@ -60,6 +84,15 @@ func PinsDDL(schema string) []string {
 	PRIMARY KEY (task, plan, cycle_start, account_id))`,
 		"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{PinsTable + "_slot_idx"}.Sanitize() + " ON " + pins + " (task, plan, cycle_start, slot, account_id)",
 		"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{PinsTable + "_bucket_idx"}.Sanitize() + " ON " + pins + " (task, plan, cycle_start, bucket, account_id)",
+		"CREATE TABLE IF NOT EXISTS " + sqlbucket.QualifiedTable(schema, PinCensusTable) + ` (
+	task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+	started_at timestamptz NOT NULL DEFAULT now(), next_bucket int NOT NULL DEFAULT 0,
+	steps int NOT NULL DEFAULT 0, accounts bigint NOT NULL DEFAULT 0,
+	totals double precision[] NOT NULL, sum_sq double precision NOT NULL DEFAULT 0,
+	candidate_ids uuid[] NOT NULL DEFAULT '{}', candidate_buckets int[] NOT NULL DEFAULT '{}',
+	candidate_weights double precision[] NOT NULL DEFAULT '{}',
+	finished_at timestamptz,
+	PRIMARY KEY (task, plan, cycle_start))`,
 	}
 }
 
@@ -93,6 +126,30 @@ type PinsSQL struct {
 	// before $3 whose pins were computed (NULL if none): the pins a cycle
 	// falls back to when its own take longer than PinsTimeout.
 	Latest string
+
+	// CensusStart inserts, if missing, the census row of ($1 task, $2
+	// plan, $3 cycle start) with $4 zero slot totals.
+	CensusStart string
+	// CensusLock locks that row and returns (next_bucket, finished,
+	// started_at, steps, accounts, totals, sum_sq, candidate_ids,
+	// candidate_buckets, candidate_weights).
+	CensusLock string
+	// CensusSave stores one step on it: $4 next_bucket, $5 accounts, $6
+	// totals, $7 sum_sq, $8-$10 the candidates; finished when $11.
+	CensusSave string
+	// CensusLatest returns the columns of CensusLock (finished_at for
+	// finished) and cycle_start of the latest finished census of task $1
+	// and plan $2 started at or after $3.
+	CensusLatest string
+	// CensusSums returns (bucket, sum of weights, sum of squared weights,
+	// count) of the accounts whose bucket is in [$1, $2], one row per
+	// bucket.
+	CensusSums string
+	// CensusTop returns (id, bucket, weight) of the $3 heaviest accounts
+	// (ties by id) whose bucket is in [$1, $2] and weight at least $4.
+	CensusTop string
+	// CensusPrune deletes the censuses of task $1 started before $2.
+	CensusPrune string
 }
 
 // PinsRef names the pins a cycle's per-slot jobs follow: those the
@@ -215,6 +272,8 @@ func (s *Spec) buildPinsSQL() {
 	bucket := s.BucketExpr()
 	weight := s.WeightExpr()
 	where := " WHERE true" + s.FilterClause
+	census := sqlbucket.QualifiedTable(s.Schema, PinCensusTable)
+	const censusCols = "next_bucket, finished_at IS NOT NULL, started_at, steps, accounts, totals, sum_sq, candidate_ids, candidate_buckets, candidate_weights"
 	prevCycle := "(SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3 AND pinned IS NOT NULL)"
 	s.Pins = PinsSQL{
 		SlotWeights: "SELECT " + bucket + ", sum(w), sum(w * w) FROM (SELECT " + s.QuotedID + ", " + weight + " AS w FROM " +
@@ -233,6 +292,19 @@ func (s *Spec) buildPinsSQL() {
 		Decision: "SELECT pinned, coalesce(fallback, ''), follows FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start = $3",
 		Fallback: "UPDATE " + cycles + " SET fallback = $4, follows = $5 WHERE task = $1 AND plan = $2 AND cycle_start = $3",
 		Latest:   "SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3 AND pinned IS NOT NULL",
+
+		CensusStart: "INSERT INTO " + census + " (task, plan, cycle_start, totals) VALUES ($1, $2, $3, array_fill(0::float8, ARRAY[$4::int])) ON CONFLICT DO NOTHING",
+		CensusLock:  "SELECT " + censusCols + " FROM " + census + " WHERE task = $1 AND plan = $2 AND cycle_start = $3 FOR UPDATE",
+		CensusSave: "UPDATE " + census + " SET next_bucket = $4, steps = steps + 1, accounts = $5, totals = $6, sum_sq = $7," +
+			" candidate_ids = $8, candidate_buckets = $9, candidate_weights = $10, finished_at = CASE WHEN $11::bool THEN now() END" +
+			" WHERE task = $1 AND plan = $2 AND cycle_start = $3",
+		CensusLatest: "SELECT " + censusCols + ", cycle_start FROM " + census + " WHERE task = $1 AND plan = $2 AND finished_at IS NOT NULL AND started_at >= $3" +
+			" ORDER BY started_at DESC, cycle_start DESC LIMIT 1",
+		CensusSums: "SELECT b, sum(w), sum(w * w), count(*) FROM (SELECT " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable +
+			" WHERE " + s.SlotPredicate(1, 2) + s.FilterClause + ") a GROUP BY 1",
+		CensusTop: "SELECT i, b, w FROM (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable +
+			" WHERE " + s.SlotPredicate(1, 2) + s.FilterClause + ") a WHERE w >= $4 ORDER BY w DESC, i LIMIT $3",
+		CensusPrune: "DELETE FROM " + census + " WHERE task = $1 AND started_at < $2",
 	}
 }
 
