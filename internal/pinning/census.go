@@ -1,7 +1,6 @@
 package pinning
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -48,7 +47,9 @@ type Census struct {
 	Totals []float64
 	SumSq  float64
 	// Candidates are the heaviest accounts counted (at most
-	// taskspec.PinCandidatesMax), heaviest first, ties by id.
+	// taskspec.PinCandidatesMax), heaviest first, ties by id. They stay in
+	// the census row while it is taken (Step leaves this nil); a bootstrap
+	// reads them once, from the finished census.
 	Candidates []Candidate
 
 	counted bool // the step that returned it counted a range
@@ -61,42 +62,23 @@ type Candidate struct {
 	Weight float64
 }
 
-// heavierFirst orders candidates as the heaviest-accounts query does:
-// weight descending, then id ascending (PostgreSQL's uuid order is byte
-// order).
-func heavierFirst(a, b Candidate) int {
-	switch {
-	case a.Weight > b.Weight:
-		return -1
-	case a.Weight < b.Weight:
-		return 1
-	}
-	return bytes.Compare(a.ID[:], b.ID[:])
-}
-
-// merge returns the k first of two lists sorted by heavierFirst, merged.
-func merge(a, b []Candidate, k int) []Candidate {
-	out := make([]Candidate, 0, min(k, len(a)+len(b)))
-	for len(out) < k && (len(a) > 0 || len(b) > 0) {
-		if len(b) == 0 || (len(a) > 0 && heavierFirst(a[0], b[0]) <= 0) {
-			out, a = append(out, a[0]), a[1:]
-		} else {
-			out, b = append(out, b[0]), b[1:]
-		}
-	}
-	return out
-}
-
-// censusRow scans a census row (taskspec.PinsSQL.CensusLock's columns).
-func scanCensus(row pgx.Row, c *Census, extra ...any) error {
+// scanCensus scans a census row: CensusLock's columns, then the
+// candidate arrays when candidates, then extra.
+func scanCensus(row pgx.Row, c *Census, candidates bool, extra ...any) error {
 	var (
 		ids     []uuid.UUID
 		buckets []int32
 		weights []float64
 	)
-	dest := append([]any{&c.NextBucket, &c.Finished, &c.StartedAt, &c.Steps, &c.Accounts, &c.Totals, &c.SumSq, &ids, &buckets, &weights}, extra...)
-	if err := row.Scan(dest...); err != nil {
+	dest := []any{&c.NextBucket, &c.Finished, &c.StartedAt, &c.Steps, &c.Accounts, &c.Totals, &c.SumSq}
+	if candidates {
+		dest = append(dest, &ids, &buckets, &weights)
+	}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return err
+	}
+	if !candidates {
+		return nil
 	}
 	if len(ids) != len(buckets) || len(ids) != len(weights) {
 		return fmt.Errorf("the census row's candidate arrays differ in length (%d ids, %d buckets, %d weights)", len(ids), len(buckets), len(weights))
@@ -106,6 +88,28 @@ func scanCensus(row pgx.Row, c *Census, extra ...any) error {
 		c.Candidates[i] = Candidate{ID: ids[i], Bucket: int(buckets[i]), Weight: weights[i]}
 	}
 	return nil
+}
+
+// readCensus reads the census of spec's (task, plan) for cycleStart,
+// candidates included, through q (pgx.ErrNoRows: none).
+func readCensus(ctx context.Context, q Querier, spec *taskspec.Spec, cycleStart time.Time) (Census, error) {
+	c := Census{CycleStart: cycleStart.UTC()}
+	rows, err := q.Query(ctx, spec.Pins.CensusRead, spec.Name, spec.PlanID, cycleStart)
+	if err != nil {
+		return Census{}, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return Census{}, err
+		}
+		return Census{}, pgx.ErrNoRows
+	}
+	if err := scanCensus(rows, &c, true); err != nil {
+		return Census{}, err
+	}
+	rows.Close()
+	return c, rows.Err()
 }
 
 // Step takes one step of the census of spec's (task, plan) for the cycle
@@ -142,18 +146,27 @@ func stepTx(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart ti
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 
-	if err := b.arm(ctx, tx); err != nil {
-		return Census{}, err
-	}
-	if _, err := tx.Exec(ctx, q.CensusStart, spec.Name, spec.PlanID, cycleStart, spec.Plan.Slots); err != nil {
-		return Census{}, b.check(fmt.Errorf("error starting the weight census (run Scheduler.CreateIndexes to create %s): %w", taskspec.PinCensusTable, err))
-	}
-	if err := b.arm(ctx, tx); err != nil {
-		return Census{}, err
-	}
 	c := Census{CycleStart: cycleStart}
-	if err := scanCensus(tx.QueryRow(ctx, q.CensusLock, spec.Name, spec.PlanID, cycleStart), &c); err != nil {
-		return Census{}, b.check(fmt.Errorf("error reading the weight census: %w", err))
+	lock := func() error {
+		if err := b.arm(ctx, tx); err != nil {
+			return err
+		}
+		if err := scanCensus(tx.QueryRow(ctx, q.CensusLock, spec.Name, spec.PlanID, cycleStart), &c, false); err != nil {
+			return b.check(fmt.Errorf("error reading the weight census (run Scheduler.CreateIndexes to create %s): %w", taskspec.PinCensusTable, err))
+		}
+		return nil
+	}
+	err = lock()
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The first step: the row, then its lock (another first step may
+		// have inserted it meanwhile).
+		if _, err := tx.Exec(ctx, q.CensusStart, spec.Name, spec.PlanID, cycleStart, spec.Plan.Slots); err != nil {
+			return Census{}, b.check(fmt.Errorf("error starting the weight census: %w", err))
+		}
+		err = lock()
+	}
+	if err != nil {
+		return Census{}, err
 	}
 	buckets := cmp.Or(spec.Plan.Buckets, slotplan.Buckets)
 	if c.Finished || c.NextBucket >= buckets {
@@ -188,44 +201,13 @@ func stepTx(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart ti
 		return Census{}, b.check(fmt.Errorf("error summing the weights of buckets %d-%d: %w", lo, hi, err))
 	}
 
-	// The range's heaviest accounts: only those that can still make the
-	// k heaviest (at least the lightest kept once k are).
-	floor := 0.0
-	if len(c.Candidates) >= k && k > 0 {
-		floor = c.Candidates[k-1].Weight
-	}
-	if err := b.arm(ctx, tx); err != nil {
-		return Census{}, err
-	}
-	rows, err = tx.Query(ctx, q.CensusTop, lo, hi, k, floor)
-	if err != nil {
-		return Census{}, b.check(fmt.Errorf("error selecting the heaviest accounts of buckets %d-%d: %w", lo, hi, err))
-	}
-	var (
-		top []Candidate
-		id  uuid.UUID
-		w   float64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &bucket, &w}, func() error {
-		top = append(top, Candidate{ID: id, Bucket: bucket, Weight: w})
-		return nil
-	}); err != nil {
-		return Census{}, b.check(fmt.Errorf("error selecting the heaviest accounts of buckets %d-%d: %w", lo, hi, err))
-	}
-	c.Candidates = merge(c.Candidates, top, k)
-
-	ids := make([]uuid.UUID, len(c.Candidates))
-	bs := make([]int32, len(c.Candidates))
-	ws := make([]float64, len(c.Candidates))
-	for i, cand := range c.Candidates {
-		ids[i], bs[i], ws[i] = cand.ID, int32(cand.Bucket), cand.Weight //nolint:gosec // a bucket is below 65,536
-	}
+	// The range's heaviest accounts merged into the k kept, in the server.
 	c.NextBucket, c.Finished = hi+1, hi+1 >= buckets
 	if err := b.arm(ctx, tx); err != nil {
 		return Census{}, err
 	}
-	if _, err := tx.Exec(ctx, q.CensusSave, spec.Name, spec.PlanID, cycleStart, c.NextBucket, c.Accounts, c.Totals, c.SumSq, ids, bs, ws, c.Finished); err != nil {
-		return Census{}, b.check(fmt.Errorf("error saving the weight census: %w", err))
+	if _, err := tx.Exec(ctx, q.CensusSave, spec.Name, spec.PlanID, cycleStart, lo, hi, k, c.Accounts, c.Totals, c.SumSq, c.Finished); err != nil {
+		return Census{}, b.check(fmt.Errorf("error merging the heaviest accounts of buckets %d-%d into the weight census: %w", lo, hi, err))
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return Census{}, b.check(fmt.Errorf("error committing a census step: %w", err))
@@ -273,7 +255,7 @@ func run(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart, unti
 // started at or after since, read in tx; nil when there is none.
 func latestCensus(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, since time.Time) (*Census, error) {
 	var c Census
-	err := scanCensus(tx.QueryRow(ctx, spec.Pins.CensusLatest, spec.Name, spec.PlanID, since), &c, &c.CycleStart)
+	err := scanCensus(tx.QueryRow(ctx, spec.Pins.CensusLatest, spec.Name, spec.PlanID, since), &c, true, &c.CycleStart)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

@@ -231,10 +231,22 @@ func findCensus(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec
 	if err != nil {
 		return nil, 0, fmt.Errorf("error taking the weight census: %w", err)
 	}
-	if c.Totals == nil {
-		c.CycleStart = cycleStart.UTC()
+	c.CycleStart = cycleStart.UTC()
+	if !c.Finished {
+		return &c, steps, nil
 	}
-	return &c, steps, nil
+	// Its candidates, kept in the row.
+	if err := b.arm(ctx, tx); err != nil {
+		return &Census{CycleStart: c.CycleStart}, steps, nil
+	}
+	full, err := readCensus(ctx, tx, spec, cycleStart)
+	if err = b.check(err); errors.Is(err, ErrTimeout) {
+		return &Census{CycleStart: c.CycleStart}, steps, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("error reading the weight census: %w", err)
+	}
+	return &full, steps, nil
 }
 
 // fallBack records, on the cycle's claimed row, that it follows the latest

@@ -131,23 +131,25 @@ type PinsSQL struct {
 	// plan, $3 cycle start) with $4 zero slot totals.
 	CensusStart string
 	// CensusLock locks that row and returns (next_bucket, finished,
-	// started_at, steps, accounts, totals, sum_sq, candidate_ids,
-	// candidate_buckets, candidate_weights).
+	// started_at, steps, accounts, totals, sum_sq).
 	CensusLock string
-	// CensusSave stores one step on it: $4 next_bucket, $5 accounts, $6
-	// totals, $7 sum_sq, $8-$10 the candidates; finished when $11.
-	CensusSave string
-	// CensusLatest returns the columns of CensusLock (finished_at for
-	// finished) and cycle_start of the latest finished census of task $1
-	// and plan $2 started at or after $3.
-	CensusLatest string
 	// CensusSums returns (bucket, sum of weights, sum of squared weights,
 	// count) of the accounts whose bucket is in [$1, $2], one row per
 	// bucket.
 	CensusSums string
-	// CensusTop returns (id, bucket, weight) of the $3 heaviest accounts
-	// (ties by id) whose bucket is in [$1, $2] and weight at least $4.
-	CensusTop string
+	// CensusSave stores one step of buckets [$4, $5] on that row:
+	// next_bucket $5 + 1, $7 accounts, $8 totals, $9 sum_sq, finished when
+	// $10; it merges, in the server, the $6 heaviest accounts of the range
+	// (only those at least as heavy as the $6th kept) into the candidate
+	// arrays and trims them to the $6 heaviest (ties by id).
+	CensusSave string
+	// CensusRead returns CensusLock's columns and the candidate arrays
+	// (ids, buckets, weights) of that row, without locking it.
+	CensusRead string
+	// CensusLatest returns CensusRead's columns and cycle_start of the
+	// latest finished census of task $1 and plan $2 started at or after
+	// $3.
+	CensusLatest string
 	// CensusPrune deletes the censuses of task $1 started before $2.
 	CensusPrune string
 }
@@ -273,7 +275,10 @@ func (s *Spec) buildPinsSQL() {
 	weight := s.WeightExpr()
 	where := " WHERE true" + s.FilterClause
 	census := sqlbucket.QualifiedTable(s.Schema, PinCensusTable)
-	const censusCols = "next_bucket, finished_at IS NOT NULL, started_at, steps, accounts, totals, sum_sq, candidate_ids, candidate_buckets, candidate_weights"
+	const (
+		censusCols = "next_bucket, finished_at IS NOT NULL, started_at, steps, accounts, totals, sum_sq"
+		censusKey  = " WHERE task = $1 AND plan = $2 AND cycle_start = $3"
+	)
 	prevCycle := "(SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3 AND pinned IS NOT NULL)"
 	s.Pins = PinsSQL{
 		SlotWeights: "SELECT " + bucket + ", sum(w), sum(w * w) FROM (SELECT " + s.QuotedID + ", " + weight + " AS w FROM " +
@@ -294,16 +299,25 @@ func (s *Spec) buildPinsSQL() {
 		Latest:   "SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3 AND pinned IS NOT NULL",
 
 		CensusStart: "INSERT INTO " + census + " (task, plan, cycle_start, totals) VALUES ($1, $2, $3, array_fill(0::float8, ARRAY[$4::int])) ON CONFLICT DO NOTHING",
-		CensusLock:  "SELECT " + censusCols + " FROM " + census + " WHERE task = $1 AND plan = $2 AND cycle_start = $3 FOR UPDATE",
-		CensusSave: "UPDATE " + census + " SET next_bucket = $4, steps = steps + 1, accounts = $5, totals = $6, sum_sq = $7," +
-			" candidate_ids = $8, candidate_buckets = $9, candidate_weights = $10, finished_at = CASE WHEN $11::bool THEN now() END" +
-			" WHERE task = $1 AND plan = $2 AND cycle_start = $3",
-		CensusLatest: "SELECT " + censusCols + ", cycle_start FROM " + census + " WHERE task = $1 AND plan = $2 AND finished_at IS NOT NULL AND started_at >= $3" +
-			" ORDER BY started_at DESC, cycle_start DESC LIMIT 1",
+		CensusLock:  "SELECT " + censusCols + " FROM " + census + censusKey + " FOR UPDATE",
 		CensusSums: "SELECT b, sum(w), sum(w * w), count(*) FROM (SELECT " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable +
 			" WHERE " + s.SlotPredicate(1, 2) + s.FilterClause + ") a GROUP BY 1",
-		CensusTop: "SELECT i, b, w FROM (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable +
-			" WHERE " + s.SlotPredicate(1, 2) + s.FilterClause + ") a WHERE w >= $4 ORDER BY w DESC, i LIMIT $3",
+		// The candidate arrays never leave the server: the range's
+		// heaviest accounts above the current floor are merged with them
+		// in one sort of at most 2 x $6 rows.
+		CensusSave: "WITH top AS (SELECT i, b, w FROM (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable +
+			" WHERE " + s.SlotPredicate(4, 5) + s.FilterClause + ") a" +
+			" WHERE w >= coalesce((SELECT candidate_weights[$6::int] FROM " + census + censusKey + "), 0) ORDER BY w DESC, i LIMIT $6)," +
+			" merged AS (SELECT i, b, w FROM (SELECT o.i, o.b, o.w FROM " + census + " c, unnest(c.candidate_ids, c.candidate_buckets, c.candidate_weights) AS o (i, b, w)" +
+			" WHERE c.task = $1 AND c.plan = $2 AND c.cycle_start = $3 UNION ALL SELECT i, b, w FROM top) m ORDER BY w DESC, i LIMIT $6)" +
+			" UPDATE " + census + " SET next_bucket = $5::int + 1, steps = steps + 1, accounts = $7, totals = $8, sum_sq = $9," +
+			" candidate_ids = coalesce((SELECT array_agg(i ORDER BY w DESC, i) FROM merged), '{}')," +
+			" candidate_buckets = coalesce((SELECT array_agg(b ORDER BY w DESC, i) FROM merged), '{}')," +
+			" candidate_weights = coalesce((SELECT array_agg(w ORDER BY w DESC, i) FROM merged), '{}')," +
+			" finished_at = CASE WHEN $10::bool THEN now() END" + censusKey,
+		CensusRead: "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights FROM " + census + censusKey,
+		CensusLatest: "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights, cycle_start FROM " + census +
+			" WHERE task = $1 AND plan = $2 AND finished_at IS NOT NULL AND started_at >= $3 ORDER BY started_at DESC, cycle_start DESC LIMIT 1",
 		CensusPrune: "DELETE FROM " + census + " WHERE task = $1 AND started_at < $2",
 	}
 }
