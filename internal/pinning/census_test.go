@@ -334,4 +334,3 @@ func TestPlaceFallsBackWhileTheCensusIsUnfinished(t *testing.T) {
 	require.True(t, start.Equal(o.Census.CycleStart), "the pins come from the census of the cycle before")
 	require.False(t, o.CensusPending())
 }
-
