@@ -2,6 +2,7 @@ package bootstrap_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -282,4 +283,129 @@ func ledgerRows(ctx context.Context, t *testing.T, client *river.Client[pgx.Tx])
 		out[slot] = id
 	}
 	return out
+}
+
+// TestWeightedFallbackThenCensusJob: the bootstrap of a weighted task's
+// first cycle cannot take its weight census within PinsTimeout (1 s; the
+// test holds the accounts table locked while it runs, so the census steps
+// wait on it until their statement_timeout cancels them, by construction):
+// the cycle falls back to hash placement and the bootstrap enqueues the
+// census job of that cycle to carry the census on. The census job then
+// finishes it (snoozing to a fresh attempt whenever half its 4 s timeout is
+// used), and the next cycle's bootstrap computes real pins from it without
+// a census step of its own, and enqueues the census of the cycle after.
+func TestWeightedFallbackThenCensusJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
+	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8 NOT NULL)")
+	require.NoError(t, err)
+	// 2,000 accounts of weight 1 and 60 of 150: the 60 are jumbos.
+	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 60 THEN 150 ELSE 1 END FROM generate_series(1, 2060) g")
+	require.NoError(t, err)
+	for _, ddl := range taskspec.PinsDDL(schema) {
+		_, err := pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+	}
+	spec := riverslottest.Spec(t, "transactions", schema, "accounts", "", 16*time.Second, 100) // 16 slots
+	spec.Weight, spec.WeightEpsilon = "weight", 0.1
+	spec.PinsTimeout, spec.BootstrapTimeout = time.Second, 4*time.Second
+	spec.BuildSQL()
+
+	w := bootstrap.NewWorker(pool, riverslottest.Logger(t))
+	w.AddTask(spec)
+	census := bootstrap.NewCensusWorker(pool, riverslottest.Logger(t))
+	census.AddTask(spec)
+	workers := river.NewWorkers()
+	require.NoError(t, w.Register(workers))
+	require.NoError(t, census.Register(workers))
+	client, _ := riverslottest.StartClient(ctx, t, pool, &river.Config{
+		Schema:              schema,
+		SkipUnknownJobCheck: true, // per-slot jobs are inserted but not worked here
+		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		Workers:             workers,
+	})
+	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	censusTable := pgx.Identifier{schema, taskspec.PinCensusTable}.Sanitize()
+	first := spec.Schedule.Next(time.Now().Add(time.Hour))
+	second := spec.Schedule.Next(first)
+
+	// finish waits for job id to leave the running states and returns its
+	// state and output.
+	finish := func(id int64) (string, bootstrap.Output) {
+		t.Helper()
+		var (
+			state string
+			out   []byte
+		)
+		riverslottest.WaitFor(t, 60*time.Second, "the job to finish", func() bool {
+			require.NoError(t, pool.QueryRow(ctx, "SELECT state, coalesce(metadata->'output', 'null') FROM "+jobs+" WHERE id = $1", id).Scan(&state, &out))
+			return state == "completed" || state == "retryable" || state == "discarded" || state == "cancelled"
+		})
+		var o bootstrap.Output
+		require.NoError(t, json.Unmarshal(out, &o))
+		return state, o
+	}
+	censusJobs := func() map[time.Time]int64 {
+		t.Helper()
+		rows, err := pool.Query(ctx, "SELECT (args->>'cycle_start')::timestamptz, id FROM "+jobs+" WHERE kind = $1", bootstrap.CensusKind)
+		require.NoError(t, err)
+		got := map[time.Time]int64{}
+		var (
+			start time.Time
+			id    int64
+		)
+		_, err = pgx.ForEachRow(rows, []any{&start, &id}, func() error { got[start.UTC()] = id; return nil })
+		require.NoError(t, err)
+		return got
+	}
+
+	// Cycle 1, the table locked while its bootstrap runs.
+	lock, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = lock.Exec(ctx, "LOCK TABLE "+accounts+" IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	res, err := client.Insert(ctx, bootstrap.NewArgs(spec, first), spec.BootstrapOpts())
+	require.NoError(t, err)
+	state, out := finish(res.Job.ID)
+	require.NoError(t, lock.Rollback(ctx))
+	require.Equal(t, "completed", state)
+	require.Equal(t, perslot.PlacementHash, out.Placement)
+	require.Equal(t, "hash", out.Fallback, "no census finished: the cycle falls back")
+	pending := censusJobs()
+	require.Len(t, pending, 1, "one census job: the one carrying the first cycle's census on")
+	id, ok := pending[first.UTC()]
+	require.True(t, ok, "the census job is the first cycle's: %v", pending)
+
+	// The census job finishes the census.
+	state, _ = finish(id)
+	require.Equal(t, "completed", state)
+	var (
+		steps    int
+		finished bool
+	)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT steps, finished_at IS NOT NULL FROM "+censusTable+" WHERE cycle_start = $1", first).Scan(&steps, &finished))
+	require.True(t, finished)
+	require.Equal(t, taskspec.CensusSteps, steps)
+
+	// Cycle 2: real pins, from that census.
+	res, err = client.Insert(ctx, bootstrap.NewArgs(spec, second), spec.BootstrapOpts())
+	require.NoError(t, err)
+	state, out = finish(res.Job.ID)
+	require.Equal(t, "completed", state)
+	require.Empty(t, out.Fallback, "the next cycle has pins of its own")
+	require.Equal(t, perslot.PlacementPinned, out.Placement)
+	require.Equal(t, 60, out.Pinned)
+	require.NotNil(t, out.Pins)
+	require.True(t, out.Pins.CycleStart.IsZero(), "its own pins, not a previous cycle's")
+	require.EqualValues(t, 60, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pgx.Identifier{schema, taskspec.PinsTable}.Sanitize()+" WHERE cycle_start = $1", second))
+	require.EqualValues(t, 1, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+censusTable), "no census of its own: it used the first cycle's")
+	// It enqueued the census of the cycle after, ahead.
+	third := spec.Schedule.Next(second)
+	id, ok = censusJobs()[third.UTC()]
+	require.True(t, ok, "the census of the third cycle is enqueued")
+	state, _ = finish(id)
+	require.Equal(t, "completed", state)
 }
