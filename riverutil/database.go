@@ -271,7 +271,8 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 			{"weight census", spec.Pins.CensusLock, pin},
 			{"latest weight census", spec.Pins.CensusLatest, pin},
 			{"weight census sums", spec.Pins.CensusSums, []any{0, 1}},
-			{"weight census heaviest accounts", spec.Pins.CensusTop, []any{0, 1, 1, 0.0}},
+			{"weight census step", spec.Pins.CensusSave, append(pin, 0, 1, 1, int64(0), []float64{}, 0.0, false)},
+			{"weight census read", spec.Pins.CensusRead, pin},
 		}...)
 	} else {
 		s.log().WarnContext(ctx, "riverslot: pins tables missing; the bootstrap of a weighted task fails until Scheduler.CreateIndexes creates them",
