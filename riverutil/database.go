@@ -249,12 +249,13 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 				sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCyclesTable), err)
 		}
 		var census bool
-		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusTable)).Scan(&census); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusTable),
+			sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusCandidatesTable)).Scan(&census); err != nil {
 			return fmt.Errorf("error looking up the weight census table: %w", err)
 		}
 		if !census {
-			return fmt.Errorf("the weight census table %s is missing (this version computes pins from a census taken ahead of the cycle); run Scheduler.CreateIndexes to create it",
-				sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusTable))
+			return fmt.Errorf("the weight census tables %s and %s are missing (this version computes pins from a census taken ahead of the cycle); run Scheduler.CreateIndexes to create them",
+				sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusTable), sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusCandidatesTable))
 		}
 		pin := []any{spec.Name, spec.PlanID, time.Time{}}
 		read := spec.PinRead(spec.Schema)
@@ -271,7 +272,9 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 			{"weight census", spec.Pins.CensusLock, pin},
 			{"latest weight census", spec.Pins.CensusLatest, pin},
 			{"weight census sums", spec.Pins.CensusSums, []any{0, 1}},
-			{"weight census step", spec.Pins.CensusSave, append(pin, 0, 1, 1, int64(0), []float64{}, 0.0, false)},
+			{"weight census step", spec.Pins.CensusSave, append(pin, 0, int64(0), []float64{}, 0.0, 0.0, 0, false)},
+			{"weight census candidates", spec.Pins.CensusAdd, append(pin, 0, 1, 0.0, 1)},
+			{"weight census fold", spec.Pins.CensusFold, append(pin, 1)},
 			{"weight census read", spec.Pins.CensusRead, pin},
 		}...)
 	} else {

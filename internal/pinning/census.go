@@ -47,9 +47,10 @@ type Census struct {
 	Totals []float64
 	SumSq  float64
 	// Candidates are the heaviest accounts counted (at most
-	// taskspec.PinCandidatesMax), heaviest first, ties by id. They stay in
-	// the census row while it is taken (Step leaves this nil); a bootstrap
-	// reads them once, from the finished census.
+	// taskspec.PinCandidatesMax), heaviest first, ties by id. While the
+	// census is taken they are rows of riverslot_pin_census_candidates
+	// (Step leaves this nil); its last step folds them into the census
+	// row, which a bootstrap reads once.
 	Candidates []Candidate
 
 	counted bool // the step that returned it counted a range
@@ -116,8 +117,9 @@ func readCensus(ctx context.Context, q Querier, spec *taskspec.Spec, cycleStart 
 // starting at cycleStart, in a transaction of its own on db (the database
 // of the accounts and pins tables): it locks the census row (creating it
 // at the first step), counts the next bucket range (taskspec.CensusSteps
-// of the task's buckets: one of 256, 256 of 65,536), merges it and
-// commits. Each statement runs under the statement_timeout left before
+// of the task's buckets: one of 256, 256 of 65,536) into its totals, adds
+// the range's heaviest accounts to its candidates (trimmed to the k
+// heaviest whenever they pass 2k) and commits. Each statement runs under the statement_timeout left before
 // deadline (none when zero): a step past it returns an error wrapping
 // ErrTimeout, and leaves the census as it was. It returns the census as
 // the step left it; a finished census is returned unchanged.
@@ -147,11 +149,15 @@ func stepTx(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart ti
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 
 	c := Census{CycleStart: cycleStart}
+	var (
+		floor float64
+		kept  int
+	)
 	lock := func() error {
 		if err := b.arm(ctx, tx); err != nil {
 			return err
 		}
-		if err := scanCensus(tx.QueryRow(ctx, q.CensusLock, spec.Name, spec.PlanID, cycleStart), &c, false); err != nil {
+		if err := scanCensus(tx.QueryRow(ctx, q.CensusLock, spec.Name, spec.PlanID, cycleStart), &c, false, &floor, &kept); err != nil {
 			return b.check(fmt.Errorf("error reading the weight census (run Scheduler.CreateIndexes to create %s): %w", taskspec.PinCensusTable, err))
 		}
 		return nil
@@ -178,6 +184,7 @@ func stepTx(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart ti
 	}
 	lo := c.NextBucket
 	hi := min(lo+max(buckets/taskspec.CensusSteps, 1), buckets) - 1
+	c.NextBucket, c.Finished = hi+1, hi+1 >= buckets
 
 	// Totals by home slot, as compute() adds the per-bucket sums.
 	if err := b.arm(ctx, tx); err != nil {
@@ -201,13 +208,45 @@ func stepTx(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart ti
 		return Census{}, b.check(fmt.Errorf("error summing the weights of buckets %d-%d: %w", lo, hi, err))
 	}
 
-	// The range's heaviest accounts merged into the k kept, in the server.
-	c.NextBucket, c.Finished = hi+1, hi+1 >= buckets
+	// The range's heaviest accounts at or above the floor join the
+	// candidates; past 2k of them, those after the kth heaviest go.
 	if err := b.arm(ctx, tx); err != nil {
 		return Census{}, err
 	}
-	if _, err := tx.Exec(ctx, q.CensusSave, spec.Name, spec.PlanID, cycleStart, lo, hi, k, c.Accounts, c.Totals, c.SumSq, c.Finished); err != nil {
-		return Census{}, b.check(fmt.Errorf("error merging the heaviest accounts of buckets %d-%d into the weight census: %w", lo, hi, err))
+	tag, err := tx.Exec(ctx, q.CensusAdd, spec.Name, spec.PlanID, cycleStart, lo, hi, floor, k)
+	if err != nil {
+		return Census{}, b.check(fmt.Errorf("error adding the heaviest accounts of buckets %d-%d to the weight census: %w", lo, hi, err))
+	}
+	kept += int(tag.RowsAffected())
+	if kept > 2*k || (c.Finished && kept > k) {
+		if err := b.arm(ctx, tx); err != nil {
+			return Census{}, err
+		}
+		var kthID uuid.UUID
+		if err := tx.QueryRow(ctx, q.CensusKth, spec.Name, spec.PlanID, cycleStart, k).Scan(&floor, &kthID); err != nil {
+			return Census{}, b.check(fmt.Errorf("error finding the weight census's %dth heaviest account: %w", k, err))
+		}
+		if err := b.arm(ctx, tx); err != nil {
+			return Census{}, err
+		}
+		if _, err := tx.Exec(ctx, q.CensusTrim, spec.Name, spec.PlanID, cycleStart, floor, kthID); err != nil {
+			return Census{}, b.check(fmt.Errorf("error trimming the weight census's candidates: %w", err))
+		}
+		kept = k
+	}
+	if err := b.arm(ctx, tx); err != nil {
+		return Census{}, err
+	}
+	if _, err := tx.Exec(ctx, q.CensusSave, spec.Name, spec.PlanID, cycleStart, c.NextBucket, c.Accounts, c.Totals, c.SumSq, floor, kept, c.Finished); err != nil {
+		return Census{}, b.check(fmt.Errorf("error saving the weight census: %w", err))
+	}
+	if c.Finished {
+		if err := b.arm(ctx, tx); err != nil {
+			return Census{}, err
+		}
+		if _, err := tx.Exec(ctx, q.CensusFold, spec.Name, spec.PlanID, cycleStart, k); err != nil {
+			return Census{}, b.check(fmt.Errorf("error storing the weight census's heaviest accounts: %w", err))
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return Census{}, b.check(fmt.Errorf("error committing a census step: %w", err))

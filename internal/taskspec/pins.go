@@ -17,6 +17,10 @@ const (
 	// per-slot weights and heaviest accounts its pins are computed from,
 	// taken in bounded steps ahead of the cycle (see pinning.Step).
 	PinCensusTable = "riverslot_pin_census"
+	// PinCensusCandidatesTable holds the heaviest accounts of a census
+	// being taken, until its last step folds the PinCandidatesMax heaviest
+	// into the census row's arrays.
+	PinCensusCandidatesTable = "riverslot_pin_census_candidates"
 )
 
 // CensusSteps is how many steps a weight census takes: each reads
@@ -54,14 +58,25 @@ const PinCandidatesMax = 100_000
 //	    totals double precision[] NOT NULL, sum_sq double precision NOT NULL DEFAULT 0,
 //	    candidate_ids uuid[] NOT NULL DEFAULT '{}', candidate_buckets int[] NOT NULL DEFAULT '{}',
 //	    candidate_weights double precision[] NOT NULL DEFAULT '{}',
+//	    floor double precision NOT NULL DEFAULT 0, kept int NOT NULL DEFAULT 0,
 //	    finished_at timestamptz,
 //	    PRIMARY KEY (task, plan, cycle_start))
+//	CREATE TABLE IF NOT EXISTS "riverslot_pin_census_candidates" (
+//	    task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+//	    account_id uuid NOT NULL, bucket int NOT NULL, weight double precision NOT NULL,
+//	    PRIMARY KEY (task, plan, cycle_start, account_id))
+//	CREATE INDEX IF NOT EXISTS "riverslot_pin_census_candidates_weight_idx"
+//	    ON "riverslot_pin_census_candidates" (task, plan, cycle_start, weight DESC, account_id)
 //
 // One riverslot_pin_census row is the weight census taken for the pins of
-// one (task, plan, cycle): per-slot weight totals (by home slot), the sum of
-// squared weights and the PinCandidatesMax heaviest accounts (heaviest
-// first, ties by id) of the buckets below next_bucket; finished_at is set
-// once every bucket is counted.
+// one (task, plan, cycle): per-slot weight totals (by home slot) and the
+// sum of squared weights of the buckets below next_bucket; finished_at is
+// set once every bucket is counted. While it is taken, the heaviest
+// accounts counted are rows of riverslot_pin_census_candidates (kept of
+// them, trimmed to the PinCandidatesMax heaviest, floor the lightest of
+// those, whenever they pass twice that); its last step folds the
+// PinCandidatesMax heaviest (heaviest first, ties by id) into the row's
+// candidate arrays and deletes them.
 //
 // A pin keeps the account's bucket, so that a per-slot job loads the pins
 // of its own bucket range only, and fetches a pinned account through the
@@ -91,8 +106,15 @@ func PinsDDL(schema string) []string {
 	totals double precision[] NOT NULL, sum_sq double precision NOT NULL DEFAULT 0,
 	candidate_ids uuid[] NOT NULL DEFAULT '{}', candidate_buckets int[] NOT NULL DEFAULT '{}',
 	candidate_weights double precision[] NOT NULL DEFAULT '{}',
+	floor double precision NOT NULL DEFAULT 0, kept int NOT NULL DEFAULT 0,
 	finished_at timestamptz,
 	PRIMARY KEY (task, plan, cycle_start))`,
+		"CREATE TABLE IF NOT EXISTS " + sqlbucket.QualifiedTable(schema, PinCensusCandidatesTable) + ` (
+	task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+	account_id uuid NOT NULL, bucket int NOT NULL, weight double precision NOT NULL,
+	PRIMARY KEY (task, plan, cycle_start, account_id))`,
+		"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{PinCensusCandidatesTable + "_weight_idx"}.Sanitize() + " ON " +
+			sqlbucket.QualifiedTable(schema, PinCensusCandidatesTable) + " (task, plan, cycle_start, weight DESC, account_id)",
 	}
 }
 
@@ -131,18 +153,26 @@ type PinsSQL struct {
 	// plan, $3 cycle start) with $4 zero slot totals.
 	CensusStart string
 	// CensusLock locks that row and returns (next_bucket, finished,
-	// started_at, steps, accounts, totals, sum_sq).
+	// started_at, steps, accounts, totals, sum_sq, floor, kept).
 	CensusLock string
 	// CensusSums returns (bucket, sum of weights, sum of squared weights,
 	// count) of the accounts whose bucket is in [$1, $2], one row per
 	// bucket.
 	CensusSums string
-	// CensusSave stores one step of buckets [$4, $5] on that row:
-	// next_bucket $5 + 1, $7 accounts, $8 totals, $9 sum_sq, finished when
-	// $10; it merges, in the server, the $6 heaviest accounts of the range
-	// (only those at least as heavy as the $6th kept) into the candidate
-	// arrays and trims them to the $6 heaviest (ties by id).
+	// CensusAdd inserts into the census's candidates the $7 heaviest
+	// accounts (ties by id) whose bucket is in [$4, $5] and weight at
+	// least $6 (the floor).
+	CensusAdd string
+	// CensusKth returns (weight, id) of the $4th heaviest candidate of the
+	// census, CensusTrim deletes those after it (weight $4, id $5).
+	CensusKth, CensusTrim string
+	// CensusSave stores one step on the census row: $4 next_bucket, $5
+	// accounts, $6 totals, $7 sum_sq, $8 floor, $9 kept, finished when
+	// $10.
 	CensusSave string
+	// CensusFold sets the census row's candidate arrays to its $4
+	// heaviest candidates and deletes its candidate rows.
+	CensusFold string
 	// CensusRead returns CensusLock's columns and the candidate arrays
 	// (ids, buckets, weights) of that row, without locking it.
 	CensusRead string
@@ -275,6 +305,7 @@ func (s *Spec) buildPinsSQL() {
 	weight := s.WeightExpr()
 	where := " WHERE true" + s.FilterClause
 	census := sqlbucket.QualifiedTable(s.Schema, PinCensusTable)
+	candidates := sqlbucket.QualifiedTable(s.Schema, PinCensusCandidatesTable)
 	const (
 		censusCols = "next_bucket, finished_at IS NOT NULL, started_at, steps, accounts, totals, sum_sq"
 		censusKey  = " WHERE task = $1 AND plan = $2 AND cycle_start = $3"
@@ -299,26 +330,26 @@ func (s *Spec) buildPinsSQL() {
 		Latest:   "SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3 AND pinned IS NOT NULL",
 
 		CensusStart: "INSERT INTO " + census + " (task, plan, cycle_start, totals) VALUES ($1, $2, $3, array_fill(0::float8, ARRAY[$4::int])) ON CONFLICT DO NOTHING",
-		CensusLock:  "SELECT " + censusCols + " FROM " + census + censusKey + " FOR UPDATE",
+		CensusLock:  "SELECT " + censusCols + ", floor, kept FROM " + census + censusKey + " FOR UPDATE",
 		CensusSums: "SELECT b, sum(w), sum(w * w), count(*) FROM (SELECT " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable +
 			" WHERE " + s.SlotPredicate(1, 2) + s.FilterClause + ") a GROUP BY 1",
-		// The candidate arrays never leave the server: the range's
-		// heaviest accounts above the current floor are merged with them
-		// in one sort of at most 2 x $6 rows.
-		CensusSave: "WITH top AS (SELECT i, b, w FROM (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable +
-			" WHERE " + s.SlotPredicate(4, 5) + s.FilterClause + ") a" +
-			" WHERE w >= coalesce((SELECT candidate_weights[$6::int] FROM " + census + censusKey + "), 0) ORDER BY w DESC, i LIMIT $6)," +
-			" merged AS (SELECT i, b, w FROM (SELECT o.i, o.b, o.w FROM " + census + " c, unnest(c.candidate_ids, c.candidate_buckets, c.candidate_weights) AS o (i, b, w)" +
-			" WHERE c.task = $1 AND c.plan = $2 AND c.cycle_start = $3 UNION ALL SELECT i, b, w FROM top) m ORDER BY w DESC, i LIMIT $6)" +
-			" UPDATE " + census + " SET next_bucket = $5::int + 1, steps = steps + 1, accounts = $7, totals = $8, sum_sq = $9," +
-			" candidate_ids = coalesce((SELECT array_agg(i ORDER BY w DESC, i) FROM merged), '{}')," +
-			" candidate_buckets = coalesce((SELECT array_agg(b ORDER BY w DESC, i) FROM merged), '{}')," +
-			" candidate_weights = coalesce((SELECT array_agg(w ORDER BY w DESC, i) FROM merged), '{}')," +
+		CensusAdd: "INSERT INTO " + candidates + " (task, plan, cycle_start, account_id, bucket, weight) SELECT $1, $2, $3, i, b, w FROM (SELECT " +
+			s.QuotedID + " AS i, " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable + " WHERE " + s.SlotPredicate(4, 5) + s.FilterClause + ") a" +
+			" WHERE w >= $6 ORDER BY w DESC, i LIMIT $7",
+		CensusKth:  "SELECT weight, account_id FROM " + candidates + censusKey + " ORDER BY weight DESC, account_id OFFSET $4::int - 1 LIMIT 1",
+		CensusTrim: "DELETE FROM " + candidates + censusKey + " AND (weight < $4 OR (weight = $4 AND account_id > $5))",
+		CensusSave: "UPDATE " + census + " SET next_bucket = $4, steps = steps + 1, accounts = $5, totals = $6, sum_sq = $7, floor = $8, kept = $9," +
 			" finished_at = CASE WHEN $10::bool THEN now() END" + censusKey,
+		CensusFold: "WITH top AS (SELECT account_id, bucket, weight FROM " + candidates + censusKey + " ORDER BY weight DESC, account_id LIMIT $4)," +
+			" gone AS (DELETE FROM " + candidates + censusKey + ")" +
+			" UPDATE " + census + " SET (candidate_ids, candidate_buckets, candidate_weights) = (SELECT coalesce(array_agg(account_id ORDER BY weight DESC, account_id), '{}')," +
+			" coalesce(array_agg(bucket ORDER BY weight DESC, account_id), '{}'), coalesce(array_agg(weight ORDER BY weight DESC, account_id), '{}') FROM top)" +
+			censusKey,
 		CensusRead: "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights FROM " + census + censusKey,
 		CensusLatest: "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights, cycle_start FROM " + census +
 			" WHERE task = $1 AND plan = $2 AND finished_at IS NOT NULL AND started_at >= $3 ORDER BY started_at DESC, cycle_start DESC LIMIT 1",
-		CensusPrune: "DELETE FROM " + census + " WHERE task = $1 AND started_at < $2",
+		CensusPrune: "WITH gone AS (DELETE FROM " + census + " WHERE task = $1 AND started_at < $2 RETURNING task, plan, cycle_start)" +
+			" DELETE FROM " + candidates + " c USING gone g WHERE c.task = g.task AND c.plan = g.plan AND c.cycle_start = g.cycle_start",
 	}
 }
 
