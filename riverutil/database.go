@@ -275,6 +275,7 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 			{"weight census step", spec.Pins.CensusSave, append(pin, 0, int64(0), []float64{}, 0.0, 0.0, 0, false)},
 			{"weight census candidates", spec.Pins.CensusAdd, append(pin, 0, 1, 0.0, 1)},
 			{"weight census fold", spec.Pins.CensusFold, append(pin, 1)},
+			{"weight census candidates' current weights", spec.Pins.CensusCurrent, []any{[]uuid.UUID{}, []int32{}}},
 			{"weight census read", spec.Pins.CensusRead, pin},
 		}...)
 	} else {

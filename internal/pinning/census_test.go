@@ -293,7 +293,8 @@ func TestCensusPinsEqualDirect(t *testing.T) {
 // be taken within PinsTimeout (the accounts table is locked) falls back to
 // hash placement, keeps no census progress it did not commit, and says the
 // census is pending; once the census is finished the next cycle computes
-// its pins from it without a step of its own.
+// its pins from it without a step of its own, leaving out the accounts
+// deleted since the census.
 func TestPlaceFallsBackWhileTheCensusIsUnfinished(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -322,6 +323,11 @@ func TestPlaceFallsBackWhileTheCensusIsUnfinished(t *testing.T) {
 	require.True(t, c.Finished)
 	require.Equal(t, 256, c.Steps)
 
+	// 5 of the 60 jumbos are deleted after the census: they are not
+	// pinned (the census's candidates are read again, with today's
+	// weights).
+	_, err = pool.Exec(ctx, "DELETE FROM "+accounts+" WHERE id IN (SELECT id FROM "+accounts+" WHERE weight = 150 ORDER BY id LIMIT 5)")
+	require.NoError(t, err)
 	spec.PinsTimeout = 10 * time.Second // the lock made the first fall back; no deadline race here
 	tx, err = pool.Begin(ctx)
 	require.NoError(t, err)
@@ -329,7 +335,9 @@ func TestPlaceFallsBackWhileTheCensusIsUnfinished(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	require.Empty(t, o.Fallback)
-	require.Equal(t, 60, o.Pinned)
+	require.Equal(t, 55, o.Pinned, "the 55 jumbos left, not the 5 deleted since the census")
+	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pgx.Identifier{schema, taskspec.PinsTable}.Sanitize()+
+		" p WHERE NOT EXISTS (SELECT 1 FROM "+accounts+" a WHERE a.id = p.account_id)"), "no deleted account pinned")
 	require.Zero(t, o.InlineSteps)
 	require.True(t, start.Equal(o.Census.CycleStart), "the pins come from the census of the cycle before")
 	require.False(t, o.CensusPending())

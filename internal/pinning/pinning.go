@@ -308,7 +308,11 @@ func compute(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart tim
 		bucket     int
 	)
 	if census != nil {
-		slotTotals, sumSq, heaviest = slices.Clone(census.Totals), census.SumSq, census.Candidates
+		slotTotals, sumSq = slices.Clone(census.Totals), census.SumSq
+		var err error
+		if heaviest, err = currentCandidates(ctx, tx, spec, census.Candidates, b); err != nil {
+			return Outcome{}, err
+		}
 	} else {
 		var err error
 		if slotTotals, sumSq, heaviest, err = scanWeights(ctx, tx, spec, b); err != nil {
@@ -399,6 +403,34 @@ func compute(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart tim
 		return Outcome{}, fmt.Errorf("error recording the pinned cycle: %w", err)
 	}
 	return Outcome{Pinned: len(pins), Threshold: threshold}, nil
+}
+
+// currentCandidates returns the census's candidates that still exist and
+// match the filter, with their current weights (as the previous pins are
+// read): an account deleted since the census is not pinned, and a
+// candidate's weight is today's. The per-slot totals stay the census's.
+func currentCandidates(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, candidates []Candidate, b budget) ([]Candidate, error) {
+	ids := make([]uuid.UUID, len(candidates))
+	buckets := make([]int32, len(candidates))
+	for i, c := range candidates {
+		ids[i], buckets[i] = c.ID, int32(c.Bucket) //nolint:gosec // a bucket is below 65,536
+	}
+	if err := b.arm(ctx, tx); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, spec.Pins.CensusCurrent, ids, buckets)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the current weights of the census's heaviest accounts: %w", err)
+	}
+	current := make([]Candidate, 0, len(candidates))
+	var c Candidate
+	if _, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Bucket, &c.Weight}, func() error {
+		current = append(current, c)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("error reading the current weights of the census's heaviest accounts: %w", err)
+	}
+	return current, nil
 }
 
 // scanWeights reads, in tx, the per-slot weight totals (by home slot), the

@@ -180,6 +180,11 @@ type PinsSQL struct {
 	// latest finished census of task $1 and plan $2 started at or after
 	// $3.
 	CensusLatest string
+	// CensusCurrent returns (id, bucket, weight) of the accounts of ids
+	// $1 and buckets $2 (a census's candidates) that still exist and
+	// match the filter, with their current weights, each looked up
+	// through the bucket index.
+	CensusCurrent string
 	// CensusPrune deletes the censuses of task $1 started before $2.
 	CensusPrune string
 }
@@ -348,6 +353,8 @@ func (s *Spec) buildPinsSQL() {
 		CensusRead: "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights FROM " + census + censusKey,
 		CensusLatest: "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights, cycle_start FROM " + census +
 			" WHERE task = $1 AND plan = $2 AND finished_at IS NOT NULL AND started_at >= $3 ORDER BY started_at DESC, cycle_start DESC LIMIT 1",
+		CensusCurrent: "SELECT a.i, a.b, a.w FROM unnest($1::uuid[], $2::int[]) AS c (i, b) CROSS JOIN LATERAL (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b, " +
+			weight + " AS w FROM " + s.QualifiedTable + " WHERE " + bucket + " = c.b AND " + s.QuotedID + " = c.i" + s.FilterClause + ") a",
 		CensusPrune: "WITH gone AS (DELETE FROM " + census + " WHERE task = $1 AND started_at < $2 RETURNING task, plan, cycle_start)" +
 			" DELETE FROM " + candidates + " c USING gone g WHERE c.task = g.task AND c.plan = g.plan AND c.cycle_start = g.cycle_start",
 	}
