@@ -105,12 +105,14 @@ func (w *CensusWorker) Work(ctx context.Context, job *river.Job[CensusArgs]) err
 		return river.JobCancel(fmt.Errorf("the census of task %q for cycle %s is %s past its cycle start: no bootstrap would use it", spec.Name,
 			cycleStart.Format(time.RFC3339), late.Round(time.Second)))
 	}
+	// Steps start until half the timeout is used; each statement ends by
+	// three quarters of it (a step cut short is rolled back and the job
+	// snoozes), before River cancels the attempt.
 	timeout := w.Timeout(job)
-	var deadline time.Time
-	if d, ok := ctx.Deadline(); ok {
+	until, deadline := begun.Add(timeout/2), begun.Add(timeout*3/4)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	until := begun.Add(timeout / 2)
 	c, steps, err := pinning.Run(ctx, spec.AccountsDB(w.pool), spec, cycleStart, until, deadline)
 	if err != nil {
 		return fmt.Errorf("task %q: %w", spec.Name, err)

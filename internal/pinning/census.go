@@ -124,18 +124,19 @@ func readCensus(ctx context.Context, q Querier, spec *taskspec.Spec, cycleStart 
 // ErrTimeout, and leaves the census as it was. It returns the census as
 // the step left it; a finished census is returned unchanged.
 func Step(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart time.Time, deadline time.Time) (Census, error) {
-	c, _, err := step(ctx, db, spec, cycleStart, deadline, taskspec.PinCandidatesMax)
+	c, _, err := step(ctx, db, spec, cycleStart, deadline, taskspec.PinCandidatesMax, 0)
 	return c, err
 }
 
-// step is Step keeping the k heaviest accounts; counted is false when the
-// census was finished already.
-func step(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart time.Time, deadline time.Time, k int) (c Census, counted bool, err error) {
-	c, err = stepTx(ctx, db, spec, cycleStart, deadline, k)
+// step is Step keeping the k heaviest accounts and counting width buckets
+// (0: Buckets/CensusSteps); counted is false when the census was finished
+// already.
+func step(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart time.Time, deadline time.Time, k, width int) (c Census, counted bool, err error) {
+	c, err = stepTx(ctx, db, spec, cycleStart, deadline, k, width)
 	return c, err == nil && c.counted, err
 }
 
-func stepTx(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart time.Time, deadline time.Time, k int) (Census, error) {
+func stepTx(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart time.Time, deadline time.Time, k, width int) (Census, error) {
 	if !spec.Weighted() {
 		return Census{}, fmt.Errorf("task %q has no Weight: it takes no weight census", spec.Name)
 	}
@@ -183,7 +184,7 @@ func stepTx(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart ti
 			cycleStart.Format(time.RFC3339), len(c.Totals), spec.Plan.Slots)
 	}
 	lo := c.NextBucket
-	hi := min(lo+max(buckets/taskspec.CensusSteps, 1), buckets) - 1
+	hi := min(lo+max(width, baseWidth(spec)), buckets) - 1
 	c.NextBucket, c.Finished = hi+1, hi+1 >= buckets
 
 	// Totals by home slot, as compute() adds the per-bucket sums.
@@ -256,25 +257,45 @@ func stepTx(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart ti
 	return c, nil
 }
 
-// Run takes steps of the census of spec's (task, plan) for cycleStart until
-// it is finished or until is reached (none when zero; one step at least), each statement
-// under the statement_timeout left before deadline (none when zero). It
-// returns the census as the last step left it, finished or not, and how
-// many steps it took; a step cut short by deadline is not an error.
-func Run(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart, until, deadline time.Time) (Census, int, error) {
-	return run(ctx, db, spec, cycleStart, until, deadline, taskspec.PinCandidatesMax)
+// Step widths: a run doubles its steps' width (in buckets) while a step
+// takes less than stepFast, and halves it (down to one range of
+// taskspec.CensusSteps) past stepSlow, so a small fleet takes a few steps
+// and a large one steps of about fleet/256 accounts.
+const (
+	stepFast = 100 * time.Millisecond
+	stepSlow = 400 * time.Millisecond
+)
+
+// baseWidth is the buckets of one step of taskspec.CensusSteps.
+func baseWidth(spec *taskspec.Spec) int {
+	return max(cmp.Or(spec.Plan.Buckets, slotplan.Buckets)/taskspec.CensusSteps, 1)
 }
 
-func run(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart, until, deadline time.Time, k int) (Census, int, error) {
+// Run takes steps of the census of spec's (task, plan) for cycleStart until
+// it is finished or until is reached (none when zero; one step at least),
+// each statement under the statement_timeout left before deadline (none
+// when zero); a step counts Buckets/CensusSteps buckets, more while steps
+// are fast (see stepFast). It returns the census as the last step left it,
+// finished or not, and how many steps it took; a step cut short by
+// deadline is not an error.
+func Run(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart, until, deadline time.Time) (Census, int, error) {
+	return run(ctx, db, spec, cycleStart, until, deadline, taskspec.PinCandidatesMax, true)
+}
+
+// run is Run keeping the k heaviest accounts, its steps widening when grow.
+func run(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart, until, deadline time.Time, k int, grow bool) (Census, int, error) {
 	var (
 		c     Census
 		steps int
 	)
+	base := baseWidth(spec)
+	width := base
 	for first := true; ; first = false {
 		if !first && !until.IsZero() && !time.Now().Before(until) {
 			return c, steps, nil
 		}
-		next, counted, err := step(ctx, db, spec, cycleStart, deadline, k)
+		begun := time.Now()
+		next, counted, err := step(ctx, db, spec, cycleStart, deadline, k, width)
 		if errors.Is(err, ErrTimeout) {
 			return c, steps, nil
 		}
@@ -286,6 +307,11 @@ func run(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart, unti
 		}
 		if c = next; c.Finished {
 			return c, steps, nil
+		}
+		if took := time.Since(begun); grow && took < stepFast {
+			width = min(width*2, cmp.Or(spec.Plan.Buckets, slotplan.Buckets))
+		} else if took > stepSlow {
+			width = max(width/2, base)
 		}
 	}
 }

@@ -227,7 +227,7 @@ func findCensus(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec
 	if db == nil {
 		return nil, 0, errors.New("no weight census is finished and no pool to take one was given")
 	}
-	c, steps, err := run(ctx, db, spec, cycleStart, b.deadline, b.deadline, taskspec.PinCandidatesMax)
+	c, steps, err := Run(ctx, db, spec, cycleStart, b.deadline, b.deadline)
 	if err != nil {
 		return nil, 0, fmt.Errorf("error taking the weight census: %w", err)
 	}

@@ -327,8 +327,8 @@ func (r *Runner) scaleCensus(ctx context.Context, scheduler *riverutil.Scheduler
 	if !c.Finished || c.Accounts != int64(n) {
 		return ScaleStep{}, fmt.Errorf("weight census of %s: finished %t, %d accounts counted, want %d", scaleWeighted, c.Finished, c.Accounts, n)
 	}
-	return ScaleStep{Step: fmt.Sprintf("weight census, weighted (%d steps of one bucket range, each its own transaction; the census job's work ahead of the cycle)", c.Steps),
-		Accounts: n, Time: d, Rows: c.Accounts, PeakRSS: rss, Notes: fmt.Sprintf("rows: accounts counted; %.1f ms a step", float64(d.Microseconds())/1000/float64(max(c.Steps, 1)))}, nil
+	return ScaleStep{Step: "weight census, weighted (bucket ranges, each its own transaction; the census job's work ahead of the cycle)",
+		Accounts: n, Time: d, Rows: c.Accounts, PeakRSS: rss, Notes: fmt.Sprintf("rows: accounts counted; %d steps, %.1f ms a step", c.Steps, float64(d.Microseconds())/1000/float64(max(c.Steps, 1)))}, nil
 }
 
 // cancelCensusJobs cancels every weight census job in jobTable.
