@@ -135,7 +135,7 @@ func (r *Runner) weightedSelection(ctx context.Context, plan slotplan.Plan, acco
 		return err
 	}
 	begun := time.Now()
-	out, err := pinning.Place(ctx, tx, r.cfg.Pool, weighted, cycleStart)
+	out, err := pinning.Place(ctx, tx, weighted, cycleStart)
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return err

@@ -333,13 +333,7 @@ func placeInPostgres(ctx context.Context, pool *pgxpool.Pool, spec *taskspec.Spe
 		return simPlacement{}, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	// The cycle's own weight census first, as its census job takes it
-	// ahead, so the pins follow the weights as they are now (a census of
-	// the cycle before would predate the churn).
-	if _, _, err := pinning.Run(ctx, pool, spec, cycleStart, time.Time{}, time.Time{}); err != nil {
-		return simPlacement{}, err
-	}
-	out, err := pinning.Place(ctx, tx, pool, spec, cycleStart)
+	out, err := pinning.Place(ctx, tx, spec, cycleStart)
 	if err != nil {
 		return simPlacement{}, err
 	}
