@@ -86,5 +86,7 @@ func TestDatabaseRestart(t *testing.T) {
 		m.Accounts, m.SyncedOnce, m.Missed, m.Duplicated, calls, calls-accounts, retried, m.PeakPending)
 	require.EqualValues(t, accounts, m.SyncedOnce)
 	require.Zero(t, m.Missed+m.Duplicated)
-	require.GreaterOrEqual(t, calls, int64(accounts))
+	// Every sync job calls Sync, at least once, unless it started past its
+	// not_after and completed as stale (a loaded CI run: 2 of 3,000).
+	require.GreaterOrEqual(t, calls, int64(accounts)-m.Skipped, "skipped as stale: %d", m.Skipped)
 }
