@@ -21,13 +21,18 @@ help: ## List the targets
 # The test binaries are built first, so no compile competes with a cycle.
 # PG_OWN=1: scripts/pg.sh starts a throwaway cluster for the tests when the
 # PostgreSQL server binaries are installed (TEST_DATABASE_URL overrides).
-# -parallel 16: parallel tests within a package; tests that start processes
+# -parallel 16: parallel tests within a package (INTEGRATION_PARALLEL for
+# integration_test: 40 at once drove sync lateness p50 to 17 s on 2 cores
+# and made syncs go stale); tests that start processes
 # or commands share the server's connections (riverslottest.ReserveConnections).
 # -count=1: the database is an input Go's test cache cannot see.
 # scripts/testreport prints each package's result, the output of failed
 # tests, and the slowest tests and packages at the end.
+# .test-output.json keeps go test's raw -json stream (each test's start,
+# pauses and end) for a look at where the time went.
 TEST_DB ?= riverslot_test
 TEST_P ?=
+INTEGRATION_PARALLEL ?= 16
 LONG_PKGS = ./cmd/riverslot ./cmd/riverslot/internal/sim ./cmd/riverslot/internal/bench
 GOTEST = $(GO) test -json -race -count=1 -parallel 16 -timeout 20m
 test: ## Get a Postgres (see scripts/pg.sh), create riverslot_test, run go test -race ./..., list the slowest tests
@@ -36,9 +41,9 @@ test: ## Get a Postgres (see scripts/pg.sh), create riverslot_test, run go test 
 		echo "building the test binaries" && $(GO) test -race -count=1 -run '^$$' ./... >/dev/null && \
 		p=$(TEST_P) && if [ -z "$$p" ]; then c=$$($(GO) run ./scripts/pgensure maxconns "$$url"); p=$$(( c >= 400 ? 3 : c >= 250 ? 2 : 1 )); fi; \
 		echo "integration_test, then the other packages $$p at a time" && \
-		{ TEST_DATABASE_URL="$$url" $(GOTEST) -p 1 ./integration_test; r1=$$?; \
+		{ TEST_DATABASE_URL="$$url" $(GOTEST) -p 1 -parallel $(INTEGRATION_PARALLEL) ./integration_test; r1=$$?; \
 		  TEST_DATABASE_URL="$$url" RIVERSLOT_TEST_BINARIES=$$p $(GOTEST) -p $$p $(LONG_PKGS) $$($(GO) list ./... | grep -v -e '/integration_test$$' $(patsubst ./%,-e '/%$$',$(LONG_PKGS))); r2=$$?; \
-		  exit $$((r1 | r2)); } | ./.testreport -slowest 15
+		  exit $$((r1 | r2)); } | tee .test-output.json | ./.testreport -slowest 15
 
 .PHONY: demo
 demo: ## Run one compressed live cycle of slot scheduling (riverslot demo)

@@ -48,8 +48,10 @@ func TestTwoByteBucketsFullCycle(t *testing.T) {
 	require.NoError(t, err)
 	active := accounts - len(inactive)
 
+	// A grid whose cycle starts 9 s from now, not up to a cycle away.
+	offset, start := offsetForStartIn(cycle, 9*time.Second)
 	scheduler := newScheduler(t, b, riverutil.Task{
-		Name: "transactions", Cycle: cycle, Buckets: riverutil.BucketsTwoByte, Schema: b.schema, Table: "accounts", Filter: "active",
+		Name: "transactions", Cycle: cycle, TriggerOffset: offset, Buckets: riverutil.BucketsTwoByte, Schema: b.schema, Table: "accounts", Filter: "active",
 		BatchSize: 200, LateGrace: cycle, Sync: b.recordSync(),
 	})
 	info := taskInfo(t, scheduler, "transactions")
@@ -61,7 +63,7 @@ func TestTwoByteBucketsFullCycle(t *testing.T) {
 	require.Equal(t, 8, coarse.Slots)
 
 	client := startClient(ctx, t, b, scheduler, false, river.QueueDefault)
-	start := info.Schedule.Next(time.Now().Add(5 * time.Second))
+	require.Equal(t, start, info.Schedule.Next(start.Add(-time.Nanosecond)), "a cycle start of the task")
 	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)
 	require.NoError(t, err)
 

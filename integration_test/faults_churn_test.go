@@ -34,8 +34,10 @@ func TestAccountChurn(t *testing.T) {
 		cycle    = 40 * time.Second
 	)
 	ctx, b := setup(t, accounts)
+	// A grid whose cycle starts 14 s from now, not up to a cycle away.
+	offset, c1 := offsetForStartIn(cycle, 14*time.Second)
 	scheduler := newScheduler(t, b, riverutil.Task{
-		Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync(),
+		Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync(),
 		Queue: "sync", ControlQueue: river.QueueDefault,
 	})
 	plan := taskInfo(t, scheduler, "transactions").Plan
@@ -50,7 +52,7 @@ func TestAccountChurn(t *testing.T) {
 		return client.QueuePause(ctx, "sync", nil) == nil
 	})
 
-	c1 := schedule.Next(time.Now().Add(10 * time.Second))
+	require.Equal(t, c1, schedule.Next(c1.Add(-time.Nanosecond)), "a cycle start of the task")
 	c2 := c1.Add(cycle)
 	for _, s := range []time.Time{c1, c2} {
 		_, err := scheduler.EnqueueCycle(ctx, client, "transactions", s)

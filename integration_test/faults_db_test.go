@@ -38,8 +38,10 @@ func TestDatabaseRestart(t *testing.T) {
 	riverslottest.CreateSyncedTable(ctx, t, pool, schema)
 	b := &testBundle{ids: ids, pool: pool, schema: schema}
 
+	// A grid whose cycle starts 12 s from now, not up to a cycle away.
+	offset, start := offsetForStartIn(cycle, 12*time.Second)
 	scheduler := newScheduler(t, b, riverutil.Task{
-		Name: "transactions", Cycle: cycle, Schema: schema, Table: "accounts", Filter: "active",
+		Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: schema, Table: "accounts", Filter: "active",
 		BatchSize: 200, PerSlotTimeout: 4 * time.Second, SyncTimeout: 2 * time.Second, Sync: b.recordSync(),
 	})
 	config := &river.Config{
@@ -62,7 +64,7 @@ func TestDatabaseRestart(t *testing.T) {
 	})
 
 	schedule := taskInfo(t, scheduler, "transactions").Schedule
-	start := schedule.Next(time.Now().Add(8 * time.Second))
+	require.Equal(t, start, schedule.Next(start.Add(-time.Nanosecond)), "a cycle start of the task")
 	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)
 	require.NoError(t, err)
 

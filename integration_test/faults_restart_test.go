@@ -41,8 +41,10 @@ func TestRestartAcrossSlots(t *testing.T) {
 			t.Parallel()
 
 			ctx, b := setup(t, accounts)
+			// A grid whose cycle starts 6 s from now, not up to a cycle away.
+			offset, start := offsetForStartIn(cycle, 6*time.Second)
 			scheduler := newScheduler(t, b, riverutil.Task{
-				Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active",
+				Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
 				LatePolicy: tt.policy, LateGrace: tt.lateGrace, Sync: b.recordSync(),
 			})
 			plan := taskInfo(t, scheduler, "transactions").Plan
@@ -52,7 +54,7 @@ func TestRestartAcrossSlots(t *testing.T) {
 			// The cycle is enqueued (the trigger ran), then every client is down.
 			insertOnly, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema})
 			require.NoError(t, err)
-			start := schedule.Next(time.Now().Add(2 * time.Second))
+			require.Equal(t, start, schedule.Next(start.Add(-time.Nanosecond)), "start is a cycle start of the task")
 			_, err = scheduler.EnqueueCycle(ctx, insertOnly, "transactions", start)
 			require.NoError(t, err)
 

@@ -139,7 +139,7 @@ func taskInfo(t *testing.T, s *riverutil.Scheduler, name string) riverutil.TaskI
 // offsetForStartIn returns the TriggerOffset that puts a cycle start d from
 // now (rounded to whole seconds), and that start.
 func offsetForStartIn(cycle, d time.Duration) (time.Duration, time.Time) {
-	start := time.Now().Add(d).Truncate(time.Second)
+	start := time.Now().Add(d).Truncate(time.Second).UTC()
 	off := time.Duration(start.UnixNano()) % cycle
 	return off, start
 }

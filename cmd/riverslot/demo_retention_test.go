@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -13,25 +14,30 @@ import (
 	"github.com/riverslot/riverslot/syncjob"
 )
 
-// TestDemoShortRetention runs the demo for two 64 s cycles (64 slots of
-// 1 s) with River keeping completed jobs for one second: River's cleaner
+// TestDemoShortRetention runs the demo for two 48 s cycles (16 slots of
+// 3 s) with River keeping completed jobs for one second: River's cleaner
 // (every 30 s from the client's start, 11 s before the first cycle) deletes
 // the first cycle's jobs during the second, yet every cycle reports each
 // account synced once, none missed or duplicated (from the demo's record of
 // its syncs), the run finishes (the last cycle's fan-outs are read from the
 // ledger), and max_river_job_rows stays below the two cycles' syncs. (A
-// sync skipped as stale whose job River deleted would count as missed: 64 s
-// cycles leave a busy machine 32 s of lateness before that; with 32 s
+// sync skipped as stale whose job River deleted would count as missed: 48 s
+// cycles leave a busy machine 24 s of lateness before that; with 32 s
 // cycles a make test run with three packages at once lost 7 of 600 so.)
+// It is also the test of --cycles: consecutive cycle starts one cycle
+// apart, each cycle reported on its own.
 func TestDemoShortRetention(t *testing.T) {
 	t.Parallel()
 
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := newDemoSchemaName(t, pool)
-	const accounts = 300
+	const (
+		accounts = 300
+		cycle    = 48 * time.Second
+	)
 	code, stdout, stderr := runCmd(t, "demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
-		"--accounts", fmt.Sprint(accounts), "--cycle", "64s", "--cycles", "2", "--workers", "10", "--completed-retention", "1s", "--json")
+		"--accounts", fmt.Sprint(accounts), "--cycle", cycle.String(), "--cycles", "2", "--workers", "10", "--completed-retention", "1s", "--json")
 	require.Equal(t, 0, code, "stderr:\n%s", stderr)
 
 	var raw map[string]any
@@ -41,13 +47,20 @@ func TestDemoShortRetention(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
 	require.InDelta(t, 1.0, s.CompletedRetentionSeconds, 1e-9)
 	require.Len(t, s.PerCycle, 2)
+	require.Len(t, s.CycleStarts, 2)
+	first, err := time.Parse(time.RFC3339, s.CycleStarts[0])
+	require.NoError(t, err)
+	second, err := time.Parse(time.RFC3339, s.CycleStarts[1])
+	require.NoError(t, err)
+	require.Equal(t, cycle, second.Sub(first), "consecutive cycles")
+	require.EqualValues(t, 2*accounts, s.Synced, "synced counts account-cycles")
 	for i, c := range s.PerCycle {
 		require.EqualValues(t, accounts, c.Accounts, "cycle %d", i+1)
 		require.EqualValues(t, accounts, c.Synced, "cycle %d: every account synced once", i+1)
 		require.Zero(t, c.Missed, "cycle %d", i+1)
 		require.Zero(t, c.Duplicates, "cycle %d", i+1)
 	}
-	require.EqualValues(t, 64, s.Slots)
+	require.EqualValues(t, 16, s.Slots)
 
 	// River really deleted jobs during the run: the first cycle's sync
 	// jobs are (at least partly) gone, and river_job never held both
