@@ -85,21 +85,19 @@ func TestTwoFullCycles(t *testing.T) {
 		require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND (args->>'account_id')::uuid = ANY($2)", syncjob.Kind, keys(inactive)),
 			"no filtered-out account is enqueued")
 
-		// The application's own side effect: one call per account.
-		require.EqualValues(t, active, b.count(ctx, t, "SELECT count(DISTINCT account_id) FROM "+synced+" WHERE cycle_start = $1", start))
-		require.EqualValues(t, active, b.count(ctx, t, "SELECT count(*) FROM "+synced+" WHERE cycle_start = $1", start))
-
-		// Syncs start on time: per-slot jobs run Lead before their slots, so
-		// sync jobs are queued before River's scheduler must promote them.
-		// How on time is a measurement (riverslot demo, docs/performance.md:
-		// p99 0.26 s on a quiet machine), not this test's, which runs beside
-		// the package's other real-cycle tests on 2 CPUs (a CI run measured
-		// p50 3.7 s, p99 11.6 s; at load 8-12, p50 12.4 s, p99 19.4 s). It
-		// bounds what breaks on any machine: every sync before half a cycle,
-		// the point where the product calls a sync stale and skips it (a
-		// sync that waits for the next cycle is 48 s late). Where each sync
-		// is scheduled is checked below, exactly.
-		require.Less(t, m.LatenessP99, cycle/2, "lateness p99")
+		// The application's own side effect: one call per account, less the
+		// syncs that started so late they were stale (past half a cycle
+		// after their time: the next cycle covers them). How on time syncs
+		// start is a measurement (riverslot demo, docs/performance.md: p99
+		// 0.26 s on a quiet machine), not this test's, which runs beside the
+		// package's other real-cycle tests on 2 CPUs (a fresh-clone CI run
+		// on a loaded machine measured p50 21.6 s, p99 26.7 s, and 839
+		// syncs went stale). What holds on any machine is the rule itself:
+		// every sync that called Sync started by its NotAfter, half a cycle
+		// after its time; every skipped one after it.
+		require.EqualValues(t, int64(active)-m.Skipped, b.count(ctx, t, "SELECT count(DISTINCT account_id) FROM "+synced+" WHERE cycle_start = $1", start))
+		require.EqualValues(t, int64(active)-m.Skipped, b.count(ctx, t, "SELECT count(*) FROM "+synced+" WHERE cycle_start = $1", start))
+		require.LessOrEqual(t, m.Skipped*2, int64(active), "most syncs run (a NotAfter that makes every sync stale fails here)")
 
 		// Peak pending near accounts/slots, not the fleet: a sync job is
 		// pending from its insert, Lead before its slot, until it starts,
@@ -115,16 +113,25 @@ func TestTwoFullCycles(t *testing.T) {
 
 		// Each sync job is scheduled inside its account's slot window, at
 		// the same offset from the cycle start every cycle.
-		rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at FROM "+jobs+
+		// Its NotAfter is half a cycle after its time, and a sync called
+		// Sync exactly when it started by then.
+		rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at, (args->>'not_after')::timestamptz, attempted_at, "+
+			"coalesce(metadata->'output' ? '"+syncjob.OutputSkipped+"', false) FROM "+jobs+
 			" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.Kind, start)
 		require.NoError(t, err)
 		offsets[i] = map[uuid.UUID]time.Duration{}
 		for rows.Next() {
 			var (
-				id          uuid.UUID
-				scheduledAt time.Time
+				id                    uuid.UUID
+				scheduledAt, notAfter time.Time
+				attemptedAt           *time.Time
+				skipped               bool
 			)
-			require.NoError(t, rows.Scan(&id, &scheduledAt))
+			require.NoError(t, rows.Scan(&id, &scheduledAt, &notAfter, &attemptedAt, &skipped))
+			// (scheduled_at is stored to the microsecond, NotAfter rounded to it)
+			require.WithinDuration(t, scheduledAt.Add(cycle/2), notAfter, time.Microsecond, "account %s: NotAfter, scheduled %s", id, scheduledAt)
+			require.NotNil(t, attemptedAt, "account %s: completed sync job never attempted", id)
+			require.Equal(t, attemptedAt.After(notAfter), skipped, "account %s started %s, NotAfter %s: skipped %t", id, *attemptedAt, notAfter, skipped)
 			slot := int(id[15]) / (256 / plan.Slots) // bucket → slot, by definition
 			windowStart := start.Add(time.Duration(slot) * (cycle / time.Duration(plan.Slots)))
 			require.False(t, scheduledAt.Before(windowStart), "account %s scheduled %s before its slot %d window %s", id, scheduledAt, slot, windowStart)
