@@ -14,51 +14,68 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
-// metricsServer serves riverslot's OpenTelemetry metrics (and Go's runtime
-// metrics) in Prometheus' format at /metrics.
-type metricsServer struct {
-	listener net.Listener
+// metricsExport is riverslot's OpenTelemetry metrics (and Go's runtime
+// metrics) exported in Prometheus' format: provider goes to
+// riverutil.Config.MeterProvider, handler serves /metrics.
+type metricsExport struct {
 	provider *sdkmetric.MeterProvider
-	server   *http.Server
+	handler  http.Handler
 }
 
-// listenMetrics binds addr (so a bad --metrics-addr is refused before
-// anything runs) and prepares the provider to hand to riverutil.Config.
-func listenMetrics(addr string) (*metricsServer, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, usageErr("--metrics-addr %q: %v; give host:port, e.g. :9090 or 127.0.0.1:0", addr, err)
-	}
+func newMetricsExport() (*metricsExport, error) {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector())
 	exporter, err := otelprometheus.New(otelprometheus.WithRegisterer(registry))
 	if err != nil {
-		ln.Close()
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-	return &metricsServer{
-		listener: ln,
+	return &metricsExport{
 		provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter)),
-		server:   &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		handler:  promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
 	}, nil
 }
 
-func (m *metricsServer) url() string { return "http://" + m.listener.Addr().String() + "/metrics" }
+func (m *metricsExport) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = m.provider.Shutdown(ctx)
+}
 
-func (m *metricsServer) serve() {
+// httpListener is a listener bound when the command starts (so a bad
+// address is refused before anything runs) and served once the command is
+// ready.
+type httpListener struct {
+	listener net.Listener
+	server   *http.Server
+}
+
+// listenHTTP binds addr, given by flag (e.g. "--metrics-addr"); example
+// is a good value for the error message.
+func listenHTTP(flag, addr, example string) (*httpListener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, usageErr("%s %q: %v; give host:port, e.g. %s", flag, addr, err, example)
+	}
+	return &httpListener{listener: ln}, nil
+}
+
+func (l *httpListener) url(path string) string { return "http://" + l.listener.Addr().String() + path }
+
+func (l *httpListener) serve(handler http.Handler) {
+	l.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
-		if err := m.server.Serve(m.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := l.server.Serve(l.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			panic(err) // Serve on a bound listener fails only on a programming error
 		}
 	}()
 }
 
-func (m *metricsServer) close() {
+func (l *httpListener) close() {
+	if l.server == nil {
+		_ = l.listener.Close()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = m.server.Shutdown(ctx)
-	_ = m.listener.Close()
-	_ = m.provider.Shutdown(ctx)
+	_ = l.server.Shutdown(ctx)
 }

@@ -39,6 +39,9 @@ unless --addr says otherwise and has no authentication of its own; to open
 it to others, mount Scheduler.Handler in the app behind its own auth.
 --table and --filter name the accounts table as the app configures it (the
 page never counts it; an account's pin is read from the pins tables).
+It serves no /metrics: it runs no jobs. riverslot worker --web-addr serves
+this page and the worker's metrics on one port, as an app does by passing
+its Prometheus exporter's handler as riverutil.HandlerConfig.Metrics.
 
 Exit codes: 0 after SIGINT/SIGTERM, 2 bad input (no task found, address in
 use, unreachable database).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,6 +42,11 @@ account in which cycle:
         synced_at timestamptz NOT NULL DEFAULT clock_timestamp())
 
 Without that table a sync does nothing.
+
+--metrics-addr serves riverslot's metrics in Prometheus' format at /metrics;
+--web-addr serves the operator's page and its JSON API (as riverslot web)
+together with /metrics on one port. Neither has authentication: bind them to
+127.0.0.1 or put them behind a proxy that authenticates.
 `
 
 // runWorker runs one River client with one riverslot task over an existing
@@ -68,6 +74,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	maxConns := fs.Int("max-conns", 10, "database connections this process may open")
 	record := fs.Bool("record", true, "record each sync in <--schema>.synced if that table exists (see above)")
 	metricsAddr := fs.String("metrics-addr", "", "serve riverslot's OpenTelemetry metrics in Prometheus' format at http://ADDR/metrics, e.g. :9090 (default: no metrics)")
+	webAddr := fs.String("web-addr", "", "serve the operator's page (as riverslot web) and /metrics on one port, e.g. 127.0.0.1:8080 (default: no page); it has no authentication: keep it on 127.0.0.1 or behind a proxy that has")
 	riverLogLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -89,10 +96,25 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := tf.check(); err != nil {
 		return err
 	}
-	var metrics *metricsServer
+	var metricsLn, webLn *httpListener
 	if *metricsAddr != "" {
 		var err error
-		if metrics, err = listenMetrics(*metricsAddr); err != nil {
+		if metricsLn, err = listenHTTP("--metrics-addr", *metricsAddr, ":9090 or 127.0.0.1:0"); err != nil {
+			return err
+		}
+		defer metricsLn.close()
+	}
+	if *webAddr != "" {
+		var err error
+		if webLn, err = listenHTTP("--web-addr", *webAddr, "127.0.0.1:8080 or 127.0.0.1:0"); err != nil {
+			return err
+		}
+		defer webLn.close()
+	}
+	var metrics *metricsExport
+	if metricsLn != nil || webLn != nil {
+		var err error
+		if metrics, err = newMetricsExport(); err != nil {
 			return err
 		}
 		defer metrics.close()
@@ -191,9 +213,19 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := client.Start(ctx); err != nil {
 		return err
 	}
-	if metrics != nil {
-		metrics.serve()
-		fmt.Fprintf(stdout, "metrics at %s\n", metrics.url())
+	if metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", metrics.handler)
+		metricsLn.serve(mux)
+		fmt.Fprintf(stdout, "metrics at %s\n", metricsLn.url("/metrics"))
+	}
+	if webLn != nil {
+		handler, err := scheduler.NewHandler(&riverutil.HandlerConfig{Metrics: metrics.handler, Logger: logger})
+		if err != nil {
+			return err
+		}
+		webLn.serve(handler)
+		fmt.Fprintf(stdout, "operator's page at %s (metrics at %s)\n", webLn.url("/"), webLn.url("/metrics"))
 	}
 	fmt.Fprintf(stdout, "worker %s started\n", client.ID())
 
