@@ -186,10 +186,25 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		owner = spec.PinsFrom
 	}
 	if ref != nil {
-		if pins, err = place(ctx, tx, owner, client.Schema(), job.Args.CycleStart); err != nil {
+		if pins, err = place(ctx, tx, w.pool, owner, client.Schema(), job.Args.CycleStart); err != nil {
 			return err
 		}
 		ref = pins.Ref(ref)
+		// Above DirectMax accounts the weight census of the next cycle is
+		// taken ahead, by a census job, so that its bootstrap computes pins
+		// without scanning the fleet; a census this bootstrap left
+		// unfinished is carried on instead (the next cycle uses it: it is
+		// at most two cycles old). A smaller fleet's pins are computed
+		// directly and need none.
+		if !pins.Direct {
+			census := owner.Schedule.Next(cycleStart)
+			if pins.CensusPending() {
+				census = cycleStart
+			}
+			if _, err := client.InsertManyTx(ctx, tx, []river.InsertManyParams{censusParams(owner, census)}); err != nil {
+				return fmt.Errorf("error inserting the weight census job of task %q: %w", owner.Name, err)
+			}
+		}
 	}
 	output := Output{Placement: perslot.PlacementHash, Pins: ref, Pinned: pins.Pinned, Fallback: pins.Fallback}
 	if ref != nil {
@@ -254,8 +269,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 // committed there first, in a transaction of their own; a bootstrap that
 // dies before its River transaction commits is retried and reuses them
 // (Place runs once per cycle), so the per-slot jobs it then inserts name
-// pins that exist.
-func place(ctx context.Context, riverTx pgx.Tx, owner *taskspec.Spec, riverSchema string, cycleStart time.Time) (pinning.Outcome, error) {
+// pins that exist. Census steps Place takes itself run in transactions of
+// their own on the accounts' database (riverPool when it is River's).
+func place(ctx context.Context, riverTx pgx.Tx, riverPool *pgxpool.Pool, owner *taskspec.Spec, riverSchema string, cycleStart time.Time) (pinning.Outcome, error) {
 	tx := riverTx
 	if owner.SeparateAccounts() {
 		var err error
@@ -264,7 +280,7 @@ func place(ctx context.Context, riverTx pgx.Tx, owner *taskspec.Spec, riverSchem
 		}
 		defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 	}
-	pins, err := pinning.Place(ctx, tx, owner, cycleStart)
+	pins, err := pinning.Place(ctx, tx, owner.AccountsDB(riverPool), owner, cycleStart)
 	if err != nil {
 		return pinning.Outcome{}, fmt.Errorf("error placing the jumbo accounts of task %q: %w", owner.Name, err)
 	}

@@ -2,6 +2,7 @@ package bootstrap_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -282,4 +283,197 @@ func ledgerRows(ctx context.Context, t *testing.T, client *river.Client[pgx.Tx])
 		out[slot] = id
 	}
 	return out
+}
+
+// TestWeightedFallbackThenCensusJob: the bootstrap of a weighted task's
+// first cycle cannot take its weight census within PinsTimeout (5 s; the
+// test holds the accounts table locked while it runs, so the census steps
+// wait on it until their statement_timeout cancels them, by construction):
+// the cycle falls back to hash placement and the bootstrap enqueues the
+// census job of that cycle to carry the census on. The census job's first
+// attempt, still locked out, snoozes to a fresh attempt (river.JobSnooze);
+// once the lock is released it finishes the census, and the next cycle's
+// bootstrap computes real pins from it without a census step of its own,
+// and enqueues the census of the cycle after.
+func TestWeightedFallbackThenCensusJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
+	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8 NOT NULL)")
+	require.NoError(t, err)
+	// 2,000 accounts of weight 1 and 60 of 150: the 60 are jumbos.
+	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 60 THEN 150 ELSE 1 END FROM generate_series(1, 2060) g")
+	require.NoError(t, err)
+	for _, ddl := range taskspec.PinsDDL(schema) {
+		_, err := pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+	}
+	spec := riverslottest.Spec(t, "transactions", schema, "accounts", "", 16*time.Second, 100) // 16 slots
+	spec.Weight, spec.WeightEpsilon = "weight", 0.1
+	// 5 s: cycle 2 computes its pins from the census within it even on a
+	// loaded machine (a 1 s budget fell back there in one CI run).
+	spec.PinsTimeout, spec.BootstrapTimeout = 5*time.Second, 10*time.Second
+	spec.BuildSQL()
+
+	w := bootstrap.NewWorker(pool, riverslottest.Logger(t))
+	w.AddTask(spec)
+	census := bootstrap.NewCensusWorker(pool, riverslottest.Logger(t))
+	census.AddTask(spec)
+	workers := river.NewWorkers()
+	require.NoError(t, w.Register(workers))
+	require.NoError(t, census.Register(workers))
+	client, _ := riverslottest.StartClient(ctx, t, pool, &river.Config{
+		Schema:              schema,
+		SkipUnknownJobCheck: true, // per-slot jobs are inserted but not worked here
+		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		Workers:             workers,
+	})
+	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	censusTable := pgx.Identifier{schema, taskspec.PinCensusTable}.Sanitize()
+	first := spec.Schedule.Next(time.Now().Add(time.Hour))
+	second := spec.Schedule.Next(first)
+
+	// finish waits for job id to leave the running states and returns its
+	// state and output.
+	finish := func(id int64) (string, bootstrap.Output) {
+		t.Helper()
+		var (
+			state string
+			out   []byte
+		)
+		riverslottest.WaitFor(t, 60*time.Second, "the job to finish", func() bool {
+			require.NoError(t, pool.QueryRow(ctx, "SELECT state, coalesce(metadata->'output', 'null') FROM "+jobs+" WHERE id = $1", id).Scan(&state, &out))
+			return state == "completed" || state == "retryable" || state == "discarded" || state == "cancelled"
+		})
+		var o bootstrap.Output
+		require.NoError(t, json.Unmarshal(out, &o))
+		return state, o
+	}
+	censusJobs := func() map[time.Time]int64 {
+		t.Helper()
+		rows, err := pool.Query(ctx, "SELECT (args->>'cycle_start')::timestamptz, id FROM "+jobs+" WHERE kind = $1", bootstrap.CensusKind)
+		require.NoError(t, err)
+		got := map[time.Time]int64{}
+		var (
+			start time.Time
+			id    int64
+		)
+		_, err = pgx.ForEachRow(rows, []any{&start, &id}, func() error { got[start.UTC()] = id; return nil })
+		require.NoError(t, err)
+		return got
+	}
+
+	// Cycle 1, the table locked while its bootstrap runs.
+	lock, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = lock.Exec(ctx, "LOCK TABLE "+accounts+" IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	res, err := client.Insert(ctx, bootstrap.NewArgs(spec, first), spec.BootstrapOpts())
+	require.NoError(t, err)
+	state, out := finish(res.Job.ID)
+	require.Equal(t, "completed", state)
+	require.Equal(t, perslot.PlacementHash, out.Placement)
+	require.Equal(t, "hash", out.Fallback, "no census finished: the cycle falls back")
+	pending := censusJobs()
+	require.Len(t, pending, 1, "one census job: the one carrying the first cycle's census on")
+	id, ok := pending[first.UTC()]
+	require.True(t, ok, "the census job is the first cycle's: %v", pending)
+
+	// The census job's first attempt waits on the lock too: its step is
+	// cancelled at three quarters of its 10 s timeout and the job snoozes
+	// to a fresh attempt; once the lock is gone it finishes the census.
+	riverslottest.WaitFor(t, 60*time.Second, "the census job to snooze", func() bool {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND (metadata->>'snoozes')::int >= 1", id) == 1
+	})
+	require.NoError(t, lock.Rollback(ctx))
+	state, _ = finish(id)
+	require.Equal(t, "completed", state)
+	require.EqualValues(t, 1, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND errors IS NULL", id), "snoozed, never failed")
+	var (
+		steps    int
+		finished bool
+	)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT steps, finished_at IS NOT NULL FROM "+censusTable+" WHERE cycle_start = $1", first).Scan(&steps, &finished))
+	require.True(t, finished)
+	require.Positive(t, steps)
+	require.LessOrEqual(t, steps, taskspec.CensusSteps)
+
+	// Cycle 2: real pins, from that census.
+	res, err = client.Insert(ctx, bootstrap.NewArgs(spec, second), spec.BootstrapOpts())
+	require.NoError(t, err)
+	state, out = finish(res.Job.ID)
+	require.Equal(t, "completed", state)
+	require.Empty(t, out.Fallback, "the next cycle has pins of its own")
+	require.Equal(t, perslot.PlacementPinned, out.Placement)
+	require.Equal(t, 60, out.Pinned)
+	require.NotNil(t, out.Pins)
+	require.True(t, out.Pins.CycleStart.IsZero(), "its own pins, not a previous cycle's")
+	require.EqualValues(t, 60, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pgx.Identifier{schema, taskspec.PinsTable}.Sanitize()+" WHERE cycle_start = $1", second))
+	require.EqualValues(t, 1, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+censusTable), "no census of its own: it used the first cycle's")
+	// It enqueued the census of the cycle after, ahead.
+	third := spec.Schedule.Next(second)
+	id, ok = censusJobs()[third.UTC()]
+	require.True(t, ok, "the census of the third cycle is enqueued")
+	state, _ = finish(id)
+	require.Equal(t, "completed", state)
+}
+
+// TestWeightedSmallFleetNoCensusJob: a weighted task of at most DirectMax
+// accounts has its pins computed in the bootstrap and enqueues no census
+// job; above DirectMax the bootstrap enqueues the next cycle's census.
+func TestWeightedSmallFleetNoCensusJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
+	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8 NOT NULL)")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 60 THEN 150 ELSE 1 END FROM generate_series(1, 2060) g")
+	require.NoError(t, err)
+	for _, ddl := range taskspec.PinsDDL(schema) {
+		_, err := pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+	}
+	newSpec := func(name string, directMax int64) *taskspec.Spec {
+		spec := riverslottest.Spec(t, name, schema, "accounts", "", 16*time.Second, 100)
+		spec.Weight, spec.WeightEpsilon = "weight", 0.1
+		spec.PinsTimeout, spec.BootstrapTimeout = 10*time.Second, 20*time.Second
+		spec.DirectMax = directMax
+		spec.BuildSQL()
+		return spec
+	}
+	small, large := newSpec("small", 2060), newSpec("large", 2059)
+	w := bootstrap.NewWorker(pool, riverslottest.Logger(t))
+	w.AddTask(small)
+	w.AddTask(large)
+	workers := river.NewWorkers()
+	require.NoError(t, w.Register(workers))
+	client, _ := riverslottest.StartClient(ctx, t, pool, &river.Config{
+		Schema:              schema,
+		SkipUnknownJobCheck: true, // per-slot and census jobs are inserted but not worked here
+		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		Workers:             workers,
+	})
+	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	first := small.Schedule.Next(time.Now().Add(time.Hour))
+	for _, spec := range []*taskspec.Spec{small, large} {
+		res, err := client.Insert(ctx, bootstrap.NewArgs(spec, first), spec.BootstrapOpts())
+		require.NoError(t, err)
+		riverslottest.WaitFor(t, 60*time.Second, "the bootstrap to complete", func() bool {
+			return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND state = 'completed'", res.Job.ID) == 1
+		})
+		var out bootstrap.Output
+		var raw []byte
+		require.NoError(t, pool.QueryRow(ctx, "SELECT metadata->'output' FROM "+jobs+" WHERE id = $1", res.Job.ID).Scan(&raw))
+		require.NoError(t, json.Unmarshal(raw, &out))
+		require.Empty(t, out.Fallback, spec.Name)
+		require.Equal(t, 60, out.Pinned, spec.Name)
+	}
+	census := "SELECT count(*) FROM " + jobs + " WHERE kind = $1 AND args->>'task' = $2"
+	require.Zero(t, riverslottest.Count(ctx, t, pool, census, bootstrap.CensusKind, "small"), "2,060 accounts, DirectMax 2,060: no census job")
+	require.EqualValues(t, 1, riverslottest.Count(ctx, t, pool, census+" AND (args->>'cycle_start')::timestamptz = $3",
+		bootstrap.CensusKind, "large", large.Schedule.Next(first)), "DirectMax 2,059: the next cycle's census job")
 }

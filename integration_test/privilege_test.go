@@ -30,6 +30,8 @@ func leastPrivilegeGrants(riverSchema, appSchema, role string) []string {
 		// Weighted tasks only: the pins tables CreateIndexes made.
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + ident(appSchema, "riverslot_pin_cycles") + " TO " + ident(role),
 		"GRANT SELECT, INSERT, DELETE ON " + ident(appSchema, "riverslot_pins") + " TO " + ident(role),
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + ident(appSchema, "riverslot_pin_census") + " TO " + ident(role),
+		"GRANT SELECT, INSERT, DELETE ON " + ident(appSchema, "riverslot_pin_census_candidates") + " TO " + ident(role),
 	}
 }
 

@@ -248,6 +248,15 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 			return fmt.Errorf("the pins table %s lacks this version's columns (fallback, follows); run Scheduler.CreateIndexes to add them: %w",
 				sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCyclesTable), err)
 		}
+		var census bool
+		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusTable),
+			sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusCandidatesTable)).Scan(&census); err != nil {
+			return fmt.Errorf("error looking up the weight census table: %w", err)
+		}
+		if !census {
+			return fmt.Errorf("the weight census tables %s and %s are missing (this version computes pins from a census taken ahead of the cycle); run Scheduler.CreateIndexes to create them",
+				sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusTable), sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusCandidatesTable))
+		}
 		pin := []any{spec.Name, spec.PlanID, time.Time{}}
 		read := spec.PinRead(spec.Schema)
 		queries = append(queries, []struct {
@@ -260,6 +269,14 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 			{"pinned first page", read.PinnedFirstPage, append(pin, 0, 1)},
 			{"pinned next page", read.PinnedNextPage, append(pin, 0, 1, uuid.Nil)},
 			{"pins of accounts", read.Slots, append(pin, []uuid.UUID{})},
+			{"weight census", spec.Pins.CensusLock, pin},
+			{"latest weight census", spec.Pins.CensusLatest, pin},
+			{"weight census sums", spec.Pins.CensusSums, []any{0, 1}},
+			{"weight census step", spec.Pins.CensusSave, append(pin, 0, int64(0), []float64{}, 0.0, 0.0, 0, false)},
+			{"weight census candidates", spec.Pins.CensusAdd, append(pin, 0, 1, 0.0, 1)},
+			{"weight census fold", spec.Pins.CensusFold, append(pin, 1)},
+			{"weight census candidates' current weights", spec.Pins.CensusCurrent, []any{[]uuid.UUID{}, []int32{}}},
+			{"weight census read", spec.Pins.CensusRead, pin},
 		}...)
 	} else {
 		s.log().WarnContext(ctx, "riverslot: pins tables missing; the bootstrap of a weighted task fails until Scheduler.CreateIndexes creates them",

@@ -229,7 +229,7 @@ func prefixErrors(prefix string, err error) error {
 }
 
 // Configure wires the scheduler into config, the one way to do it: it
-// registers the bootstrap, per-slot and sync workers on config.Workers
+// registers the bootstrap, per-slot, sync and weight census workers on config.Workers
 // (creating it when nil), appends one periodic trigger per task to
 // config.PeriodicJobs, and sets the River setting riverslot's guarantees
 // rest on, refusing a value that would break them:
@@ -278,10 +278,14 @@ func (s *Scheduler) Configure(config *river.Config) error {
 	bootstrapWorker := bootstrap.NewWorker(s.pool, s.logger)
 	perSlotWorker := perslot.NewWorker(s.pool, s.logger)
 	syncWorker := syncjob.NewWorker(s.pool, s.logger)
+	censusWorker := bootstrap.NewCensusWorker(s.pool, s.logger)
 	for i, spec := range s.specs {
 		bootstrapWorker.AddTask(spec)
 		perSlotWorker.AddTask(spec)
 		syncWorker.AddTask(spec, s.syncs[i])
+		if spec.Weighted() {
+			censusWorker.AddTask(spec)
+		}
 	}
 	if config.Workers == nil {
 		config.Workers = river.NewWorkers()
@@ -294,6 +298,9 @@ func (s *Scheduler) Configure(config *river.Config) error {
 	}
 	if err := syncWorker.Register(config.Workers); err != nil {
 		return fmt.Errorf("error registering sync worker: %w", err)
+	}
+	if err := censusWorker.Register(config.Workers); err != nil {
+		return fmt.Errorf("error registering weight census worker: %w", err)
 	}
 	config.PeriodicJobs = append(config.PeriodicJobs, s.periodicJobs()...)
 	return nil

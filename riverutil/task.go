@@ -40,6 +40,14 @@ const (
 	// buckets.
 	BucketsTwoByte = slotplan.BucketsTwoByte
 
+	// PinsDirectMax is the largest fleet (accounts matching Filter) whose
+	// pins a weighted bootstrap computes directly, scanning the accounts
+	// table in its own transaction (about a second at 1,000,000 accounts
+	// on 2 cores, so a fifth of that here). A larger fleet's pins come from
+	// a weight census taken in bounded steps by a census job during the
+	// previous cycle (docs/weights-and-phases.md).
+	PinsDirectMax = 200_000
+
 	// WeightEpsilonDefault is the default WeightEpsilon (0.10): a slot
 	// carries at most 1.10 × the mean slot weight.
 	WeightEpsilonDefault = slotplan.WeightEpsilonDefault
@@ -149,8 +157,11 @@ type Task struct {
 	// are pinned to slots so that every slot's total weight stays within
 	// 1 + WeightEpsilon of the mean; the bootstrap of each cycle recomputes
 	// the pins (docs/weights-and-phases.md has the rule) in the table
-	// riverslot_pins, which CreateIndexes creates in Schema. Like Filter it
-	// is trusted application SQL. Defaults to "" (hash placement only).
+	// riverslot_pins, which CreateIndexes creates in Schema: up to
+	// PinsDirectMax accounts by scanning the table, above it from a weight
+	// census that a census job takes in bounded steps ahead of the cycle.
+	// Like Filter it is trusted application SQL. Defaults to "" (hash
+	// placement only).
 	Weight string
 
 	// WeightEpsilon bounds a weighted task's slot load: each slot at most
@@ -374,6 +385,7 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 		TriggerLead:     triggerLead(t.Lead, t.Cycle),
 		PerSlotTimeout:  t.PerSlotTimeout,
 		PinsTimeout:     t.PinsTimeout,
+		DirectMax:       PinsDirectMax,
 		SyncTimeout:     t.SyncTimeout,
 		ControlQueue:    t.ControlQueue,
 		ControlPriority: controlPriority,

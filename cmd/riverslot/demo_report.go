@@ -114,8 +114,8 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 		recorded[i] = recorded[i].UTC()
 	}
 	var syncKind string
-	if err := d.pool.QueryRow(ctx, "SELECT coalesce(min(kind), $4) FROM "+jobs+" WHERE args->>'task' = $1 AND kind NOT IN ($2, $3)",
-		d.opts.task, bootstrap.Kind, perslot.Kind, syncjob.Kind).Scan(&syncKind); err != nil {
+	if err := d.pool.QueryRow(ctx, "SELECT coalesce(min(kind), $4) FROM "+jobs+" WHERE args->>'task' = $1 AND kind NOT IN ($2, $3, $5)",
+		d.opts.task, bootstrap.Kind, perslot.Kind, syncjob.Kind, bootstrap.CensusKind).Scan(&syncKind); err != nil {
 		return nil, err
 	}
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -54,10 +55,29 @@ type Outcome struct {
 	Pinned    int
 	Threshold float64
 	// Fallback is "" when the cycle has its own pins, else FallbackPrevious
-	// (it follows the pins of the cycle starting at Follows) or
+	// (it follows the pins of cycle starting at Follows) or
 	// FallbackHash.
 	Fallback string
 	Follows  time.Time
+	// Census is the weight census the pins were computed from, or the
+	// census left unfinished when the cycle fell back for want of one (nil
+	// when Reused, or when the computation after a finished census ran out
+	// of time).
+	Census *Census
+	// InlineSteps is how many census steps this bootstrap took itself
+	// because it found no finished census.
+	InlineSteps int
+	// Direct is true when the fleet was at most spec.DirectMax accounts and
+	// the pins were computed by scanning it in the bootstrap's transaction,
+	// without a census.
+	Direct bool
+}
+
+// CensusPending reports whether the cycle fell back because its weight
+// census was not finished within PinsTimeout: the census job of the cycle
+// carries it on, so that a later cycle gets pins.
+func (o Outcome) CensusPending() bool {
+	return o.Fallback != "" && o.Census != nil && !o.Census.Finished
 }
 
 // Ref returns the pins a cycle with this outcome follows: ref itself, ref
@@ -81,18 +101,38 @@ func (o Outcome) Ref(ref *taskspec.PinsRef) *taskspec.PinsRef {
 // insert and, once the first commits, finds it and reuses its decision; if
 // the first rolls back, nothing of it remains and the second decides.
 //
+// A fleet of at most spec.DirectMax accounts (counted up to that many in
+// tx) has its pins computed directly, from two scans of the accounts table
+// in tx: at 200,000 accounts that is a fraction of a second, and it needs
+// no census job. A larger fleet's pins are computed from a weight census
+// (see Census) instead of scanning the whole table in tx: the latest finished census of
+// the task and plan started within the last two cycles (normally the one
+// the census job took during the previous cycle, so at large fleets a
+// cycle's pins come from weights read up to a cycle earlier). Without one,
+// Place takes the cycle's own census steps itself, each in a transaction
+// of its own on db (the accounts' database, tx's), until PinsTimeout.
+//
 // The computation runs in a savepoint, each of its statements under the
-// statement_timeout left of spec.PinsTimeout (no limit when zero). If it
-// does not finish in time it is rolled back and the cycle falls back: to
-// the latest cycle whose pins were computed before it, else to hash
-// placement; the decision is recorded on the guard row, so every reader of
-// the cycle follows the same pins.
+// statement_timeout left of spec.PinsTimeout (no limit when zero). If the
+// census is not finished in time, or the computation does not finish, it
+// is rolled back and the cycle falls back: to the latest cycle whose pins
+// were computed before it, else to hash placement; the decision is
+// recorded on the guard row, so every reader of the cycle follows the same
+// pins. An unfinished census keeps its progress for the census job to carry
+// on (Outcome.CensusPending).
 //
 // Hash placement is kept for every account at most the threshold (see
 // slotplan.PlacePins); the heaviest PinCandidatesMax accounts and the
 // previous cycle's pins are the candidates, and previous pins are kept
 // where the load allows (hysteresis).
-func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.Time) (Outcome, error) {
+func Place(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec, cycleStart time.Time) (Outcome, error) {
+	return place(ctx, tx, db, spec, cycleStart, false)
+}
+
+// place is Place; direct computes the pins from two scans of the whole
+// accounts table in tx instead of a census (as before censuses), for the
+// tests that compare the two.
+func place(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec, cycleStart time.Time, direct bool) (Outcome, error) {
 	q := spec.Pins
 	var claimed bool
 	err := tx.QueryRow(ctx, q.Claim, spec.Name, spec.PlanID, cycleStart).Scan(&claimed)
@@ -111,6 +151,14 @@ func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.
 		if follows != nil {
 			o.Follows = *follows
 		}
+		if spec.DirectMax > 0 {
+			// Whether the fleet needs a census job (bounded, untimed).
+			n, err := countUpTo(ctx, tx, spec, budget{})
+			if err != nil {
+				return Outcome{}, err
+			}
+			o.Direct = n <= spec.DirectMax
+		}
 		return o, nil
 	}
 	if err != nil {
@@ -125,17 +173,51 @@ func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.
 	if err := tx.QueryRow(ctx, "SELECT current_setting('statement_timeout')").Scan(&saved); err != nil {
 		return Outcome{}, fmt.Errorf("error reading statement_timeout: %w", err)
 	}
+	b := budget{deadline}
+	// The census is read, and the pins computed, in a savepoint: rolling it
+	// back undoes the statement_timeout its statements set.
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("error starting the pins savepoint: %w", err)
 	}
-	b := budget{deadline}
-	o, err := compute(ctx, sp, spec, cycleStart, b)
+	if !direct && spec.DirectMax > 0 {
+		n, err := countUpTo(ctx, sp, spec, b)
+		if err = b.check(err); errors.Is(err, ErrTimeout) {
+			if rerr := sp.Rollback(ctx); rerr != nil {
+				return Outcome{}, fmt.Errorf("error rolling back the pins savepoint: %w", rerr)
+			}
+			return fallBack(ctx, tx, spec, cycleStart)
+		}
+		if err != nil {
+			return Outcome{}, err
+		}
+		direct = n <= spec.DirectMax
+	}
+	var census *Census
+	inline := 0
+	if !direct {
+		if census, inline, err = findCensus(ctx, sp, db, spec, cycleStart, b); err != nil {
+			return Outcome{}, err
+		}
+		if !census.Finished {
+			if err := sp.Rollback(ctx); err != nil {
+				return Outcome{}, fmt.Errorf("error rolling back the pins savepoint: %w", err)
+			}
+			o, err := fallBack(ctx, tx, spec, cycleStart)
+			o.Census, o.InlineSteps = census, inline
+			return o, err
+		}
+	}
+	o, err := compute(ctx, sp, spec, cycleStart, b, census)
 	if err = b.check(err); errors.Is(err, ErrTimeout) {
 		if rerr := sp.Rollback(ctx); rerr != nil {
 			return Outcome{}, fmt.Errorf("error rolling back the pin computation: %w", rerr)
 		}
-		return fallBack(ctx, tx, spec, cycleStart)
+		if o, err = fallBack(ctx, tx, spec, cycleStart); err != nil {
+			return Outcome{}, err
+		}
+		o.InlineSteps, o.Direct = inline, direct
+		return o, nil
 	}
 	if err != nil {
 		return Outcome{}, err
@@ -146,7 +228,67 @@ func Place(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.
 	if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", saved); err != nil {
 		return Outcome{}, fmt.Errorf("error restoring statement_timeout: %w", err)
 	}
+	o.Census, o.InlineSteps, o.Direct = census, inline, direct
 	return o, nil
+}
+
+// countUpTo counts the accounts matching the filter, up to DirectMax + 1:
+// enough to tell whether the fleet is small enough for a direct
+// computation, at a cost bounded by DirectMax.
+func countUpTo(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, b budget) (int64, error) {
+	if err := b.arm(ctx, tx); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := tx.QueryRow(ctx, spec.Pins.CountUpTo, spec.DirectMax+1).Scan(&n); err != nil {
+		return 0, fmt.Errorf("error counting the accounts (up to %d): %w", spec.DirectMax+1, err)
+	}
+	return n, nil
+}
+
+// findCensus returns the census the pins of the cycle are computed from:
+// the latest finished census of spec's (task, plan) started within the two
+// cycles before the cycle (or before now, whichever is earlier), else the
+// cycle's own census, stepped on db within b; that one may be unfinished.
+// It returns how many steps it took.
+func findCensus(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec, cycleStart time.Time, b budget) (*Census, int, error) {
+	from := cycleStart
+	if now := time.Now(); now.Before(from) {
+		from = now
+	}
+	if err := b.arm(ctx, tx); err != nil {
+		return &Census{CycleStart: cycleStart.UTC()}, 0, nil
+	}
+	latest, err := latestCensus(ctx, tx, spec, from.Add(-2*spec.Plan.Cycle))
+	if err = b.check(err); errors.Is(err, ErrTimeout) {
+		return &Census{CycleStart: cycleStart.UTC()}, 0, nil
+	}
+	if err != nil || latest != nil {
+		return latest, 0, err
+	}
+	if db == nil {
+		return nil, 0, errors.New("no weight census is finished and no pool to take one was given")
+	}
+	c, steps, err := Run(ctx, db, spec, cycleStart, b.deadline, b.deadline)
+	if err != nil {
+		return nil, 0, fmt.Errorf("error taking the weight census: %w", err)
+	}
+	c.CycleStart = cycleStart.UTC()
+	if !c.Finished {
+		return &c, steps, nil
+	}
+	// Its candidates, kept in the row.
+	if err := b.arm(ctx, tx); err != nil {
+		return &Census{CycleStart: c.CycleStart}, steps, nil
+	}
+	full, err := readCensus(ctx, tx, spec, cycleStart)
+	if err = b.check(err); errors.Is(err, ErrTimeout) {
+		return &Census{CycleStart: c.CycleStart}, steps, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("error reading the weight census: %w", err)
+	}
+	return &full, steps, nil
 }
 
 // fallBack records, on the cycle's claimed row, that it follows the latest
@@ -197,30 +339,27 @@ func (b budget) check(err error) error {
 }
 
 // compute computes and stores the pins of the claimed cycle in tx, each
-// statement armed with b.
-func compute(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.Time, b budget) (Outcome, error) {
+// statement armed with b, from census (nil: two scans of the whole
+// accounts table in tx).
+func compute(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.Time, b budget, census *Census) (Outcome, error) {
 	q := spec.Pins
-	// Per-slot totals, by the slot that serves each bucket.
-	slotTotals := make([]float64, spec.Plan.Slots)
-	sumSq := 0.0
-	if err := b.arm(ctx, tx); err != nil {
-		return Outcome{}, err
-	}
-	rows, err := tx.Query(ctx, q.SlotWeights)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("error summing weights per slot: %w", err)
-	}
 	var (
-		bucket   int
-		sum, sq  float64
-		homeSlot = func(bucket int) int { return spec.Plan.Shift(spec.Plan.SlotOfBucket(bucket), spec.Shift) }
+		slotTotals []float64
+		sumSq      float64
+		heaviest   []Candidate
+		bucket     int
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&bucket, &sum, &sq}, func() error {
-		slotTotals[homeSlot(bucket)] += sum
-		sumSq += sq
-		return nil
-	}); err != nil {
-		return Outcome{}, fmt.Errorf("error summing weights per slot: %w", err)
+	if census != nil {
+		slotTotals, sumSq = slices.Clone(census.Totals), census.SumSq
+		var err error
+		if heaviest, err = currentCandidates(ctx, tx, spec, census.Candidates, b); err != nil {
+			return Outcome{}, err
+		}
+	} else {
+		var err error
+		if slotTotals, sumSq, heaviest, err = scanWeights(ctx, tx, spec, b); err != nil {
+			return Outcome{}, err
+		}
 	}
 
 	byID := map[uuid.UUID]int{}
@@ -234,7 +373,7 @@ func compute(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart tim
 	if err := b.arm(ctx, tx); err != nil {
 		return Outcome{}, err
 	}
-	rows, err = tx.Query(ctx, q.Previous, spec.Name, spec.PlanID, cycleStart)
+	rows, err := tx.Query(ctx, q.Previous, spec.Name, spec.PlanID, cycleStart)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("error reading the previous pins: %w", err)
 	}
@@ -245,26 +384,16 @@ func compute(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart tim
 		if prev < 0 || prev >= spec.Plan.Slots {
 			prev = -1
 		}
-		candidates = append(candidates, slotplan.Jumbo{ID: id, Weight: weight, Home: homeSlot(bucket), Prev: prev})
+		candidates = append(candidates, slotplan.Jumbo{ID: id, Weight: weight, Home: homeSlot(spec, bucket), Prev: prev})
 		return nil
 	}); err != nil {
 		return Outcome{}, fmt.Errorf("error reading the previous pins: %w", err)
 	}
-	if err := b.arm(ctx, tx); err != nil {
-		return Outcome{}, err
-	}
-	rows, err = tx.Query(ctx, q.Candidates, taskspec.PinCandidatesMax)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("error selecting the heaviest accounts: %w", err)
-	}
-	if _, err := pgx.ForEachRow(rows, []any{&id, &bucket, &weight}, func() error {
-		if _, dup := byID[id]; !dup {
-			buckets[id] = bucket
-			candidates = append(candidates, slotplan.Jumbo{ID: id, Weight: weight, Home: homeSlot(bucket), Prev: -1})
+	for _, c := range heaviest {
+		if _, dup := byID[c.ID]; !dup {
+			buckets[c.ID] = c.Bucket
+			candidates = append(candidates, slotplan.Jumbo{ID: c.ID, Weight: c.Weight, Home: homeSlot(spec, c.Bucket), Prev: -1})
 		}
-		return nil
-	}); err != nil {
-		return Outcome{}, fmt.Errorf("error selecting the heaviest accounts: %w", err)
 	}
 
 	// Giants get a slot of their own; every other account hashed to it is
@@ -286,7 +415,7 @@ func compute(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart tim
 				prev = candidates[i].Prev
 			}
 			buckets[id] = bucket
-			evacuees = append(evacuees, slotplan.Jumbo{ID: id, Weight: weight, Home: homeSlot(bucket), Prev: prev})
+			evacuees = append(evacuees, slotplan.Jumbo{ID: id, Weight: weight, Home: homeSlot(spec, bucket), Prev: prev})
 			return nil
 		}); err != nil {
 			return Outcome{}, fmt.Errorf("error listing the accounts of slot %d, kept for a giant account: %w", r.Slot, err)
@@ -316,6 +445,79 @@ func compute(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart tim
 		return Outcome{}, fmt.Errorf("error recording the pinned cycle: %w", err)
 	}
 	return Outcome{Pinned: len(pins), Threshold: threshold}, nil
+}
+
+// currentCandidates returns the census's candidates that still exist and
+// match the filter, with their current weights (as the previous pins are
+// read): an account deleted since the census is not pinned, and a
+// candidate's weight is today's. The per-slot totals stay the census's.
+func currentCandidates(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, candidates []Candidate, b budget) ([]Candidate, error) {
+	ids := make([]uuid.UUID, len(candidates))
+	buckets := make([]int32, len(candidates))
+	for i, c := range candidates {
+		ids[i], buckets[i] = c.ID, int32(c.Bucket) //nolint:gosec // a bucket is below 65,536
+	}
+	if err := b.arm(ctx, tx); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, spec.Pins.CensusCurrent, ids, buckets)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the current weights of the census's heaviest accounts: %w", err)
+	}
+	current := make([]Candidate, 0, len(candidates))
+	var c Candidate
+	if _, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Bucket, &c.Weight}, func() error {
+		current = append(current, c)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("error reading the current weights of the census's heaviest accounts: %w", err)
+	}
+	return current, nil
+}
+
+// scanWeights reads, in tx, the per-slot weight totals (by home slot), the
+// sum of squared weights and the PinCandidatesMax heaviest accounts with
+// two scans of the whole accounts table: what a census gathers in steps.
+func scanWeights(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, b budget) ([]float64, float64, []Candidate, error) {
+	q := spec.Pins
+	slotTotals := make([]float64, spec.Plan.Slots)
+	sumSq := 0.0
+	if err := b.arm(ctx, tx); err != nil {
+		return nil, 0, nil, err
+	}
+	rows, err := tx.Query(ctx, q.SlotWeights)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("error summing weights per slot: %w", err)
+	}
+	var (
+		bucket  int
+		sum, sq float64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&bucket, &sum, &sq}, func() error {
+		slotTotals[homeSlot(spec, bucket)] += sum
+		sumSq += sq
+		return nil
+	}); err != nil {
+		return nil, 0, nil, fmt.Errorf("error summing weights per slot: %w", err)
+	}
+	if err := b.arm(ctx, tx); err != nil {
+		return nil, 0, nil, err
+	}
+	rows, err = tx.Query(ctx, q.Candidates, taskspec.PinCandidatesMax)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("error selecting the heaviest accounts: %w", err)
+	}
+	var (
+		heaviest []Candidate
+		c        Candidate
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Bucket, &c.Weight}, func() error {
+		heaviest = append(heaviest, c)
+		return nil
+	}); err != nil {
+		return nil, 0, nil, fmt.Errorf("error selecting the heaviest accounts: %w", err)
+	}
+	return slotTotals, sumSq, heaviest, nil
 }
 
 // Querier runs a query: River's pool or a transaction on it.
@@ -355,6 +557,13 @@ func Prune(ctx context.Context, tx pgx.Tx, river Querier, spec *taskspec.Spec, r
 	if err != nil {
 		return 0, fmt.Errorf("error pruning old pins: %w", err)
 	}
+	// Censuses started before then are older than any a bootstrap uses
+	// (two cycles).
+	if spec.Weighted() {
+		if _, err := tx.Exec(ctx, spec.Pins.CensusPrune, spec.Name, before); err != nil {
+			return 0, fmt.Errorf("error pruning old weight censuses: %w", err)
+		}
+	}
 	return tag.RowsAffected(), nil
 }
 
@@ -368,24 +577,37 @@ func skipEmpty(schema string) int {
 
 // Log logs o at info.
 func Log(ctx context.Context, logger *slog.Logger, spec *taskspec.Spec, cycleStart time.Time, o Outcome) {
+	census := func(attrs []any) []any {
+		if c := o.Census; c != nil {
+			attrs = append(attrs, slog.Time("census_cycle_start", c.CycleStart), slog.Int("census_next_bucket", c.NextBucket),
+				slog.Int("census_steps", c.Steps), slog.Int("census_steps_inline", o.InlineSteps))
+			if c.Finished {
+				attrs = append(attrs, slog.Time("weights_read_from", c.StartedAt), slog.Int64("census_accounts", c.Accounts))
+			}
+		}
+		return attrs
+	}
 	switch {
 	case o.Fallback != "" && !o.Reused:
 		msg := "riverslot: the cycle's pins were not computed within PinsTimeout; the cycle follows the latest pins computed before it"
 		if o.Fallback == FallbackHash {
 			msg = "riverslot: the cycle's pins were not computed within PinsTimeout and no earlier pins exist; the cycle places every account by hash"
 		}
+		if o.CensusPending() {
+			msg += " (its weight census was not finished: the census job carries it on, so a later cycle gets pins)"
+		}
 		attrs := []any{slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.Duration("pins_timeout", spec.PinsTimeout), slog.String("fallback", o.Fallback)}
 		if o.Fallback == FallbackPrevious {
 			attrs = append(attrs, slog.Time("follows", o.Follows))
 		}
-		logger.WarnContext(ctx, msg, attrs...)
+		logger.WarnContext(ctx, msg, census(attrs)...)
 		return
 	case o.Reused:
 		logger.InfoContext(ctx, "riverslot: pins of the cycle already decided; reusing them",
 			slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.String("fallback", o.Fallback))
 		return
 	}
-	logger.InfoContext(ctx, "riverslot: jumbo accounts pinned",
-		slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart),
-		slog.Int("pinned", o.Pinned), slog.Float64("threshold", o.Threshold))
+	logger.InfoContext(ctx, "riverslot: jumbo accounts pinned, from the weight census (weights read since weights_read_from: up to a cycle before the cycle at large fleets)",
+		census([]any{slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart),
+			slog.Int("pinned", o.Pinned), slog.Float64("threshold", o.Threshold)})...)
 }

@@ -29,7 +29,7 @@ func TestPlaceOnce(t *testing.T) {
 	t.Run("RolledBackLeavesNothing", func(t *testing.T) {
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
-		got, err := Place(ctx, tx, spec, start.Add(-time.Hour))
+		got, err := Place(ctx, tx, pool, spec, start.Add(-time.Hour))
 		require.NoError(t, err)
 		require.False(t, got.Reused)
 		require.Equal(t, 60, got.Pinned)
@@ -41,7 +41,7 @@ func TestPlaceOnce(t *testing.T) {
 		first, err := pool.Begin(ctx)
 		require.NoError(t, err)
 		defer first.Rollback(ctx) //nolint:errcheck
-		got, err := Place(ctx, first, spec, start)
+		got, err := Place(ctx, first, pool, spec, start)
 		require.NoError(t, err)
 		require.False(t, got.Reused)
 		require.Equal(t, 60, got.Pinned)
@@ -52,7 +52,7 @@ func TestPlaceOnce(t *testing.T) {
 		pid := second.Conn().PgConn().PID()
 		done := make(chan Outcome, 1)
 		go func() {
-			o, err := Place(ctx, second, spec, start)
+			o, err := Place(ctx, second, pool, spec, start)
 			if err != nil {
 				o.Pinned = -1
 			}
@@ -87,7 +87,7 @@ func TestPlaceIgnoresBadWeights(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
-	got, err := Place(ctx, tx, spec, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	got, err := Place(ctx, tx, pool, spec, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	require.NoError(t, err)
 	require.Equal(t, 60, got.Pinned)
 	require.InDelta(t, 1.0, got.Threshold, 0, "the heavy accounts are pinned above weight 1")
@@ -111,7 +111,7 @@ func TestPlaceGiant(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
-	_, err = Place(ctx, tx, spec, start)
+	_, err = Place(ctx, tx, pool, spec, start)
 	require.NoError(t, err)
 
 	// Per-slot load as the per-slot jobs will serve it: the pin's slot, else

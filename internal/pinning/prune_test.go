@@ -54,7 +54,7 @@ func TestPrune(t *testing.T) {
 	for name, c := range cycles {
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
-		o, err := Place(ctx, tx, c.spec, c.start)
+		o, err := Place(ctx, tx, pool, c.spec, c.start)
 		require.NoError(t, err, name)
 		require.Positive(t, o.Pinned, name)
 		require.NoError(t, tx.Commit(ctx))

@@ -13,7 +13,20 @@ import (
 const (
 	PinsTable      = "riverslot_pins"
 	PinCyclesTable = "riverslot_pin_cycles"
+	// PinCensusTable holds the weight censuses of a weighted task: the
+	// per-slot weights and heaviest accounts its pins are computed from,
+	// taken in bounded steps ahead of the cycle (see pinning.Step).
+	PinCensusTable = "riverslot_pin_census"
+	// PinCensusCandidatesTable holds the heaviest accounts of a census
+	// being taken, until its last step folds the PinCandidatesMax heaviest
+	// into the census row's arrays.
+	PinCensusCandidatesTable = "riverslot_pin_census_candidates"
 )
+
+// CensusSteps is how many steps a weight census takes: each reads
+// Buckets/CensusSteps buckets (one of 256, or 256 of 65,536), about the
+// fleet / 256 accounts, in a transaction of its own.
+const CensusSteps = 256
 
 // PinCandidatesMax is how many of the heaviest accounts a bootstrap
 // considers for pinning each cycle (besides the previous pins).
@@ -38,6 +51,32 @@ const PinCandidatesMax = 100_000
 //	    ON "riverslot_pins" (task, plan, cycle_start, slot, account_id)
 //	CREATE INDEX IF NOT EXISTS "riverslot_pins_bucket_idx"
 //	    ON "riverslot_pins" (task, plan, cycle_start, bucket, account_id)
+//	CREATE TABLE IF NOT EXISTS "riverslot_pin_census" (
+//	    task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+//	    started_at timestamptz NOT NULL DEFAULT now(), next_bucket int NOT NULL DEFAULT 0,
+//	    steps int NOT NULL DEFAULT 0, accounts bigint NOT NULL DEFAULT 0,
+//	    totals double precision[] NOT NULL, sum_sq double precision NOT NULL DEFAULT 0,
+//	    candidate_ids uuid[] NOT NULL DEFAULT '{}', candidate_buckets int[] NOT NULL DEFAULT '{}',
+//	    candidate_weights double precision[] NOT NULL DEFAULT '{}',
+//	    floor double precision NOT NULL DEFAULT 0, kept int NOT NULL DEFAULT 0,
+//	    finished_at timestamptz,
+//	    PRIMARY KEY (task, plan, cycle_start))
+//	CREATE TABLE IF NOT EXISTS "riverslot_pin_census_candidates" (
+//	    task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+//	    account_id uuid NOT NULL, bucket int NOT NULL, weight double precision NOT NULL,
+//	    PRIMARY KEY (task, plan, cycle_start, account_id))
+//	CREATE INDEX IF NOT EXISTS "riverslot_pin_census_candidates_weight_idx"
+//	    ON "riverslot_pin_census_candidates" (task, plan, cycle_start, weight DESC, account_id)
+//
+// One riverslot_pin_census row is the weight census taken for the pins of
+// one (task, plan, cycle): per-slot weight totals (by home slot) and the
+// sum of squared weights of the buckets below next_bucket; finished_at is
+// set once every bucket is counted. While it is taken, the heaviest
+// accounts counted are rows of riverslot_pin_census_candidates (kept of
+// them, trimmed to the PinCandidatesMax heaviest, floor the lightest of
+// those, whenever they pass twice that); its last step folds the
+// PinCandidatesMax heaviest (heaviest first, ties by id) into the row's
+// candidate arrays and deletes them.
 //
 // A pin keeps the account's bucket, so that a per-slot job loads the pins
 // of its own bucket range only, and fetches a pinned account through the
@@ -60,6 +99,22 @@ func PinsDDL(schema string) []string {
 	PRIMARY KEY (task, plan, cycle_start, account_id))`,
 		"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{PinsTable + "_slot_idx"}.Sanitize() + " ON " + pins + " (task, plan, cycle_start, slot, account_id)",
 		"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{PinsTable + "_bucket_idx"}.Sanitize() + " ON " + pins + " (task, plan, cycle_start, bucket, account_id)",
+		"CREATE TABLE IF NOT EXISTS " + sqlbucket.QualifiedTable(schema, PinCensusTable) + ` (
+	task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+	started_at timestamptz NOT NULL DEFAULT now(), next_bucket int NOT NULL DEFAULT 0,
+	steps int NOT NULL DEFAULT 0, accounts bigint NOT NULL DEFAULT 0,
+	totals double precision[] NOT NULL, sum_sq double precision NOT NULL DEFAULT 0,
+	candidate_ids uuid[] NOT NULL DEFAULT '{}', candidate_buckets int[] NOT NULL DEFAULT '{}',
+	candidate_weights double precision[] NOT NULL DEFAULT '{}',
+	floor double precision NOT NULL DEFAULT 0, kept int NOT NULL DEFAULT 0,
+	finished_at timestamptz,
+	PRIMARY KEY (task, plan, cycle_start))`,
+		"CREATE TABLE IF NOT EXISTS " + sqlbucket.QualifiedTable(schema, PinCensusCandidatesTable) + ` (
+	task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
+	account_id uuid NOT NULL, bucket int NOT NULL, weight double precision NOT NULL,
+	PRIMARY KEY (task, plan, cycle_start, account_id))`,
+		"CREATE INDEX IF NOT EXISTS " + pgx.Identifier{PinCensusCandidatesTable + "_weight_idx"}.Sanitize() + " ON " +
+			sqlbucket.QualifiedTable(schema, PinCensusCandidatesTable) + " (task, plan, cycle_start, weight DESC, account_id)",
 	}
 }
 
@@ -73,6 +128,8 @@ type PinsSQL struct {
 	// RangeAccounts returns (id, bucket, weight) of every account whose
 	// bucket is in [$1, $2]: the evacuees of a slot kept for a giant.
 	RangeAccounts string
+	// CountUpTo counts the accounts matching the filter, up to $1.
+	CountUpTo string
 	// Previous returns (id, bucket, weight, slot) of the pins of the latest
 	// cycle of task $1 and plan $2 before $3 whose accounts still exist
 	// and match the filter, with their current weights.
@@ -93,6 +150,45 @@ type PinsSQL struct {
 	// before $3 whose pins were computed (NULL if none): the pins a cycle
 	// falls back to when its own take longer than PinsTimeout.
 	Latest string
+
+	// CensusStart inserts, if missing, the census row of ($1 task, $2
+	// plan, $3 cycle start) with $4 zero slot totals.
+	CensusStart string
+	// CensusLock locks that row and returns (next_bucket, finished,
+	// started_at, steps, accounts, totals, sum_sq, floor, kept).
+	CensusLock string
+	// CensusSums returns (bucket, sum of weights, sum of squared weights,
+	// count) of the accounts whose bucket is in [$1, $2], one row per
+	// bucket.
+	CensusSums string
+	// CensusAdd inserts into the census's candidates the $7 heaviest
+	// accounts (ties by id) whose bucket is in [$4, $5] and weight at
+	// least $6 (the floor).
+	CensusAdd string
+	// CensusKth returns (weight, id) of the $4th heaviest candidate of the
+	// census, CensusTrim deletes those after it (weight $4, id $5).
+	CensusKth, CensusTrim string
+	// CensusSave stores one step on the census row: $4 next_bucket, $5
+	// accounts, $6 totals, $7 sum_sq, $8 floor, $9 kept, finished when
+	// $10.
+	CensusSave string
+	// CensusFold sets the census row's candidate arrays to its $4
+	// heaviest candidates and deletes its candidate rows.
+	CensusFold string
+	// CensusRead returns CensusLock's columns and the candidate arrays
+	// (ids, buckets, weights) of that row, without locking it.
+	CensusRead string
+	// CensusLatest returns CensusRead's columns and cycle_start of the
+	// latest finished census of task $1 and plan $2 started at or after
+	// $3.
+	CensusLatest string
+	// CensusCurrent returns (id, bucket, weight) of the accounts of ids
+	// $1 and buckets $2 (a census's candidates) that still exist and
+	// match the filter, with their current weights, each looked up
+	// through the bucket index.
+	CensusCurrent string
+	// CensusPrune deletes the censuses of task $1 started before $2.
+	CensusPrune string
 }
 
 // PinsRef names the pins a cycle's per-slot jobs follow: those the
@@ -215,12 +311,19 @@ func (s *Spec) buildPinsSQL() {
 	bucket := s.BucketExpr()
 	weight := s.WeightExpr()
 	where := " WHERE true" + s.FilterClause
+	census := sqlbucket.QualifiedTable(s.Schema, PinCensusTable)
+	candidates := sqlbucket.QualifiedTable(s.Schema, PinCensusCandidatesTable)
+	const (
+		censusCols = "next_bucket, finished_at IS NOT NULL, started_at, steps, accounts, totals, sum_sq"
+		censusKey  = " WHERE task = $1 AND plan = $2 AND cycle_start = $3"
+	)
 	prevCycle := "(SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3 AND pinned IS NOT NULL)"
 	s.Pins = PinsSQL{
 		SlotWeights: "SELECT " + bucket + ", sum(w), sum(w * w) FROM (SELECT " + s.QuotedID + ", " + weight + " AS w FROM " +
 			s.QualifiedTable + where + ") a GROUP BY 1",
 		Candidates: "SELECT " + s.QuotedID + ", " + bucket + ", " + weight + " AS w FROM " + s.QualifiedTable + where +
 			" ORDER BY w DESC, " + s.QuotedID + " LIMIT $1",
+		CountUpTo: "SELECT count(*) FROM (SELECT FROM " + s.QualifiedTable + where + " LIMIT $1) a",
 		RangeAccounts: "SELECT " + s.QuotedID + ", " + bucket + ", " + weight + " AS w FROM " + s.QualifiedTable +
 			" WHERE " + s.SlotPredicate(1, 2) + s.FilterClause,
 		// The accounts in a derived table of their own, so the filter and
@@ -233,6 +336,30 @@ func (s *Spec) buildPinsSQL() {
 		Decision: "SELECT pinned, coalesce(fallback, ''), follows FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start = $3",
 		Fallback: "UPDATE " + cycles + " SET fallback = $4, follows = $5 WHERE task = $1 AND plan = $2 AND cycle_start = $3",
 		Latest:   "SELECT max(cycle_start) FROM " + cycles + " WHERE task = $1 AND plan = $2 AND cycle_start < $3 AND pinned IS NOT NULL",
+
+		CensusStart: "INSERT INTO " + census + " (task, plan, cycle_start, totals) VALUES ($1, $2, $3, array_fill(0::float8, ARRAY[$4::int])) ON CONFLICT DO NOTHING",
+		CensusLock:  "SELECT " + censusCols + ", floor, kept FROM " + census + censusKey + " FOR UPDATE",
+		CensusSums: "SELECT b, sum(w), sum(w * w), count(*) FROM (SELECT " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable +
+			" WHERE " + s.SlotPredicate(1, 2) + s.FilterClause + ") a GROUP BY 1",
+		CensusAdd: "INSERT INTO " + candidates + " (task, plan, cycle_start, account_id, bucket, weight) SELECT $1, $2, $3, i, b, w FROM (SELECT " +
+			s.QuotedID + " AS i, " + bucket + " AS b, " + weight + " AS w FROM " + s.QualifiedTable + " WHERE " + s.SlotPredicate(4, 5) + s.FilterClause + ") a" +
+			" WHERE w >= $6 ORDER BY w DESC, i LIMIT $7",
+		CensusKth:  "SELECT weight, account_id FROM " + candidates + censusKey + " ORDER BY weight DESC, account_id OFFSET $4::int - 1 LIMIT 1",
+		CensusTrim: "DELETE FROM " + candidates + censusKey + " AND (weight < $4 OR (weight = $4 AND account_id > $5))",
+		CensusSave: "UPDATE " + census + " SET next_bucket = $4, steps = steps + 1, accounts = $5, totals = $6, sum_sq = $7, floor = $8, kept = $9," +
+			" finished_at = CASE WHEN $10::bool THEN now() END" + censusKey,
+		CensusFold: "WITH top AS (SELECT account_id, bucket, weight FROM " + candidates + censusKey + " ORDER BY weight DESC, account_id LIMIT $4)," +
+			" gone AS (DELETE FROM " + candidates + censusKey + ")" +
+			" UPDATE " + census + " SET (candidate_ids, candidate_buckets, candidate_weights) = (SELECT coalesce(array_agg(account_id ORDER BY weight DESC, account_id), '{}')," +
+			" coalesce(array_agg(bucket ORDER BY weight DESC, account_id), '{}'), coalesce(array_agg(weight ORDER BY weight DESC, account_id), '{}') FROM top)" +
+			censusKey,
+		CensusRead: "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights FROM " + census + censusKey,
+		CensusLatest: "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights, cycle_start FROM " + census +
+			" WHERE task = $1 AND plan = $2 AND finished_at IS NOT NULL AND started_at >= $3 ORDER BY started_at DESC, cycle_start DESC LIMIT 1",
+		CensusCurrent: "SELECT a.i, a.b, a.w FROM unnest($1::uuid[], $2::int[]) AS c (i, b) CROSS JOIN LATERAL (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b, " +
+			weight + " AS w FROM " + s.QualifiedTable + " WHERE " + bucket + " = c.b AND " + s.QuotedID + " = c.i" + s.FilterClause + ") a",
+		CensusPrune: "WITH gone AS (DELETE FROM " + census + " WHERE task = $1 AND started_at < $2 RETURNING task, plan, cycle_start)" +
+			" DELETE FROM " + candidates + " c USING gone g WHERE c.task = g.task AND c.plan = g.plan AND c.cycle_start = g.cycle_start",
 	}
 }
 

@@ -81,6 +81,13 @@ type Spec struct {
 	// placement. BootstrapTimeout is the bootstrap job's timeout.
 	PinsTimeout, BootstrapTimeout time.Duration
 
+	// DirectMax is the largest fleet (accounts matching the filter) whose
+	// pins a weighted bootstrap computes directly, scanning the accounts
+	// table in its own transaction; above it the pins come from a weight
+	// census taken in bounded steps ahead of the cycle. 0: always a
+	// census. riverutil sets PinsDirectMax.
+	DirectMax int64
+
 	// ControlQueue and ControlPriority are used for bootstrap and per-slot
 	// jobs.
 	ControlQueue    string

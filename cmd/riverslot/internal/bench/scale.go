@@ -13,13 +13,17 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/internal/pinning"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 	"github.com/riverslot/riverslot/syncjob"
 )
@@ -181,6 +185,17 @@ func (r *Runner) scaleSteps(ctx context.Context, schema string, n int) ([]ScaleS
 		return job.FinalizedAt.Sub(*job.AttemptedAt), vmHWM(), nil
 	}
 	for _, task := range []string{scalePlain, scaleWeighted, scaleFine} {
+		if task == scaleWeighted {
+			// The weight census the weighted bootstrap computes its pins
+			// from, taken first as the census job takes it ahead of the
+			// cycle: 256 steps, each a bucket range in a transaction of
+			// its own.
+			s, err := r.scaleCensus(ctx, scheduler, schema, cycleStart, n)
+			if err != nil {
+				return steps, err
+			}
+			add(s)
+		}
 		r.logf("scale: bootstrap of %s", task)
 		var run time.Duration
 		_, rss, err := measureStep(func() (err error) { run, _, err = boot(task); return err })
@@ -210,10 +225,19 @@ func (r *Runner) scaleSteps(ctx context.Context, schema string, n int) ([]ScaleS
 				scaleWeighted, cycleStart).Scan(&pinned); err != nil {
 				return steps, err
 			}
-			s.Step = "bootstrap, weighted (24h, 128 slots; computes the cycle's pins over every account)"
+			s.Step = "bootstrap, weighted (24h, 128 slots; computes the cycle's pins from the weight census)"
+			if n <= riverutil.PinsDirectMax {
+				s.Step = fmt.Sprintf("bootstrap, weighted (24h, 128 slots; computes the cycle's pins over every account: at most %d)", riverutil.PinsDirectMax)
+			}
 			s.Notes = fmt.Sprintf("rows: per-slot jobs; %d accounts pinned", pinned)
 		}
 		add(s)
+	}
+
+	// The census job the weighted bootstrap enqueued for the next cycle
+	// would run during the steps below: cancelled.
+	if err := cancelCensusJobs(ctx, r.cfg.Pool, client, jobTable); err != nil {
+		return steps, err
 	}
 
 	// One slot's fan-out at 1,024 slots: the bootstrap's per-slot job of a
@@ -281,6 +305,60 @@ func (r *Runner) scaleSteps(ctx context.Context, schema string, n int) ([]ScaleS
 			Notes: fmt.Sprintf("%d slots, %d done, %d enqueued, %d expected", c.Slots, c.SlotsDone, c.Enqueued, c.AccountsExpected)})
 	}
 	return steps, nil
+}
+
+// scaleCensus times the weight census of the weighted task for the cycle
+// starting at cycleStart (pinning.Run: what its census job does ahead of
+// the cycle), on the task's own plan.
+func (r *Runner) scaleCensus(ctx context.Context, scheduler *riverutil.Scheduler, schema string, cycleStart time.Time, n int) (ScaleStep, error) {
+	info, err := scheduler.Task(scaleWeighted)
+	if err != nil {
+		return ScaleStep{}, err
+	}
+	spec := &taskspec.Spec{Name: scaleWeighted, Plan: info.Plan, Seed: info.Seed, PlanID: info.PlanID,
+		Schema: schema, Table: "accounts", IDColumn: "id", Weight: "weight", WeightEpsilon: slotplan.WeightEpsilonDefault}
+	spec.BuildSQL()
+	r.logf("scale: weight census of %s", scaleWeighted)
+	var c pinning.Census
+	d, rss, err := measureStep(func() (err error) {
+		c, _, err = pinning.Run(ctx, r.cfg.Pool, spec, cycleStart, time.Time{}, time.Time{})
+		return err
+	})
+	if err != nil {
+		return ScaleStep{}, fmt.Errorf("weight census: %w", err)
+	}
+	if !c.Finished || c.Accounts != int64(n) {
+		return ScaleStep{}, fmt.Errorf("weight census of %s: finished %t, %d accounts counted, want %d", scaleWeighted, c.Finished, c.Accounts, n)
+	}
+	return ScaleStep{Step: "weight census, weighted (bucket ranges, each its own transaction; the census job's work ahead of the cycle)",
+		Accounts: n, Time: d, Rows: c.Accounts, PeakRSS: rss, Notes: fmt.Sprintf("rows: accounts counted; %d steps, %.1f ms a step", c.Steps, float64(d.Microseconds())/1000/float64(max(c.Steps, 1)))}, nil
+}
+
+// cancelCensusJobs cancels every weight census job in jobTable.
+func cancelCensusJobs(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], jobTable string) error {
+	rows, err := pool.Query(ctx, "SELECT id FROM "+jobTable+" WHERE kind = $1 AND finalized_at IS NULL", bootstrap.CensusKind)
+	if err != nil {
+		return err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if _, err := client.JobCancel(ctx, id); err != nil {
+			return fmt.Errorf("error cancelling census job %d: %w", id, err)
+		}
+	}
+	return nil
 }
 
 func (r *Runner) scaleTask(name, schema, weight string, buckets int) riverutil.Task {

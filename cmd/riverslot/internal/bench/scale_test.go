@@ -31,7 +31,7 @@ func TestScaleBench(t *testing.T) {
 	t.Logf("table:\n%s", out.String())
 
 	rows := r.ScaleRows()
-	want := []string{"seed accounts", "CreateIndexes", "bootstrap, plain", "bootstrap, weighted", "bootstrap, Buckets 65536",
+	want := []string{"seed accounts", "CreateIndexes", "bootstrap, plain", "weight census, weighted (", "bootstrap, weighted", "bootstrap, Buckets 65536",
 		"one slot's fan-out at 1,024 slots", "StatusAt", "StatusAt", "compressed run"}
 	require.Len(t, rows, len(want))
 	for i, s := range rows {
@@ -45,16 +45,17 @@ func TestScaleBench(t *testing.T) {
 	}
 	require.EqualValues(t, n, rows[0].Rows)
 	require.EqualValues(t, 128, rows[2].Rows)
-	require.EqualValues(t, 128, rows[3].Rows)
-	require.Regexp(t, `; [1-9][0-9]* accounts pinned`, rows[3].Notes) // Pareto(1.5) over 20k: some accounts outweigh a slot's share
-	require.EqualValues(t, 1024, rows[4].Rows)
+	require.EqualValues(t, n, rows[3].Rows, "the census counts every account once")
+	require.EqualValues(t, 128, rows[4].Rows)
+	require.Regexp(t, `; [1-9][0-9]* accounts pinned`, rows[4].Notes) // Pareto(1.5) over 20k: some accounts outweigh a slot's share
+	require.EqualValues(t, 1024, rows[5].Rows)
 	// About n/1024 accounts in one slot: a binomial count, far from 0 and
 	// from n.
-	require.Positive(t, rows[5].Rows)
-	require.Less(t, rows[5].Rows, int64(60))
-	require.Contains(t, rows[6].Notes, "1024 slots, 1 done")
-	require.Contains(t, rows[6].Notes, "20000 expected")
-	run := rows[8]
+	require.Positive(t, rows[6].Rows)
+	require.Less(t, rows[6].Rows, int64(60))
+	require.Contains(t, rows[7].Notes, "1024 slots, 1 done")
+	require.Contains(t, rows[7].Notes, "20000 expected")
+	run := rows[9]
 	require.Equal(t, k, run.Accounts)
 	require.Greater(t, run.Rows, int64(0))
 	require.LessOrEqual(t, run.Rows, int64(k+16+2), "river_job can hold at most the cycle's sync, per-slot and bootstrap jobs")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/riverslot/riverslot/internal/pinning"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -123,7 +124,7 @@ func (r *Runner) weightedSelection(ctx context.Context, plan slotplan.Plan, acco
 
 	spec := func(weight string) *taskspec.Spec {
 		s := &taskspec.Spec{Name: "bench", Plan: plan, Seed: 1, PlanID: taskspec.PlanID(plan, 1, 0),
-			Schema: schema, Table: "accounts", IDColumn: "id", Weight: weight, WeightEpsilon: eps, BatchSize: r.cfg.BatchSize}
+			Schema: schema, Table: "accounts", IDColumn: "id", Weight: weight, WeightEpsilon: eps, BatchSize: r.cfg.BatchSize, DirectMax: riverutil.PinsDirectMax}
 		s.BuildSQL()
 		return s
 	}
@@ -135,7 +136,7 @@ func (r *Runner) weightedSelection(ctx context.Context, plan slotplan.Plan, acco
 		return err
 	}
 	begun := time.Now()
-	out, err := pinning.Place(ctx, tx, weighted, cycleStart)
+	out, err := pinning.Place(ctx, tx, r.cfg.Pool, weighted, cycleStart)
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return err

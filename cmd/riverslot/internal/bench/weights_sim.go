@@ -14,6 +14,7 @@ import (
 
 	"github.com/riverslot/riverslot/internal/pinning"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -318,7 +319,7 @@ func seedWeighted(ctx context.Context, pool *pgxpool.Pool, schema string, plan s
 		}
 	}
 	spec := &taskspec.Spec{Name: "bench", Plan: plan, Seed: 1, PlanID: taskspec.PlanID(plan, 1, 0),
-		Schema: schema, Table: "accounts", IDColumn: "id", Weight: "weight", WeightEpsilon: epsilon, BatchSize: 2000}
+		Schema: schema, Table: "accounts", IDColumn: "id", Weight: "weight", WeightEpsilon: epsilon, BatchSize: 2000, DirectMax: riverutil.PinsDirectMax}
 	spec.BuildSQL()
 	return spec, nil
 }
@@ -333,7 +334,15 @@ func placeInPostgres(ctx context.Context, pool *pgxpool.Pool, spec *taskspec.Spe
 		return simPlacement{}, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	out, err := pinning.Place(ctx, tx, spec, cycleStart)
+	// Above DirectMax, the cycle's own weight census first, as its census
+	// job takes it ahead, so the pins follow the weights as they are now
+	// (a census of the cycle before would predate the churn).
+	if int64(len(accounts)) > spec.DirectMax {
+		if _, _, err := pinning.Run(ctx, pool, spec, cycleStart, time.Time{}, time.Time{}); err != nil {
+			return simPlacement{}, err
+		}
+	}
+	out, err := pinning.Place(ctx, tx, pool, spec, cycleStart)
 	if err != nil {
 		return simPlacement{}, err
 	}
