@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -298,18 +299,8 @@ func ledgerRows(ctx context.Context, t *testing.T, client *river.Client[pgx.Tx])
 func TestWeightedFallbackThenCensusJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := riverslottest.Pool(t)
-	schema := riverslottest.Schema(ctx, t, pool)
+	pool, schema := weightedAccounts(ctx, t)
 	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
-	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8 NOT NULL)")
-	require.NoError(t, err)
-	// 2,000 accounts of weight 1 and 60 of 150: the 60 are jumbos.
-	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 60 THEN 150 ELSE 1 END FROM generate_series(1, 2060) g")
-	require.NoError(t, err)
-	for _, ddl := range taskspec.PinsDDL(schema) {
-		_, err := pool.Exec(ctx, ddl)
-		require.NoError(t, err)
-	}
 	spec := riverslottest.Spec(t, "transactions", schema, "accounts", "", 16*time.Second, 100) // 16 slots
 	spec.Weight, spec.WeightEpsilon = "weight", 0.1
 	// 5 s: cycle 2 computes its pins from the census within it even on a
@@ -426,17 +417,7 @@ func TestWeightedFallbackThenCensusJob(t *testing.T) {
 func TestWeightedSmallFleetNoCensusJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := riverslottest.Pool(t)
-	schema := riverslottest.Schema(ctx, t, pool)
-	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
-	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8 NOT NULL)")
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 60 THEN 150 ELSE 1 END FROM generate_series(1, 2060) g")
-	require.NoError(t, err)
-	for _, ddl := range taskspec.PinsDDL(schema) {
-		_, err := pool.Exec(ctx, ddl)
-		require.NoError(t, err)
-	}
+	pool, schema := weightedAccounts(ctx, t)
 	newSpec := func(name string, directMax int64) *taskspec.Spec {
 		spec := riverslottest.Spec(t, name, schema, "accounts", "", 16*time.Second, 100)
 		spec.Weight, spec.WeightEpsilon = "weight", 0.1
@@ -476,4 +457,23 @@ func TestWeightedSmallFleetNoCensusJob(t *testing.T) {
 	require.Zero(t, riverslottest.Count(ctx, t, pool, census, bootstrap.CensusKind, "small"), "2,060 accounts, DirectMax 2,060: no census job")
 	require.EqualValues(t, 1, riverslottest.Count(ctx, t, pool, census+" AND (args->>'cycle_start')::timestamptz = $3",
 		bootstrap.CensusKind, "large", large.Schedule.Next(first)), "DirectMax 2,059: the next cycle's census job")
+}
+
+// weightedAccounts creates a schema with River's tables, an accounts table
+// of 2,000 accounts of weight 1 and 60 of 150 (the 60 are jumbos), and the
+// pins tables.
+func weightedAccounts(ctx context.Context, t *testing.T) (*pgxpool.Pool, string) {
+	t.Helper()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
+	_, err := pool.Exec(ctx, "CREATE TABLE "+accounts+" (id uuid PRIMARY KEY, weight float8 NOT NULL)")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+accounts+" SELECT gen_random_uuid(), CASE WHEN g <= 60 THEN 150 ELSE 1 END FROM generate_series(1, 2060) g")
+	require.NoError(t, err)
+	for _, ddl := range taskspec.PinsDDL(schema) {
+		_, err := pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+	}
+	return pool, schema
 }
