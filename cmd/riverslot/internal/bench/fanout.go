@@ -255,7 +255,11 @@ func (r *Runner) rawInsert(ctx context.Context, n int) (time.Duration, error) {
 		id := uuid.New()
 		id[15] &= 0x7f
 		opts[i] = river.InsertOpts{Queue: "parked", Priority: 2, MaxAttempts: 5, ScheduledAt: plan.Target(cycleStart, 1, id)}
-		params[i] = river.InsertManyParams{Args: syncjob.NewArgs("bench", id, cycleStart, 0), InsertOpts: &opts[i]}
+		// The same args the fan-out writes, NotAfter included (River's GIN
+		// index on args indexes each key).
+		args := syncjob.NewArgs("bench", id, cycleStart, 0)
+		args.NotAfter = opts[i].ScheduledAt.Add(plan.Cycle / 2).UTC()
+		params[i] = river.InsertManyParams{Args: args, InsertOpts: &opts[i]}
 	}
 
 	if _, err := r.cfg.Pool.Exec(ctx, "CHECKPOINT"); err != nil {
