@@ -254,7 +254,7 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 			return fmt.Errorf("error looking up the weight census table: %w", err)
 		}
 		if !census {
-			return fmt.Errorf("the weight census tables %s and %s are missing (this version computes pins from a census taken ahead of the cycle); run Scheduler.CreateIndexes to create them",
+			return fmt.Errorf("the weight census tables %s and %s are missing (above PinsDirectMax accounts this version computes pins from a census taken ahead of the cycle, and every weighted task prunes it); run Scheduler.CreateIndexes to create them",
 				sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusTable), sqlbucket.QualifiedTable(spec.Schema, taskspec.PinCensusCandidatesTable))
 		}
 		pin := []any{spec.Name, spec.PlanID, time.Time{}}
@@ -269,6 +269,8 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 			{"pinned first page", read.PinnedFirstPage, append(pin, 0, 1)},
 			{"pinned next page", read.PinnedNextPage, append(pin, 0, 1, uuid.Nil)},
 			{"pins of accounts", read.Slots, append(pin, []uuid.UUID{})},
+			{"fleet count", spec.Pins.CountUpTo, []any{int64(1)}},
+			{"finished weight census", spec.Pins.CensusFinished, pin},
 			{"weight census", spec.Pins.CensusLock, pin},
 			{"latest weight census", spec.Pins.CensusLatest, pin},
 			{"weight census sums", spec.Pins.CensusSums, []any{0, 1}},

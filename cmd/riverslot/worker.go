@@ -210,6 +210,12 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if clientID == "" {
 		clientID = client.ID()
 	}
+	var page http.Handler
+	if webLn != nil {
+		if page, err = scheduler.NewHandler(&riverutil.HandlerConfig{Metrics: metrics.handler, Logger: logger}); err != nil {
+			return err
+		}
+	}
 	if err := client.Start(ctx); err != nil {
 		return err
 	}
@@ -220,16 +226,19 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "metrics at %s\n", metricsLn.url("/metrics"))
 	}
 	if webLn != nil {
-		handler, err := scheduler.NewHandler(&riverutil.HandlerConfig{Metrics: metrics.handler, Logger: logger})
-		if err != nil {
-			return err
-		}
-		webLn.serve(handler)
+		webLn.serve(page)
 		fmt.Fprintf(stdout, "operator's page at %s (metrics at %s)\n", webLn.url("/"), webLn.url("/metrics"))
 	}
 	fmt.Fprintf(stdout, "worker %s started\n", client.ID())
 
 	<-ctx.Done()
+	// The page and metrics stop first, while the pool and the meter
+	// provider they read still work.
+	for _, ln := range []*httpListener{webLn, metricsLn} {
+		if ln != nil {
+			ln.close()
+		}
+	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := client.Stop(stopCtx); err != nil {

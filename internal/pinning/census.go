@@ -143,8 +143,19 @@ func stepTx(ctx context.Context, db Beginner, spec *taskspec.Spec, cycleStart ti
 	q := spec.Pins
 	b := budget{deadline}
 	cycleStart = cycleStart.UTC()
-	tx, err := db.Begin(ctx)
+	// A connection waited for from an exhausted pool counts against the
+	// deadline too (a bootstrap stepping inline holds one already).
+	beginCtx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		beginCtx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	tx, err := db.Begin(beginCtx)
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return Census{}, fmt.Errorf("%w: no connection for a census step before the deadline", ErrTimeout)
+		}
 		return Census{}, b.check(fmt.Errorf("error starting a census step: %w", err))
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit

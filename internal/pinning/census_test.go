@@ -396,3 +396,57 @@ func TestPlaceDirectUpToDirectMax(t *testing.T) {
 	require.True(t, o.Reused)
 	require.True(t, o.Direct)
 }
+
+// TestPlaceSmallFleetCountTimesOut: a fleet count that cannot finish within
+// its share of PinsTimeout (the table is locked) counts as a large fleet:
+// the bootstrap goes on to its census, which the lock holds too, so the
+// cycle falls back with its census pending for the census job (not with
+// nothing to carry on), and the transaction stays usable.
+func TestPlaceSmallFleetCountTimesOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema, spec := weightedTask(t, heavy60)
+	spec.DirectMax, spec.PinsTimeout = 1_000_000, 2*time.Second
+	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
+
+	lock, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = lock.Exec(ctx, "LOCK TABLE "+accounts+" IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	o, err := Place(ctx, tx, pool, spec, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	require.NoError(t, err)
+	var one int
+	require.NoError(t, tx.QueryRow(ctx, "SELECT 1").Scan(&one), "the transaction is usable")
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, lock.Rollback(ctx))
+	require.False(t, o.Direct)
+	require.Equal(t, FallbackHash, o.Fallback)
+	require.True(t, o.CensusPending(), "%+v", o)
+}
+
+// TestPlaceSmallFleetWithACensusUsesIt: a small fleet with a finished census
+// (taken after a direct computation ran out of time, or while the fleet was
+// larger) computes its pins from it rather than scanning.
+func TestPlaceSmallFleetWithACensusUsesIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, spec := weightedTask(t, heavy60)
+	spec.DirectMax = 1_000_000
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c, _, err := Run(ctx, pool, spec, start, time.Time{}, time.Time{})
+	require.NoError(t, err)
+	require.True(t, c.Finished)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	o, err := Place(ctx, tx, pool, spec, start)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.False(t, o.Direct)
+	require.Empty(t, o.Fallback)
+	require.NotNil(t, o.Census)
+	require.Zero(t, o.InlineSteps, "the finished census was used")
+	require.Equal(t, 60, o.Pinned)
+}

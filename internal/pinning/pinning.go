@@ -151,13 +151,9 @@ func place(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec, cyc
 		if follows != nil {
 			o.Follows = *follows
 		}
-		if spec.DirectMax > 0 {
-			// Whether the fleet needs a census job (bounded, untimed).
-			n, err := countUpTo(ctx, tx, spec, budget{})
-			if err != nil {
-				return Outcome{}, err
-			}
-			o.Direct = n <= spec.DirectMax
+		// Whether the fleet needs a census job.
+		if o.Direct, err = chooseDirect(ctx, tx, spec, cycleStart); err != nil {
+			return Outcome{}, err
 		}
 		return o, nil
 	}
@@ -169,6 +165,11 @@ func place(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec, cyc
 	if spec.PinsTimeout > 0 {
 		deadline = time.Now().Add(spec.PinsTimeout)
 	}
+	if !direct {
+		if direct, err = chooseDirect(ctx, tx, spec, cycleStart); err != nil {
+			return Outcome{}, err
+		}
+	}
 	var saved string
 	if err := tx.QueryRow(ctx, "SELECT current_setting('statement_timeout')").Scan(&saved); err != nil {
 		return Outcome{}, fmt.Errorf("error reading statement_timeout: %w", err)
@@ -179,19 +180,6 @@ func place(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec, cyc
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("error starting the pins savepoint: %w", err)
-	}
-	if !direct && spec.DirectMax > 0 {
-		n, err := countUpTo(ctx, sp, spec, b)
-		if err = b.check(err); errors.Is(err, ErrTimeout) {
-			if rerr := sp.Rollback(ctx); rerr != nil {
-				return Outcome{}, fmt.Errorf("error rolling back the pins savepoint: %w", rerr)
-			}
-			return fallBack(ctx, tx, spec, cycleStart)
-		}
-		if err != nil {
-			return Outcome{}, err
-		}
-		direct = n <= spec.DirectMax
 	}
 	var census *Census
 	inline := 0
@@ -216,7 +204,10 @@ func place(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec, cyc
 		if o, err = fallBack(ctx, tx, spec, cycleStart); err != nil {
 			return Outcome{}, err
 		}
-		o.InlineSteps, o.Direct = inline, direct
+		// A direct computation that ran out of time is not Direct: the
+		// bootstrap enqueues the next cycle's census job, and the next
+		// cycle, finding that census finished, computes from it.
+		o.InlineSteps = inline
 		return o, nil
 	}
 	if err != nil {
@@ -232,18 +223,71 @@ func place(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec, cyc
 	return o, nil
 }
 
-// countUpTo counts the accounts matching the filter, up to DirectMax + 1:
-// enough to tell whether the fleet is small enough for a direct
-// computation, at a cost bounded by DirectMax.
-func countUpTo(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, b budget) (int64, error) {
+// chooseDirect reports whether the cycle's pins are computed directly:
+// the fleet has at most spec.DirectMax accounts (counted up to
+// DirectMax + 1 rows) and no weight census of the task and plan finished
+// within the two cycles before (one is taken for a small fleet only after
+// its direct computation ran out of time, or while it was larger: then the
+// census path goes on). Both queries run in a savepoint of tx within a
+// quarter of PinsTimeout: a count that does not finish in time (a
+// selective Filter over a large table) means a large fleet, and tx stays
+// usable either way.
+func chooseDirect(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.Time) (bool, error) {
+	if spec.DirectMax <= 0 {
+		return false, nil
+	}
+	var deadline time.Time
+	if spec.PinsTimeout > 0 {
+		deadline = time.Now().Add(spec.PinsTimeout / 4)
+	}
+	b := budget{deadline}
+	var saved string
+	if err := tx.QueryRow(ctx, "SELECT current_setting('statement_timeout')").Scan(&saved); err != nil {
+		return false, fmt.Errorf("error reading statement_timeout: %w", err)
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("error starting the fleet count savepoint: %w", err)
+	}
+	small, err := smallWithoutCensus(ctx, sp, spec, cycleStart, b)
+	if err = b.check(err); errors.Is(err, ErrTimeout) {
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return false, fmt.Errorf("error rolling back the fleet count savepoint: %w", rerr)
+		}
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return false, fmt.Errorf("error releasing the fleet count savepoint: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", saved); err != nil {
+		return false, fmt.Errorf("error restoring statement_timeout: %w", err)
+	}
+	return small, nil
+}
+
+// smallWithoutCensus is chooseDirect's two queries, each armed with b.
+func smallWithoutCensus(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, cycleStart time.Time, b budget) (bool, error) {
 	if err := b.arm(ctx, tx); err != nil {
-		return 0, err
+		return false, err
 	}
 	var n int64
 	if err := tx.QueryRow(ctx, spec.Pins.CountUpTo, spec.DirectMax+1).Scan(&n); err != nil {
-		return 0, fmt.Errorf("error counting the accounts (up to %d): %w", spec.DirectMax+1, err)
+		return false, fmt.Errorf("error counting the accounts (up to %d): %w", spec.DirectMax+1, err)
 	}
-	return n, nil
+	if n > spec.DirectMax {
+		return false, nil
+	}
+	if err := b.arm(ctx, tx); err != nil {
+		return false, err
+	}
+	var finished bool
+	if err := tx.QueryRow(ctx, spec.Pins.CensusFinished, spec.Name, spec.PlanID, censusSince(spec, cycleStart)).Scan(&finished); err != nil {
+		return false, fmt.Errorf("error looking for a finished weight census (run Scheduler.CreateIndexes to create %s): %w", taskspec.PinCensusTable, err)
+	}
+	return !finished, nil
 }
 
 // findCensus returns the census the pins of the cycle are computed from:
@@ -252,14 +296,10 @@ func countUpTo(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, b budget) (i
 // cycle's own census, stepped on db within b; that one may be unfinished.
 // It returns how many steps it took.
 func findCensus(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec, cycleStart time.Time, b budget) (*Census, int, error) {
-	from := cycleStart
-	if now := time.Now(); now.Before(from) {
-		from = now
-	}
 	if err := b.arm(ctx, tx); err != nil {
 		return &Census{CycleStart: cycleStart.UTC()}, 0, nil
 	}
-	latest, err := latestCensus(ctx, tx, spec, from.Add(-2*spec.Plan.Cycle))
+	latest, err := latestCensus(ctx, tx, spec, censusSince(spec, cycleStart))
 	if err = b.check(err); errors.Is(err, ErrTimeout) {
 		return &Census{CycleStart: cycleStart.UTC()}, 0, nil
 	}
@@ -289,6 +329,17 @@ func findCensus(ctx context.Context, tx pgx.Tx, db Beginner, spec *taskspec.Spec
 		return nil, 0, fmt.Errorf("error reading the weight census: %w", err)
 	}
 	return &full, steps, nil
+}
+
+// censusSince is the earliest start of a census the cycle's pins may come
+// from: two cycles before the cycle, or before now for a cycle enqueued
+// ahead.
+func censusSince(spec *taskspec.Spec, cycleStart time.Time) time.Time {
+	from := cycleStart
+	if now := time.Now(); now.Before(from) {
+		from = now
+	}
+	return from.Add(-2 * spec.Plan.Cycle)
 }
 
 // fallBack records, on the cycle's claimed row, that it follows the latest

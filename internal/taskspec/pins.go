@@ -130,6 +130,9 @@ type PinsSQL struct {
 	RangeAccounts string
 	// CountUpTo counts the accounts matching the filter, up to $1.
 	CountUpTo string
+	// CensusFinished reports whether a census of task $1 and plan $2
+	// started at or after $3 is finished.
+	CensusFinished string
 	// Previous returns (id, bucket, weight, slot) of the pins of the latest
 	// cycle of task $1 and plan $2 before $3 whose accounts still exist
 	// and match the filter, with their current weights.
@@ -353,7 +356,8 @@ func (s *Spec) buildPinsSQL() {
 			" UPDATE " + census + " SET (candidate_ids, candidate_buckets, candidate_weights) = (SELECT coalesce(array_agg(account_id ORDER BY weight DESC, account_id), '{}')," +
 			" coalesce(array_agg(bucket ORDER BY weight DESC, account_id), '{}'), coalesce(array_agg(weight ORDER BY weight DESC, account_id), '{}') FROM top)" +
 			censusKey,
-		CensusRead: "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights FROM " + census + censusKey,
+		CensusRead:     "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights FROM " + census + censusKey,
+		CensusFinished: "SELECT EXISTS (SELECT FROM " + census + " WHERE task = $1 AND plan = $2 AND finished_at IS NOT NULL AND started_at >= $3)",
 		CensusLatest: "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights, cycle_start FROM " + census +
 			" WHERE task = $1 AND plan = $2 AND finished_at IS NOT NULL AND started_at >= $3 ORDER BY started_at DESC, cycle_start DESC LIMIT 1",
 		CensusCurrent: "SELECT a.i, a.b, a.w FROM unnest($1::uuid[], $2::int[]) AS c (i, b) CROSS JOIN LATERAL (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b, " +
