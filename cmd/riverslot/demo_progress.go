@@ -125,7 +125,10 @@ func (d *demo) watch(ctx context.Context, starts []time.Time) error {
 			if tty {
 				fmt.Fprintln(d.stderr)
 			}
-			return fmt.Errorf("timed out: %d jobs still unfinished %s after the last cycle ended; is a worker stuck?", p.unfinished, max(2*time.Minute, d.opts.cycle))
+			need := float64(d.opts.accounts*len(d.opts.tasks())) / d.opts.cycle.Seconds()
+			return fmt.Errorf("timed out: %d jobs still unfinished %s after the last cycle ended: a worker is stuck, or the cycle asks for more syncs "+
+				"than --workers %d complete on this machine (%d accounts x %d task(s) in %s: %.0f syncs/s); use fewer --accounts, a longer --cycle or more --workers",
+				p.unfinished, max(2*time.Minute, d.opts.cycle), d.opts.workers, d.opts.accounts, len(d.opts.tasks()), d.opts.cycle, need)
 		}
 
 		select {
