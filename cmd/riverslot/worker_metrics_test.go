@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"regexp"
 	"testing"
@@ -38,13 +37,10 @@ func TestWorkerMetrics(t *testing.T) {
 	var body string
 	deadline := time.Now().Add(40 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get(url[1])
-		require.NoError(t, err)
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		if body = string(b); regexp.MustCompile(`riverslot_sync_lateness_seconds_count\{[^}]*task="demo"[^}]*\} [1-9]`).MatchString(body) {
+		var code int
+		code, body = httpGet(t, url[1])
+		require.Equal(t, http.StatusOK, code)
+		if regexp.MustCompile(`riverslot_sync_lateness_seconds_count\{[^}]*task="demo"[^}]*\} [1-9]`).MatchString(body) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -56,22 +52,14 @@ func TestWorkerMetrics(t *testing.T) {
 
 	// The page's port serves the same provider's metrics, the page and the
 	// API for the worker's task.
-	get := func(u string) (int, string) {
-		resp, err := http.Get(u)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(b)
-	}
-	code, webMetrics := get(web[2])
+	code, webMetrics := httpGet(t, web[2])
 	require.Equal(t, http.StatusOK, code)
 	require.Regexp(t, `riverslot_sync_enqueued_total\{[^}]*task="demo"[^}]*\} [1-9]`, webMetrics)
-	code, page := get(web[1] + "/")
+	code, page := httpGet(t, web[1]+"/")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, page, "<html")
 	require.Contains(t, page, "demo")
-	code, status := get(web[1] + "/api/status?task=demo")
+	code, status := httpGet(t, web[1]+"/api/status?task=demo")
 	require.Equal(t, http.StatusOK, code, status)
 	var st struct {
 		Task  string `json:"task"`
@@ -80,7 +68,7 @@ func TestWorkerMetrics(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(status), &st), status)
 	require.Equal(t, "demo", st.Task)
 	require.Equal(t, 16, st.Slots, "16 s cycle: gcd(16, 256) slots")
-	code, _ = get(web[1] + "/api/status?task=nosuchtask")
+	code, _ = httpGet(t, web[1]+"/api/status?task=nosuchtask")
 	require.Equal(t, http.StatusNotFound, code)
 
 	require.Equal(t, 0, stop(), stderr.String())

@@ -307,10 +307,7 @@ func TestPlaceFallsBackWhileTheCensusIsUnfinished(t *testing.T) {
 	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-	lock, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = lock.Exec(ctx, "LOCK TABLE "+accounts+" IN ACCESS EXCLUSIVE MODE")
-	require.NoError(t, err)
+	lock := lockTable(ctx, t, pool, accounts)
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	o, err := Place(ctx, tx, pool, spec, start)
@@ -409,10 +406,7 @@ func TestPlaceSmallFleetCountTimesOut(t *testing.T) {
 	spec.DirectMax, spec.PinsTimeout = 1_000_000, 2*time.Second
 	accounts := pgx.Identifier{schema, "accounts"}.Sanitize()
 
-	lock, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = lock.Exec(ctx, "LOCK TABLE "+accounts+" IN ACCESS EXCLUSIVE MODE")
-	require.NoError(t, err)
+	lock := lockTable(ctx, t, pool, accounts)
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	o, err := Place(ctx, tx, pool, spec, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -449,4 +443,15 @@ func TestPlaceSmallFleetWithACensusUsesIt(t *testing.T) {
 	require.NotNil(t, o.Census)
 	require.Zero(t, o.InlineSteps, "the finished census was used")
 	require.Equal(t, 60, o.Pinned)
+}
+
+// lockTable locks table (quoted) in ACCESS EXCLUSIVE mode in a transaction
+// of its own, which the caller rolls back to release it.
+func lockTable(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table string) pgx.Tx {
+	t.Helper()
+	lock, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = lock.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	return lock
 }

@@ -101,10 +101,11 @@ func (o Outcome) Ref(ref *taskspec.PinsRef) *taskspec.PinsRef {
 // insert and, once the first commits, finds it and reuses its decision; if
 // the first rolls back, nothing of it remains and the second decides.
 //
-// A fleet of at most spec.DirectMax accounts (counted up to that many in
-// tx) has its pins computed directly, from two scans of the accounts table
-// in tx: at 200,000 accounts that is a fraction of a second, and it needs
-// no census job. A larger fleet's pins are computed from a weight census
+// A fleet of at most spec.DirectMax accounts without a recent finished
+// census (chooseDirect: counted up to DirectMax + 1 rows within a quarter
+// of PinsTimeout) has its pins computed directly, from two scans of the
+// accounts table in tx: at 200,000 accounts that is a fraction of a
+// second, and it needs no census job. A larger fleet's pins are computed from a weight census
 // (see Census) instead of scanning the whole table in tx: the latest finished census of
 // the task and plan started within the last two cycles (normally the one
 // the census job took during the previous cycle, so at large fleets a
