@@ -213,6 +213,15 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if err := river.RecordOutput(ctx, output); err != nil {
 		return fmt.Errorf("error recording the bootstrap's output: %w", err)
 	}
+	cycleEnd := spec.CycleEnd(cycleStart).UTC()
+	if err := led.RecordCycle(ctx, tx, ledger.Cycle{
+		Task: spec.Name, Plan: spec.PlanID, Start: cycleStart, End: cycleEnd,
+		Deadline:  spec.SyncsUntil(cycleStart, cycleEnd).UTC(),
+		KeepUntil: cycleStart.Add(ledger.Horizon(spec.Plan.Cycle)),
+		Placement: output.Placement, Pins: ref, Fallback: pins.Fallback,
+	}); err != nil {
+		return err
+	}
 	slots, err := led.ClaimSlots(ctx, tx, spec.Name, spec.PlanID, cycleStart, spec.Plan.Slots)
 	if err != nil {
 		return err
@@ -230,7 +239,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			return err
 		}
 	}
-	pruned, err := led.Prune(ctx, tx, spec.Name, ledger.PruneCutoff(spec.Plan.Cycle, cycleStart, time.Now()))
+	pruned, err := led.Prune(ctx, tx, spec.Name, ledger.PruneCutoff(spec.Plan.Cycle, cycleStart, time.Now()), time.Now())
 	if err != nil {
 		return err
 	}

@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 // overlap is another cycle of the same task, bootstrapped before this
@@ -35,55 +35,73 @@ type overlap struct {
 	pinned  map[uuid.UUID]int
 }
 
-// overlapsSQL selects the per-slot jobs of the same task, of any plan but
-// this job's cycle, inserted before this job, of cycles that started at
-// most two days before this one (River keeps completed jobs about that
-// long; see riverutil.Scheduler.Configure).
-const overlapsSQL = `SELECT args->>'plan', (args->>'cycle_start')::timestamptz, (args->>'slot')::int, coalesce(args->>'placement', ''), args->'pins'
-	FROM %s
-	WHERE kind = $1 AND args->>'task' = $2 AND coalesce(args->>'plan', '') <> ''
-	  AND NOT (args->>'plan' = $3 AND (args->>'cycle_start')::timestamptz = $7)
-	  AND state NOT IN ('cancelled', 'discarded') AND created_at < $4
-	  AND (args->>'cycle_start')::timestamptz > $5 AND (args->>'cycle_start')::timestamptz < $6`
-
 // overlaps loads the other cycles that may sync this job's accounts within
-// half a cycle of it.
+// half a cycle of it, from the ledger: the cycles of the task, of any plan,
+// recorded before this job's cycle, whose syncs can still run less than
+// half a cycle before it starts (their recorded deadline), with each of
+// their slots that fanned out or still will. River's job table is read only
+// for the slots the ledger records as not finished (is the job still
+// queued or running?), by primary key: however early River deletes
+// finished jobs, a finished fan-out stays in the ledger.
 func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args]) ([]*overlap, error) {
 	start := job.Args.CycleStart
-	rows, err := w.pool.Query(ctx, fmt.Sprintf(overlapsSQL, sqlbucket.QualifiedTable(client.Schema(), "river_job")),
-		Kind, spec.Name, spec.PlanID, job.CreatedAt, start.Add(-48*time.Hour), start.Add(spec.Plan.Cycle+spec.Plan.Cycle/2), start)
+	led := ledger.New(client.Schema())
+	before := job.CreatedAt
+	if own, ok, err := led.CycleRecord(ctx, w.pool, spec.Name, spec.PlanID, start); err != nil {
+		return nil, fmt.Errorf("error looking up overlapping cycles: %w", err)
+	} else if ok {
+		before = own.CreatedAt
+	}
+	// Another plan's cycle is at most a few of its own cycles long; the
+	// ledger keeps cycles for their plan's horizon, so the range is
+	// bounded by the task's rows in the ledger whatever its bounds.
+	from := start.Add(-48*time.Hour - 2*spec.Plan.Cycle)
+	found, err := led.OtherSlots(ctx, w.pool, spec.Name, spec.PlanID, start, from, start.Add(spec.Plan.Cycle+spec.Plan.Cycle/2),
+		before, start.Add(-spec.Plan.Cycle/2))
 	if err != nil {
 		return nil, fmt.Errorf("error looking up overlapping cycles: %w", err)
 	}
-	type row struct {
-		Plan       string
-		CycleStart time.Time
-		Slot       int
-		Placement  string
-		Pins       *taskspec.PinsRef
+	var pending []int64
+	for _, r := range found {
+		if !r.Done && !r.Failed && r.JobID != 0 {
+			pending = append(pending, r.JobID)
+		}
 	}
-	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	states, err := led.JobStates(ctx, w.pool, pending)
 	if err != nil {
 		return nil, fmt.Errorf("error looking up overlapping cycles: %w", err)
 	}
 	byCycle := map[string]*overlap{}
 	var out []*overlap
 	for _, r := range found {
-		key := r.Plan + "@" + r.CycleStart.UTC().Format(time.RFC3339Nano)
-		if r.Plan == spec.PlanID && sameGrid(spec, start, r.CycleStart) {
+		c := r.Cycle
+		if c.Plan == spec.PlanID && sameGrid(spec, start, c.Start) {
 			continue // a regular neighbour: its syncs are a whole cycle away
 		}
+		if !r.Done {
+			// A slot not finished syncs its accounts only while its job
+			// can still run: one River deleted, cancelled or discarded
+			// without finishing does not.
+			switch states[r.JobID] {
+			case "", "cancelled", "discarded":
+				continue
+			}
+			if r.Failed || r.JobID == 0 {
+				continue
+			}
+		}
+		key := c.Plan + "@" + c.Start.Format(time.RFC3339Nano)
 		o, ok := byCycle[key]
 		if !ok {
-			other, err := spec.ForPlan(r.Plan, r.CycleStart)
+			other, err := spec.ForPlan(c.Plan, c.Start)
 			if err != nil {
 				continue // a plan this version cannot read: its own jobs are cancelled
 			}
-			pins, err := cyclePins(other, Args{Task: spec.Name, Placement: r.Placement, Pins: r.Pins})
+			pins, err := cyclePins(other, Args{Task: spec.Name, Placement: c.Placement, Pins: c.Pins})
 			if err != nil {
 				continue // its own jobs are cancelled
 			}
-			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: r.CycleStart, slots: map[int]bool{}, pins: pins}
+			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, slots: map[int]bool{}, pins: pins}
 			if pins != nil {
 				o.pinRead = spec.PinRead(pins.Schema)
 			}

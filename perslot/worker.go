@@ -146,8 +146,20 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			ErrDuplicate, job.Args.Slot, spec.Name, job.Args.CycleStart.UTC().Format(time.RFC3339), owner, job.ID))
 	}
 
+	if err := led.SlotStarted(ctx, w.pool, spec.Name, spec.PlanID, job.Args.CycleStart, job.Args.Slot, job.ID); err != nil {
+		return err
+	}
+
 	river.ResumableStepCursor(ctx, stepFanOut, nil, func(ctx context.Context, cursor fanOutCursor) error {
 		err := w.fanOut(ctx, client, spec, pins, job, cursor)
+		if err != nil && job.Attempt >= job.MaxAttempts {
+			// The last attempt: River discards the job. The ledger says
+			// so, for whoever reads the cycle after River deletes it.
+			if lerr := led.SlotFailed(context.WithoutCancel(ctx), w.pool, spec.Name, spec.PlanID, job.Args.CycleStart, job.Args.Slot, job.ID, err.Error()); lerr != nil {
+				w.logger.WarnContext(ctx, "riverslot: could not record the slot's failure in the ledger", slog.String("task", spec.Name),
+					slog.Int("slot", job.Args.Slot), slog.String("error", lerr.Error()))
+			}
+		}
 		if err != nil {
 			w.logger.WarnContext(ctx, "riverslot: per-slot fan-out failed; River retries it from its last committed batch",
 				slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),

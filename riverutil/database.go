@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,11 +14,34 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/riverslot/riverslot/bootstrap"
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
+
+// riverSchemaMax is the longest schema name River accepts: its longest
+// notification topic (river_leadership) must fit after it in a 63-byte
+// identifier.
+const riverSchemaMax = 63 - 1 - len("river_leadership")
+
+var riverSchemaRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// validateRiverSchema checks schema as River's client does, so that
+// Migrate refuses a name River would refuse before it creates anything.
+func validateRiverSchema(schema string) error {
+	switch {
+	case schema == "":
+		return nil
+	case len(schema) > riverSchemaMax:
+		return fmt.Errorf("schema %q is %d characters long: River accepts at most %d (its notification topics follow it in a 63-byte name); choose a shorter schema", schema, len(schema), riverSchemaMax)
+	case !riverSchemaRE.MatchString(schema):
+		return fmt.Errorf("schema %q is not a name River accepts: use letters, digits and underscores, starting with a letter or underscore (River's river.Config.Schema rule)", schema)
+	}
+	return nil
+}
 
 // Migrate brings River's tables in schema ("" for search_path) up to the
 // version this River release needs (rivermigrate's Migrate up, for apps
@@ -28,6 +52,9 @@ import (
 // deploy; an existing deployment gets the ledger on its next run. Apps that
 // migrate River with its own CLI run Migrate too, or MigrateLedger.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if err := validateRiverSchema(schema); err != nil {
+		return err
+	}
 	if schema != "" {
 		// Checked first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the
 		// database even when the schema exists.
@@ -53,11 +80,32 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 
 // MigrateLedger creates riverslot's ledger table in River's schema ("" for
 // search_path) if it does not exist. Migrate calls it.
+//
+// Upgrading from a version without the ledger (or whose ledger did not
+// record each cycle's decisions), it records the cycles River's job table
+// still holds: completed bootstraps, every per-slot job (finished when
+// completed) and each cycle's placement, so that no cycle River still
+// knows is bootstrapped twice once River deletes its jobs. Cycles River
+// already deleted cannot be recovered; docs/scale.md says what to do.
 func MigrateLedger(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if err := validateRiverSchema(schema); err != nil {
+		return err
+	}
 	for _, ddl := range ledger.DDL(schema) {
 		if _, err := pool.Exec(ctx, ddl); err != nil {
 			return fmt.Errorf("error creating riverslot's ledger table in schema %q: %w", schema, err)
 		}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("error starting the ledger's backfill in schema %q: %w", schema, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	if _, _, err := ledger.New(schema).Backfill(ctx, tx, bootstrap.Kind, perslot.Kind); err != nil {
+		return fmt.Errorf("schema %q: %w", schema, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("error committing the ledger's backfill in schema %q: %w", schema, err)
 	}
 	return nil
 }

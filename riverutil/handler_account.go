@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/riverslot/riverslot/bootstrap"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -89,10 +88,6 @@ const accountSyncSQL = accountJobsCTE + `SELECT id, (args->>'cycle_start')::time
 const lastSyncedSQL = accountJobsCTE + `SELECT max(finalized_at) FROM j WHERE kind = $2 AND args->>'task' = $3 AND state = 'completed'
 	AND NOT coalesce(metadata->'output' ? '` + syncjob.OutputSkipped + `', false)`
 
-// cyclePinsRefSQL reads the pins a cycle's per-slot jobs follow.
-const cyclePinsRefSQL = `SELECT coalesce(args->>'placement', ''), args->'pins' FROM %s
-	WHERE kind = $1 AND args->>'task' = $2 AND args->>'plan' = $3 AND args->>'cycle_start' = $4 LIMIT 1`
-
 // Account returns where the account stands in the named task's latest
 // cycle: bucket, slot, offset and pin under the cycle's plan and placement,
 // its next regular syncs, and its sync jobs of this cycle and the one
@@ -112,20 +107,25 @@ func (s *Scheduler) Account(ctx context.Context, taskName string, id uuid.UUID) 
 func (s *Scheduler) account(ctx context.Context, spec *taskspec.Spec, id uuid.UUID, now time.Time) (*AccountStatus, error) {
 	table := s.riverTable(spec)
 	a := &AccountStatus{Task: spec.Name, AccountID: id, Plan: spec.PlanID}
-	var (
-		plan   string
-		latest time.Time
-	)
-	err := s.pool.QueryRow(ctx, fmt.Sprintf(latestCycleSQL, table), bootstrap.Kind, spec.Name, spec.PlanID).Scan(&plan, &latest)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	latest, plan, found, err := s.ledger().LatestCycle(ctx, s.pool, spec.Name, spec.PlanID)
+	if err != nil {
+		return nil, err
+	}
+	var placement string
+	var ref *taskspec.PinsRef
+	if !found {
 		latest = spec.Schedule.Start(now)
-	case err != nil:
-		return nil, fmt.Errorf("error finding the task's latest cycle: %w", err)
-	default:
-		latest = latest.UTC()
+	} else {
 		if spec, err = planSpec(spec, plan, latest); err != nil {
 			return nil, err
+		}
+		// The pin, when the latest cycle follows pins, as its record says.
+		c, ok, err := s.ledger().CycleRecord(ctx, s.pool, spec.Name, spec.PlanID, latest)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			placement, ref = c.Placement, c.Pins
 		}
 	}
 	a.Plan, a.CycleStart = spec.PlanID, latest
@@ -133,15 +133,6 @@ func (s *Scheduler) account(ctx context.Context, spec *taskspec.Spec, id uuid.UU
 	a.Slot = spec.Plan.Shift(spec.Plan.SlotOf(id), spec.Shift)
 	a.Offset = spec.Plan.Offset(spec.Seed, id)
 
-	// The pin, when the latest cycle's per-slot jobs follow pins.
-	var (
-		placement string
-		ref       *taskspec.PinsRef
-	)
-	err = s.pool.QueryRow(ctx, fmt.Sprintf(cyclePinsRefSQL, table), perslot.Kind, spec.Name, spec.PlanID, latest.Format(time.RFC3339Nano)).Scan(&placement, &ref)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("error reading the cycle's placement: %w", err)
-	}
 	if placement == perslot.PlacementPinned && ref != nil && ref.Task != "" {
 		schema := ref.Schema
 		if schema == "" {

@@ -17,20 +17,6 @@ import (
 
 func (s *Scheduler) ledger() ledger.Ledger { return ledger.New(s.riverSchema) }
 
-// latestFromLedger returns the task's latest cycle as the ledger records
-// its bootstrap, when it is later than (or there is no) latest, the cycle
-// found in River's job table.
-func (s *Scheduler) latestFromLedger(ctx context.Context, spec *taskspec.Spec, latest time.Time, plan string, found bool) (time.Time, string, bool, error) {
-	start, lplan, ok, err := s.ledger().LatestCycle(ctx, s.pool, spec.Name, spec.PlanID)
-	if err != nil {
-		return latest, plan, found, err
-	}
-	if ok && (!found || start.After(latest)) {
-		return start, lplan, true, nil
-	}
-	return latest, plan, found, nil
-}
-
 // cyclePlanFromLedger returns the plan of the task's cycle at cycleStart
 // as the ledger records its bootstrap (River may have deleted its jobs).
 func (s *Scheduler) cyclePlanFromLedger(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) (string, bool, error) {

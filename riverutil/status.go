@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/riverslot/riverslot/bootstrap"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -147,22 +146,6 @@ const (
 	latenessScan   = 20 * latenessSample
 )
 
-// latestCycleSQL finds the task's latest cycle by its bootstrap jobs (one
-// per cycle and plan, kept as long as River keeps completed jobs), under
-// any plan: the configured plan first among cycles that start together.
-const latestCycleSQL = `SELECT args->>'plan', (args->>'cycle_start')::timestamptz FROM %s
-	WHERE kind = $1 AND args->>'task' = $2 AND coalesce(args->>'plan', '') <> ''
-	ORDER BY 2 DESC, args->>'plan' = $3 DESC, id DESC LIMIT 1`
-
-// cyclePlanSQL finds the plan of the task's cycle starting at $3 from its
-// bootstrap or per-slot jobs (through River's kind index, as the per-slot
-// jobs are read below; River's GIN index on args would list the cycle's
-// sync jobs too): the configured plan $4 when the cycle has jobs under it.
-const cyclePlanSQL = `SELECT args->>'plan' FROM %s
-	WHERE kind = ANY($1) AND args->>'task' = $2 AND args->>'cycle_start' = $3
-	  AND coalesce(args->>'plan', '') <> ''
-	ORDER BY args->>'plan' = $4 DESC, id DESC LIMIT 1`
-
 // Status returns where the named task's current cycle (the latest with a
 // bootstrap job) and the one before it stand. The cycle is found under any
 // plan and shown under the plan its jobs carry (CycleStatus.Plan), with the
@@ -193,20 +176,12 @@ func (s *Scheduler) Status(ctx context.Context, taskName string) (*TaskStatus, e
 	if !s.configured {
 		return nil, errNoRiverSchema
 	}
-	var (
-		plan   string
-		latest time.Time
-	)
-	err = s.pool.QueryRow(ctx, fmt.Sprintf(latestCycleSQL, s.riverTable(spec)), bootstrap.Kind, spec.Name, spec.PlanID).Scan(&plan, &latest)
-	found := err == nil
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("error finding the task's latest cycle: %w", err)
-	}
-	if latest, plan, found, err = s.latestFromLedger(ctx, spec, latest, plan, found); err != nil {
+	latest, plan, found, err := s.ledger().LatestCycle(ctx, s.pool, spec.Name, spec.PlanID)
+	if err != nil {
 		return nil, err
 	}
 	if !found {
-		return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle yet: no bootstrap job of the task (under its plan %s or any other) in River's job table or riverslot's ledger", spec.Name, spec.PlanID)}
+		return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle yet: riverslot's ledger records no bootstrapped cycle of the task (under its plan %s or any other)", spec.Name, spec.PlanID)}
 	}
 	latest = latest.UTC()
 	if spec, err = planSpec(spec, plan, latest); err != nil {
@@ -226,25 +201,18 @@ func (s *Scheduler) StatusAt(ctx context.Context, taskName string, cycleStart ti
 		return nil, errNoRiverSchema
 	}
 	cycleStart = cycleStart.UTC()
-	var plan string
-	err = s.pool.QueryRow(ctx, fmt.Sprintf(cyclePlanSQL, s.riverTable(spec)), []string{bootstrap.Kind, perslot.Kind},
-		spec.Name, cycleStart.Format(time.RFC3339Nano), spec.PlanID).Scan(&plan)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		var ok bool
-		if plan, ok, err = s.cyclePlanFromLedger(ctx, spec, cycleStart); err != nil {
-			return nil, err
-		} else if !ok {
-			// No job or ledger row of the cycle: it must be a cycle start
-			// of the task as configured.
-			if start := spec.Schedule.Start(cycleStart); !start.Equal(cycleStart) {
-				return nil, &noCycleError{msg: fmt.Sprintf("cycleStart %s is not a cycle start of task %q and no job of the task has that cycle start; the cycle containing it starts at %s",
-					cycleStart.Format(time.RFC3339), taskName, start.UTC().Format(time.RFC3339))}
-			}
-			plan = spec.PlanID
+	plan, ok, err := s.cyclePlanFromLedger(ctx, spec, cycleStart)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		// No ledger row of the cycle: it must be a cycle start of the
+		// task as configured (a cycle not bootstrapped yet).
+		if start := spec.Schedule.Start(cycleStart); !start.Equal(cycleStart) {
+			return nil, &noCycleError{msg: fmt.Sprintf("cycleStart %s is not a cycle start of task %q and the ledger records no cycle of the task starting then; the cycle containing it starts at %s",
+				cycleStart.Format(time.RFC3339), taskName, start.UTC().Format(time.RFC3339))}
 		}
-	case err != nil:
-		return nil, fmt.Errorf("error finding the plan of the task's cycle: %w", err)
+		plan = spec.PlanID
 	}
 	if spec, err = planSpec(spec, plan, cycleStart); err != nil {
 		return nil, err
@@ -263,35 +231,24 @@ func (s *Scheduler) statusFromJobs(ctx context.Context, spec *taskspec.Spec, cyc
 		return nil, errNoRiverSchema
 	}
 	var (
-		err  error
-		plan string
+		err   error
+		plan  string
+		found bool
 	)
 	if cycleStart.IsZero() {
-		err = s.pool.QueryRow(ctx, fmt.Sprintf(latestCycleSQL, s.riverTable(spec)), bootstrap.Kind, spec.Name, spec.PlanID).Scan(&plan, &cycleStart)
-		found := err == nil
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("error finding the task's latest cycle: %w", err)
-		}
-		if cycleStart, plan, found, err = s.latestFromLedger(ctx, spec, cycleStart, plan, found); err != nil {
+		if cycleStart, plan, found, err = s.ledger().LatestCycle(ctx, s.pool, spec.Name, spec.PlanID); err != nil {
 			return nil, err
 		}
 		if !found {
-			return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle yet: no bootstrap job of the task (under its plan %s or any other) in River's job table or riverslot's ledger", spec.Name, spec.PlanID)}
+			return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle yet: riverslot's ledger records no bootstrapped cycle of the task (under its plan %s or any other)", spec.Name, spec.PlanID)}
 		}
 	} else {
-		err = s.pool.QueryRow(ctx, fmt.Sprintf(cyclePlanSQL, s.riverTable(spec)), []string{bootstrap.Kind, perslot.Kind},
-			spec.Name, cycleStart.UTC().Format(time.RFC3339Nano), spec.PlanID).Scan(&plan)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			var ok bool
-			if plan, ok, err = s.cyclePlanFromLedger(ctx, spec, cycleStart); err != nil {
-				return nil, err
-			} else if !ok {
-				return nil, &noCycleError{msg: fmt.Sprintf("task %q has no job or ledger row with cycle start %s; /api/cycles lists the cycles it has",
-					spec.Name, cycleStart.UTC().Format(time.RFC3339))}
-			}
-		case err != nil:
-			return nil, fmt.Errorf("error finding the plan of the task's cycle: %w", err)
+		if plan, found, err = s.cyclePlanFromLedger(ctx, spec, cycleStart); err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, &noCycleError{msg: fmt.Sprintf("task %q has no ledger row with cycle start %s; /api/cycles lists the cycles it has",
+				spec.Name, cycleStart.UTC().Format(time.RFC3339))}
 		}
 	}
 	cycleStart = cycleStart.UTC()

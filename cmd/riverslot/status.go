@@ -74,6 +74,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer pool.Close()
+	if err := checkRiverSchema(ctx, pool, *schema); err != nil {
+		return err
+	}
 	rt := tf.riverTask()
 	rt.Sync = func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
 	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverutil.Task{rt}})

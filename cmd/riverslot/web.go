@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -49,12 +49,6 @@ use, unreachable database).
 
 // webTasksMax bounds the tasks riverslot web serves.
 const webTasksMax = 100
-
-// webTasksSQL finds the tasks of a River schema: the latest cycle and plan
-// of each task with a bootstrap job (River's kind index).
-const webTasksSQL = `SELECT DISTINCT ON (args->>'task') args->>'task', args->>'plan', (args->>'cycle_start')::timestamptz FROM %s
-	WHERE kind = 'riverslot_bootstrap' AND coalesce(args->>'plan', '') <> '' AND coalesce(args->>'task', '') <> ''
-	ORDER BY args->>'task', (args->>'cycle_start')::timestamptz DESC LIMIT $1`
 
 func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("web", webAbout, stderr)
@@ -104,7 +98,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		for _, name := range wanted {
 			i := slices.IndexFunc(tasks, func(t riverutil.Task) bool { return t.Name == name })
 			if i < 0 {
-				return usageErr("--task %q has no bootstrap job in %s.river_job; tasks found: %s", name, *schema, taskList(tasks))
+				return usageErr("--task %q has no cycle in the ledger of --schema %q; tasks found: %s", name, *schema, taskList(tasks))
 			}
 			kept = append(kept, tasks[i])
 		}
@@ -170,42 +164,59 @@ func connectReadOnly(ctx context.Context, url string, maxConns int32) (*pgxpool.
 	return pool, nil
 }
 
-// findTasks returns the tasks with a bootstrap job in schema's river_job,
-// each with the cycle and grid of its latest cycle's plan; the rest of each
-// task (seed, phase, placement) is read from its jobs when shown.
+// checkRiverSchema returns a usage error unless schema holds River's job
+// table and riverslot's ledger: the schema of the app's River tables.
+func checkRiverSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	var jobs, led bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
+		sqlbucket.QualifiedTable(schema, "river_job"), ledger.New(schema).QualifiedTable()).Scan(&jobs, &led); err != nil {
+		return fmt.Errorf("error looking for River's tables: %w", err)
+	}
+	switch {
+	case !jobs:
+		return usageErr("--schema %q has no river_job table; give the schema of the app's River tables (river.Config.Schema)", schema)
+	case !led:
+		return usageErr("--schema %q has River's tables but no riverslot ledger (%s); run riverutil.Migrate on it, or give the schema of the app's River tables", schema, ledger.Table)
+	}
+	return nil
+}
+
+// findTasks returns the tasks the ledger in schema records cycles of, each
+// with the cycle and grid of its latest cycle's plan; the rest of each
+// task (seed, phase, placement) is read from the ledger when shown. It
+// reads the ledger only: River may have deleted every job of the tasks.
 func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]riverutil.Task, error) {
-	var exists bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", sqlbucket.QualifiedTable(schema, "river_job")).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("error looking for River's tables: %w", err)
+	if err := checkRiverSchema(ctx, pool, schema); err != nil {
+		return nil, err
 	}
-	if !exists {
-		return nil, usageErr("--schema %q has no river_job table; give the schema of the app's River tables (river.Config.Schema)", schema)
-	}
-	rows, err := pool.Query(ctx, fmt.Sprintf(webTasksSQL, sqlbucket.QualifiedTable(schema, "river_job")), webTasksMax)
+	led := ledger.New(schema)
+	names, err := led.Tasks(ctx, pool, webTasksMax)
 	if err != nil {
 		return nil, fmt.Errorf("error finding the tasks: %w", err)
 	}
 	var (
 		tasks       []riverutil.Task
-		name, plan  string
-		latest      time.Time
 		unreadable  []string
 		noopSyncErr = func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&name, &plan, &latest}, func() error {
+	for _, name := range names {
+		latest, plan, ok, err := led.LatestCycle(ctx, pool, name, "")
+		if err != nil {
+			return nil, fmt.Errorf("error finding the tasks: %w", err)
+		}
+		if !ok {
+			continue
+		}
 		cycle, _, seed, buckets, _, err := taskspec.ParsePlanID(plan)
 		if err != nil {
 			unreadable = append(unreadable, fmt.Sprintf("%s (%v)", name, err))
-			return nil
+			continue
 		}
 		offset := time.Duration(latest.UnixNano() % int64(cycle))
 		tasks = append(tasks, riverutil.Task{Name: name, Cycle: cycle, TriggerOffset: offset, Seed: seed, Buckets: buckets, Sync: noopSyncErr})
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("error finding the tasks: %w", err)
 	}
 	if len(tasks) == 0 {
-		msg := fmt.Sprintf("no riverslot task in --schema %q: its river_job has no bootstrap job (run the app, or riverslot demo, first)", schema)
+		msg := fmt.Sprintf("no riverslot task in --schema %q: its ledger records no cycle (run the app, or riverslot demo, first)", schema)
 		if len(unreadable) > 0 {
 			msg += "; unreadable plans: " + strings.Join(unreadable, ", ")
 		}

@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
@@ -50,6 +52,24 @@ func DDL(schema string) []string {
 	PRIMARY KEY (task, cycle_start, plan, slot)
 )`,
 		`COMMENT ON TABLE ` + table + ` IS 'riverslot: one row per cycle bootstrap (slot -1) and per-slot job; keeps cycles unique after River deletes their jobs'`,
+		// Version 2: the cycle's row records what its bootstrap decided
+		// (its end, the latest NotAfter of its syncs, its placement and
+		// pins, how long it is kept), a slot's row its state. Rows of
+		// version 1 keep NULLs there; readers fall back as documented on
+		// each column.
+		`ALTER TABLE ` + table + `
+	ADD COLUMN IF NOT EXISTS cycle_end timestamptz,
+	ADD COLUMN IF NOT EXISTS deadline timestamptz,
+	ADD COLUMN IF NOT EXISTS keep_until timestamptz,
+	ADD COLUMN IF NOT EXISTS placement text,
+	ADD COLUMN IF NOT EXISTS pins jsonb,
+	ADD COLUMN IF NOT EXISTS fallback text,
+	ADD COLUMN IF NOT EXISTS started_at timestamptz,
+	ADD COLUMN IF NOT EXISTS failed_at timestamptz,
+	ADD COLUMN IF NOT EXISTS error text`,
+		// The pins a cycle follows may be another task's (OppositeOf):
+		// pin pruning finds the cycles that follow a task's pins here.
+		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{Table + "_pins"}.Sanitize() + ` ON ` + table + ` ((pins->>'task'), cycle_start) WHERE slot = -1 AND pins IS NOT NULL`,
 	}
 }
 
@@ -67,13 +87,20 @@ func Oldest(cycle time.Duration) time.Duration { return Horizon(cycle) - cycle }
 // ErrMissing is returned when the ledger table does not exist.
 var ErrMissing = errors.New("riverslot's ledger table " + Table + " does not exist in River's schema; run riverutil.Migrate (or riverutil.MigrateLedger) on River's schema once after upgrading")
 
+// ErrOutdated is returned when the ledger table lacks the columns this
+// version records (it was made by an older riverslot).
+var ErrOutdated = errors.New("riverslot's ledger table " + Table + " was made by an older riverslot and lacks columns this version records; run riverutil.Migrate (or riverutil.MigrateLedger) on River's schema once after upgrading")
+
 // Ledger reads and writes the ledger in one schema.
 type Ledger struct {
 	table string // quoted and qualified
+	jobs  string // River's job table beside it, quoted and qualified
 }
 
 // New returns the ledger of River's schema ("" for the search path).
-func New(schema string) Ledger { return Ledger{table: sqlbucket.QualifiedTable(schema, Table)} }
+func New(schema string) Ledger {
+	return Ledger{table: sqlbucket.QualifiedTable(schema, Table), jobs: sqlbucket.QualifiedTable(schema, "river_job")}
+}
 
 // QualifiedTable returns the ledger's quoted, qualified table name.
 func (l Ledger) QualifiedTable() string { return l.table }
@@ -85,6 +112,9 @@ func wrap(err error, what string) error {
 	}
 	if isUndefinedTable(err) {
 		return fmt.Errorf("error %s: %w", what, ErrMissing)
+	}
+	if isUndefinedColumn(err) {
+		return fmt.Errorf("error %s: %w", what, ErrOutdated)
 	}
 	return fmt.Errorf("error %s: %w", what, err)
 }
@@ -188,14 +218,94 @@ func (l Ledger) RecordSlot(ctx context.Context, tx pgx.Tx, task, plan string, cy
 	return tag.RowsAffected() == 1, nil
 }
 
-// Prune deletes the task's rows of cycles that started before cutoff, in
-// tx, and returns how many it deleted.
-func (l Ledger) Prune(ctx context.Context, tx pgx.Tx, task string, cutoff time.Time) (int64, error) {
-	tag, err := tx.Exec(ctx, "DELETE FROM "+l.table+" WHERE task = $1 AND cycle_start < $2", task, cutoff)
+// Prune deletes, in tx, the task's cycles whose own keep_until (their
+// start plus the Horizon of the plan they were made under) is before now,
+// with their slots, and returns how many rows it deleted. A cycle of
+// another plan is kept as long as its own plan needs it, whatever the
+// node's Cycle: a change from 24 h to 1 h does not prune the 24 h cycle
+// still running. Rows made before keep_until was recorded are kept until
+// cutoff (the pruning node's own horizon, PruneCutoff), as before.
+func (l Ledger) Prune(ctx context.Context, tx pgx.Tx, task string, cutoff, now time.Time) (int64, error) {
+	tag, err := tx.Exec(ctx, "WITH gone AS (DELETE FROM "+l.table+" c WHERE c.task = $1 AND c.slot = $4"+
+		" AND coalesce(c.keep_until < $3, c.cycle_start < $2) RETURNING c.cycle_start, c.plan)"+
+		" DELETE FROM "+l.table+" s USING gone g WHERE s.task = $1 AND s.cycle_start = g.cycle_start AND s.plan = g.plan",
+		task, cutoff, now, BootstrapSlot)
 	if err != nil {
 		return 0, wrap(err, "pruning the ledger")
 	}
-	return tag.RowsAffected(), nil
+	// Slot rows whose cycle row is gone (made before the cycle row was
+	// kept with them) go by the start cutoff alone.
+	orphans, err := tx.Exec(ctx, "DELETE FROM "+l.table+" s WHERE s.task = $1 AND s.slot >= 0 AND s.cycle_start < $2"+
+		" AND NOT EXISTS (SELECT 1 FROM "+l.table+" c WHERE c.task = s.task AND c.cycle_start = s.cycle_start AND c.plan = s.plan AND c.slot = $3)",
+		task, cutoff, BootstrapSlot)
+	if err != nil {
+		return 0, wrap(err, "pruning the ledger")
+	}
+	return tag.RowsAffected() + orphans.RowsAffected(), nil
+}
+
+// Cycle is what a cycle's bootstrap decided, as the cycle's row records
+// it: every reader of the cycle (the overlap rule of a plan change, pin
+// pruning, Status, the history, the account lookup) reads it here, never
+// from River's job table, which may have deleted the cycle's jobs.
+type Cycle struct {
+	Task, Plan string
+	Start, End time.Time
+	// Deadline is the latest NotAfter a sync of the cycle can carry: no
+	// sync of the cycle calls Sync after it.
+	Deadline time.Time
+	// KeepUntil is when the ledger may prune the cycle: its start plus
+	// the Horizon of its own plan.
+	KeepUntil time.Time
+	// Placement is "hash" or "pinned" (the per-slot tier's constants);
+	// empty for a cycle recorded before placements were (its nodes' own
+	// Weight decides).
+	Placement string
+	// Pins names the pins a pinned cycle follows.
+	Pins *taskspec.PinsRef
+	// Fallback is the pin computation's fallback ("previous", "hash").
+	Fallback  string
+	CreatedAt time.Time
+}
+
+// RecordCycle records in tx what the bootstrap that claimed c's cycle
+// decided for it.
+func (l Ledger) RecordCycle(ctx context.Context, tx pgx.Tx, c Cycle) error {
+	var fallback *string
+	if c.Fallback != "" {
+		fallback = &c.Fallback
+	}
+	_, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10"+
+		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4",
+		c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback)
+	return wrap(err, "recording the cycle's decisions in the ledger")
+}
+
+// SlotStarted records that job (the slot's per-slot job) started an
+// attempt: the slot is fanning out, and a failure an earlier attempt
+// recorded is cleared (an operator retried it).
+func (l Ledger) SlotStarted(ctx context.Context, q Execer, task, plan string, cycleStart time.Time, slot int, jobID int64) error {
+	_, err := q.Exec(ctx, "UPDATE "+l.table+" SET started_at = coalesce(started_at, now()), failed_at = NULL, error = NULL"+
+		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4 AND job_id = $5 AND finished_at IS NULL",
+		task, cycleStart, plan, slot, jobID)
+	return wrap(err, "recording the slot's start in the ledger")
+}
+
+// SlotFailed records that job's fan-out of the slot ended without
+// finishing (its last attempt failed, or it was cancelled), with why.
+func (l Ledger) SlotFailed(ctx context.Context, q Execer, task, plan string, cycleStart time.Time, slot int, jobID int64, reason string) error {
+	if len(reason) > 2000 {
+		reason = reason[:2000]
+	}
+	_, err := q.Exec(ctx, "UPDATE "+l.table+" SET failed_at = now(), error = $6"+
+		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4 AND job_id = $5 AND finished_at IS NULL",
+		task, cycleStart, plan, slot, jobID, reason)
+	return wrap(err, "recording the slot's failure in the ledger")
+}
+
+// Execer runs a statement: a pool, connection or transaction.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // PruneCutoff is the cutoff a bootstrap of cycleStart prunes its task's
@@ -206,4 +316,50 @@ func PruneCutoff(cycle time.Duration, cycleStart, now time.Time) time.Time {
 		cycleStart = now
 	}
 	return cycleStart.Add(-Horizon(cycle))
+}
+
+// Backfill records in the ledger the cycles River's job table still holds
+// that the ledger does not (made by a version without the ledger, or
+// before it recorded each cycle's decisions), in one transaction:
+//   - a completed bootstrap job is a bootstrapped cycle (a bootstrap not
+//     yet run is left to run: it claims its cycle itself);
+//   - every per-slot job is its slot, claimed by it; a completed one
+//     finished its fan-out at finalized_at, with the figures of its output;
+//   - a cycle row without its decisions gets them from its per-slot jobs'
+//     args (placement, pins, cycle end).
+//
+// It returns the rows added and the cycles completed. What River already
+// deleted cannot be recovered: docs/scale.md says what to do then.
+func (l Ledger) Backfill(ctx context.Context, tx pgx.Tx, bootstrapKind, perSlotKind string) (added, completed int64, err error) {
+	tag, err := tx.Exec(ctx, "INSERT INTO "+l.table+" (task, cycle_start, plan, slot, job_id, created_at)"+
+		" SELECT DISTINCT ON (1, 2, 3) args->>'task', (args->>'cycle_start')::timestamptz, args->>'plan', $2::int, id, created_at FROM "+l.jobs+
+		" WHERE kind = $1 AND state = 'completed' AND coalesce(args->>'plan', '') <> '' AND coalesce(args->>'task', '') <> ''"+
+		" ORDER BY 1, 2, 3, id ON CONFLICT DO NOTHING", bootstrapKind, BootstrapSlot)
+	if err != nil {
+		return 0, 0, wrap(err, "recording River's bootstrapped cycles in the ledger")
+	}
+	added = tag.RowsAffected()
+	tag, err = tx.Exec(ctx, "INSERT INTO "+l.table+" (task, cycle_start, plan, slot, job_id, created_at, accounts, inserted, skipped, batches, finished_at)"+
+		" SELECT DISTINCT ON (1, 2, 3, 4) args->>'task', (args->>'cycle_start')::timestamptz, args->>'plan', (args->>'slot')::int, id, created_at,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'output'->>'accounts')::bigint END,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'output'->>'inserted')::bigint END,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'output'->>'skipped')::bigint END,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'output'->>'batches')::int END,"+
+		" CASE WHEN state = 'completed' THEN finalized_at END"+
+		" FROM "+l.jobs+" WHERE kind = $1 AND coalesce(args->>'plan', '') <> '' AND coalesce(args->>'task', '') <> '' AND args ? 'slot'"+
+		" ORDER BY 1, 2, 3, 4, (state = 'completed') DESC, id ON CONFLICT DO NOTHING", perSlotKind)
+	if err != nil {
+		return 0, 0, wrap(err, "recording River's per-slot jobs in the ledger")
+	}
+	added += tag.RowsAffected()
+	tag, err = tx.Exec(ctx, "UPDATE "+l.table+" c SET placement = coalesce(j.args->>'placement', 'hash'), pins = j.args->'pins',"+
+		" cycle_end = (j.args->>'cycle_end')::timestamptz"+
+		" FROM (SELECT DISTINCT ON (args->>'task', args->>'cycle_start', args->>'plan') args FROM "+l.jobs+
+		"  WHERE kind = $1 AND args ? 'placement' ORDER BY args->>'task', args->>'cycle_start', args->>'plan', id) j"+
+		" WHERE c.slot = $2 AND c.placement IS NULL AND c.task = j.args->>'task' AND c.cycle_start = (j.args->>'cycle_start')::timestamptz AND c.plan = j.args->>'plan'",
+		perSlotKind, BootstrapSlot)
+	if err != nil {
+		return 0, 0, wrap(err, "recording the cycles' placements in the ledger")
+	}
+	return added, tag.RowsAffected(), nil
 }

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -20,6 +21,11 @@ type Queryer interface {
 func isUndefinedTable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
+
+func isUndefinedColumn(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42703"
 }
 
 func sortInts(s []int) { slices.Sort(s) }
@@ -139,4 +145,180 @@ func (l Ledger) RangeCounts(ctx context.Context, q Queryer, task, plan string, s
 		return nil, false, wrap(err, "reading the slots' account counts in the ledger")
 	}
 	return out, seen == slots, nil
+}
+
+// cycleColumns are the columns of a cycle's row that Cycle holds, in the
+// order scanCycle reads them.
+const cycleColumns = "c.task, c.plan, c.cycle_start, c.cycle_end, c.deadline, c.keep_until, coalesce(c.placement, ''), c.pins, coalesce(c.fallback, ''), c.created_at"
+
+// scanCycle scans cycleColumns, then extra, from row.
+func scanCycle(row pgx.Row, extra ...any) (Cycle, error) {
+	var (
+		c                   Cycle
+		end, deadline, keep *time.Time
+	)
+	dest := append([]any{&c.Task, &c.Plan, &c.Start, &end, &deadline, &keep, &c.Placement, &c.Pins, &c.Fallback, &c.CreatedAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return Cycle{}, err
+	}
+	c.Start = c.Start.UTC()
+	for _, t := range []struct {
+		dst *time.Time
+		src *time.Time
+	}{{&c.End, end}, {&c.Deadline, deadline}, {&c.KeepUntil, keep}} {
+		if t.src != nil {
+			*t.dst = t.src.UTC()
+		}
+	}
+	return c, nil
+}
+
+// CycleRecord returns the record of the task's cycle at cycleStart under
+// plan, and false when the ledger has none.
+func (l Ledger) CycleRecord(ctx context.Context, q Queryer, task, plan string, cycleStart time.Time) (Cycle, bool, error) {
+	c, err := scanCycle(q.QueryRow(ctx, "SELECT "+cycleColumns+" FROM "+l.table+" c WHERE c.task = $1 AND c.cycle_start = $2 AND c.plan = $3 AND c.slot = $4",
+		task, cycleStart, plan, BootstrapSlot))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), isUndefinedTable(err):
+		return Cycle{}, false, nil
+	case err != nil:
+		return Cycle{}, false, wrap(err, "reading the cycle's record in the ledger")
+	}
+	return c, true, nil
+}
+
+// Cycles returns the task's recorded cycles that started in [from, to),
+// newest first, at most limit: one range of the primary key.
+func (l Ledger) Cycles(ctx context.Context, q Queryer, task string, from, to time.Time, limit int) ([]Cycle, error) {
+	rows, err := q.Query(ctx, "SELECT "+cycleColumns+" FROM "+l.table+" c WHERE c.task = $1 AND c.cycle_start >= $2 AND c.cycle_start < $3 AND c.slot = $4"+
+		" ORDER BY c.cycle_start DESC, c.created_at DESC LIMIT $5", task, from, to, BootstrapSlot, limit)
+	if isUndefinedTable(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, wrap(err, "reading the task's cycles in the ledger")
+	}
+	defer rows.Close()
+	var out []Cycle
+	for rows.Next() {
+		c, err := scanCycle(rows)
+		if err != nil {
+			return nil, wrap(err, "reading the task's cycles in the ledger")
+		}
+		out = append(out, c)
+	}
+	return out, wrap(rows.Err(), "reading the task's cycles in the ledger")
+}
+
+// OtherSlot is one slot of another cycle of a task, with its cycle's
+// record: what the overlap rule of a plan change reads.
+type OtherSlot struct {
+	Cycle Cycle
+	Slot  int
+	JobID int64
+	// Done: the slot's fan-out finished (its syncs are in the queue or
+	// ran). Failed: it ended without finishing, as recorded.
+	Done, Failed bool
+}
+
+// OtherSlots returns the slots of the task's cycles, of any plan, that
+// started in (from, to), other than (plan, cycleStart) itself, whose
+// cycle was recorded before before (its row's created_at, ties broken by
+// plan and start so that of two cycles exactly one is first) and whose
+// syncs can run after notBefore (their Deadline; cycles recorded without
+// one are included). One range of the primary key.
+func (l Ledger) OtherSlots(ctx context.Context, q Queryer, task, plan string, cycleStart, from, to, before, notBefore time.Time) ([]OtherSlot, error) {
+	rows, err := q.Query(ctx, "SELECT "+cycleColumns+", s.slot, coalesce(s.job_id, 0), s.finished_at IS NOT NULL, s.failed_at IS NOT NULL"+
+		" FROM "+l.table+" c JOIN "+l.table+" s ON s.task = c.task AND s.cycle_start = c.cycle_start AND s.plan = c.plan AND s.slot >= 0"+
+		" WHERE c.task = $1 AND c.slot = $2 AND c.cycle_start > $3 AND c.cycle_start < $4"+
+		" AND NOT (c.plan = $5 AND c.cycle_start = $6)"+
+		" AND (c.created_at, c.plan, c.cycle_start) < ($7, $5, $6)"+
+		" AND (c.deadline IS NULL OR c.deadline > $8)",
+		task, BootstrapSlot, from, to, plan, cycleStart, before, notBefore)
+	if err != nil {
+		return nil, wrap(err, "reading the task's other cycles in the ledger")
+	}
+	defer rows.Close()
+	var out []OtherSlot
+	for rows.Next() {
+		var o OtherSlot
+		c, err := scanCycle(rows, &o.Slot, &o.JobID, &o.Done, &o.Failed)
+		if err != nil {
+			return nil, wrap(err, "reading the task's other cycles in the ledger")
+		}
+		o.Cycle = c
+		out = append(out, o)
+	}
+	return out, wrap(rows.Err(), "reading the task's other cycles in the ledger")
+}
+
+// JobStates returns the River state of each of ids still in River's job
+// table (in schema, the ledger's): a job absent from the map was deleted.
+// A primary-key lookup per id; the ledger reads River's table only for
+// jobs it records as not finished.
+func (l Ledger) JobStates(ctx context.Context, q Queryer, ids []int64) (map[int64]string, error) {
+	out := make(map[int64]string, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := q.Query(ctx, "SELECT id, state::text FROM "+l.jobs+" WHERE id = ANY($1)", ids)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the states of %d per-slot jobs: %w", len(ids), err)
+	}
+	var (
+		id    int64
+		state string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+		out[id] = state
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("error reading the states of %d per-slot jobs: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// Tasks returns the names of the tasks the ledger records cycles of, in
+// order, at most limit: a loose index scan of the primary key, one probe
+// per task however many cycles each has.
+func (l Ledger) Tasks(ctx context.Context, q Queryer, limit int) ([]string, error) {
+	rows, err := q.Query(ctx, "WITH RECURSIVE t(task) AS ("+
+		"(SELECT task FROM "+l.table+" ORDER BY task LIMIT 1)"+
+		" UNION ALL SELECT (SELECT task FROM "+l.table+" WHERE task > t.task ORDER BY task LIMIT 1) FROM t WHERE t.task IS NOT NULL)"+
+		" SELECT task FROM t WHERE task IS NOT NULL LIMIT $1", limit)
+	if err != nil {
+		return nil, wrap(err, "listing the tasks in the ledger")
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, wrap(err, "listing the tasks in the ledger")
+}
+
+// PinsInUse returns the (plan, cycle start) under which the pins of task
+// are stored for every cycle the ledger records as following them (its own
+// cycles, or those of a task OppositeOf it) with a slot whose fan-out has
+// not finished: a per-slot job that can still run (or be retried by an
+// operator) reads those pins. Cycles recorded before placements were
+// (placement NULL) follow their own task's pins, under their own plan and
+// start. Bounded by the ledger's horizon.
+func (l Ledger) PinsInUse(ctx context.Context, q Queryer, task string) ([]string, []time.Time, error) {
+	rows, err := q.Query(ctx, "SELECT DISTINCT coalesce(c.pins->>'plan', c.plan), coalesce((c.pins->>'cycle_start')::timestamptz, c.cycle_start) FROM "+l.table+" c"+
+		" WHERE c.slot = $2 AND ((c.pins IS NOT NULL AND c.pins->>'task' = $1) OR (c.task = $1 AND c.placement IS NULL))"+
+		" AND EXISTS (SELECT 1 FROM "+l.table+" s WHERE s.task = c.task AND s.cycle_start = c.cycle_start AND s.plan = c.plan AND s.slot >= 0 AND s.finished_at IS NULL)",
+		task, BootstrapSlot)
+	if err != nil {
+		return nil, nil, wrap(err, "finding the cycles that still read the task's pins in the ledger")
+	}
+	var (
+		plans  []string
+		starts []time.Time
+		plan   string
+		start  time.Time
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&plan, &start}, func() error {
+		plans, starts = append(plans, plan), append(starts, start)
+		return nil
+	}); err != nil {
+		return nil, nil, wrap(err, "finding the cycles that still read the task's pins in the ledger")
+	}
+	return plans, starts, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
 )
@@ -575,12 +576,13 @@ func scanWeights(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, b budget) 
 // Querier runs a query: River's pool or a transaction on it.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // Prune deletes, in tx (on the pins' database), the pin cycles of spec's
 // task that started more than max(two cycles, an hour) before both
-// cycleStart and now and that no per-slot job in riverSchema's river_job,
-// read through river, can still read (taskspec.PruneKeptSQL): a change of
+// cycleStart and now and that no cycle the ledger in riverSchema records,
+// read through river, can still read (ledger.PinsInUse): a change of
 // Cycle, or EnqueueCycle far ahead, never removes the pins of a cycle that
 // is still running.
 func Prune(ctx context.Context, tx pgx.Tx, river Querier, spec *taskspec.Spec, riverSchema string, cycleStart time.Time) (int64, error) {
@@ -589,21 +591,9 @@ func Prune(ctx context.Context, tx pgx.Tx, river Querier, spec *taskspec.Spec, r
 		from = now
 	}
 	before := from.Add(-max(time.Duration(pinsKept-1)*spec.Plan.Cycle, pinsKeptMin))
-	rows, err := river.Query(ctx, taskspec.PruneKeptSQL(riverSchema), spec.Name)
+	plans, starts, err := ledger.New(riverSchema).PinsInUse(ctx, river, spec.Name)
 	if err != nil {
-		return 0, fmt.Errorf("error finding the pins per-slot jobs still read: %w", err)
-	}
-	var (
-		plans  []string
-		starts []time.Time
-		plan   string
-		start  time.Time
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&plan, &start}, func() error {
-		plans, starts = append(plans, plan), append(starts, start)
-		return nil
-	}); err != nil {
-		return 0, fmt.Errorf("error finding the pins per-slot jobs still read: %w", err)
+		return 0, err
 	}
 	tag, err := tx.Exec(ctx, taskspec.PruneSQL(spec.Schema), spec.Name, before, plans, starts)
 	if err != nil {

@@ -2,7 +2,6 @@ package pinning
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -17,11 +16,12 @@ import (
 
 // TestPrune computes the pins of several cycles of one task, two plans
 // (16 s, the node's, and a 24 h one, as before a change of Cycle), gives
-// some of them per-slot jobs in various states, and prunes as a bootstrap
-// of the current cycle, or of one far ahead (EnqueueCycle), would. Only the
-// cycles no per-slot job can still read go: a cycle with a running,
-// retryable or discarded per-slot job keeps its pins whatever its plan's
-// length, and so does the latest cycle of each plan.
+// some of them ledger rows (a cycle following the pins, a slot in various
+// states), and prunes as a bootstrap of the current cycle, or of one far
+// ahead (EnqueueCycle), would. River's job table is empty, as after its
+// cleaner ran. Only the cycles no per-slot job can still read go: a cycle
+// with a slot not finished (running, retryable or failed) keeps its pins
+// whatever its plan's length, and so does the latest cycle of each plan.
 func TestPrune(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -31,13 +31,13 @@ func TestPrune(t *testing.T) {
 	require.NoError(t, err)
 	long, err := spec.ForPlan(taskspec.PlanID(day, spec.Seed, 0), now.Add(-5*time.Hour))
 	require.NoError(t, err)
-	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	led := pgx.Identifier{schema, "riverslot_ledger"}.Sanitize()
 
 	type cycle struct {
 		spec  *taskspec.Spec
 		start time.Time
-		state string // of its per-slot job; "" for none
-		// legacy: the per-slot job predates recorded placements.
+		state string // of its per-slot job, as the ledger records it; "" for none
+		// legacy: the cycle's row predates recorded placements.
 		legacy bool
 		kept   bool
 	}
@@ -61,17 +61,23 @@ func TestPrune(t *testing.T) {
 		if c.state == "" {
 			continue
 		}
-		args := any(perslot.NewArgs(c.spec, c.start, 0))
-		if c.legacy {
-			args = map[string]any{"task": c.spec.Name, "cycle_start": c.start, "slot": 0, "plan": c.spec.PlanID}
+		// The cycle as its bootstrap records it in the ledger (River's
+		// job table is not read: River may have deleted the jobs), and
+		// its slot 0, finished when its per-slot job completed.
+		var placement, ref any
+		if !c.legacy {
+			placement, ref = perslot.PlacementPinned, c.spec.PinsRef()
 		}
-		data, err := json.Marshal(args)
-		require.NoError(t, err)
-		_, err = pool.Exec(ctx, "INSERT INTO "+jobs+" (kind, args, state, queue, priority, max_attempts, attempt, scheduled_at, attempted_at, finalized_at)"+
-			" VALUES ($1, $2, $3::text::"+pgx.Identifier{schema, "river_job_state"}.Sanitize()+", 'default', 1, 5, 1, now(), now(), CASE WHEN $3::text IN ('completed', 'discarded', 'cancelled') THEN now() END)",
-			perslot.Kind, data, c.state)
+		_, err = pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot, placement, pins) VALUES ($1, $2, $3, -1, $4, $5)",
+			c.spec.Name, c.start, c.spec.PlanID, placement, ref)
+		require.NoError(t, err, name)
+		_, err = pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot, job_id, finished_at, failed_at) VALUES ($1, $2, $3, 0, 1,"+
+			" CASE WHEN $4 = 'completed' THEN now() END, CASE WHEN $4 = 'discarded' THEN now() END)",
+			c.spec.Name, c.start, c.spec.PlanID, c.state)
 		require.NoError(t, err, name)
 	}
+	// River's job table holds none of these jobs: it is not what decides.
+	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()))
 
 	// A bootstrap far ahead (EnqueueCycle) prunes as one of now would.
 	for _, at := range []time.Time{now.Add(100 * spec.Plan.Cycle), now} {

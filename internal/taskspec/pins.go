@@ -272,26 +272,11 @@ func PinOfSQL(schema string) string {
 		" WHERE c.task = $1 AND c.plan = $2 ORDER BY c.cycle_start DESC LIMIT 1"
 }
 
-// PruneKeptSQL returns the query for the (plan, cycle start) of every pin
-// cycle of task $1 that a per-slot job in riverSchema's river_job can still
-// read: one in any state but completed (running, retryable, scheduled,
-// cancelled or discarded can still run, by River or an operator) that
-// follows those pins (its pins ref, or its own cycle for jobs made before
-// placements were recorded). The per-slot jobs are found through River's
-// GIN index on args. It runs on River's database, PruneSQL on the pins'.
-func PruneKeptSQL(riverSchema string) string {
-	jobs := sqlbucket.QualifiedTable(riverSchema, "river_job")
-	return "SELECT DISTINCT coalesce(args->'pins'->>'plan', args->>'plan', ''), coalesce((args->'pins'->>'cycle_start')::timestamptz, (args->>'cycle_start')::timestamptz)" +
-		" FROM " + jobs + " WHERE kind = '" + PerSlotKind + "' AND state <> 'completed'" +
-		" AND (args @> jsonb_build_object('pins', jsonb_build_object('task', $1::text))" +
-		" OR (args @> jsonb_build_object('task', $1::text) AND NOT args ? 'placement'))"
-}
-
 // PruneSQL returns the statement that deletes the pin cycles (and their
 // pins) of task $1 that started before $2 and that no cycle can still need:
 // the latest cycle of each plan whose pins were computed is kept (the next cycle's hysteresis
 // starts from it), and so is every (plan, cycle start) of the arrays $3,
-// $4, those PruneKeptSQL found: a cycle keeps its pins while a per-slot job
+// $4, those the ledger records as still read (ledger.PinsInUse): a cycle keeps its pins while a per-slot job
 // that reads them can still run.
 func PruneSQL(schema string) string {
 	pins := sqlbucket.QualifiedTable(schema, PinsTable)
@@ -302,10 +287,6 @@ func PruneSQL(schema string) string {
 		" RETURNING c.task, c.plan, c.cycle_start)" +
 		" DELETE FROM " + pins + " p USING gone g WHERE p.task = g.task AND p.plan = g.plan AND p.cycle_start = g.cycle_start"
 }
-
-// PerSlotKind is perslot.Kind, the River kind of per-slot jobs (perslot
-// imports this package, not the reverse).
-const PerSlotKind = "riverslot_perslot"
 
 // buildPinsSQL fills s.Pins for a weighted task.
 func (s *Spec) buildPinsSQL() {

@@ -85,6 +85,14 @@ func (s *Spec) NotAfter(cycleStart, cycleEnd, regular, scheduled time.Time) time
 	return notAfter
 }
 
+// SyncsUntil returns the latest NotAfter a sync of the cycle [cycleStart,
+// cycleEnd) can carry: no sync of the cycle calls Sync after it. The
+// cycle's ledger row records it, so that the overlap rule of a later plan
+// reads only the cycles whose syncs can still run near its own.
+func (s *Spec) SyncsUntil(cycleStart, cycleEnd time.Time) time.Time {
+	return cycleEnd.Add(cycleEnd.Sub(cycleStart) - s.Plan.Cycle/2 + s.LateGrace)
+}
+
 // FromTasks validates riverutil tasks into their specs, exactly as
 // riverutil.New does (defaults, validation, OppositeOf), without a pool.
 // riverutil sets it (the tasks are passed as any, a []riverutil.Task, so

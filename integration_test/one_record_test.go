@@ -1,0 +1,177 @@
+package integration
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// shortRetention deletes River's finished jobs a second after they finish,
+// every 200 ms, until the test ends: what River's cleaner does with the
+// short CompletedJobRetentionPeriod docs/scale.md recommends (River's own
+// cleaner runs every 30 s; the test cannot wait for it). clean runs one
+// pass at once.
+func (b *testBundle) shortRetention(ctx context.Context, t *testing.T) (clean func()) {
+	t.Helper()
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	clean = func() {
+		_, err := b.pool.Exec(ctx, "DELETE FROM "+jobs+" WHERE state IN ('completed', 'cancelled', 'discarded') AND finalized_at < now() - interval '1 second'")
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("short retention: %v", err)
+		}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+				clean()
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); wg.Wait() })
+	return clean
+}
+
+// recordScheduled returns a SyncFunc that records each call in the synced
+// table at the time riverslot scheduled it (the job's ScheduledAt), the
+// app's own record of what ran: River's job table forgets it a second
+// later.
+func (b *testBundle) recordScheduled() riverutil.SyncFunc {
+	table := pgx.Identifier{b.schema, "synced"}.Sanitize()
+	return func(ctx context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
+		_, err := b.pool.Exec(ctx, "INSERT INTO "+table+" (task, account_id, cycle_start, synced_at) VALUES ($1, $2, $3, $4)",
+			job.Args.Task, id, job.Args.CycleStart, job.ScheduledAt)
+		return err
+	}
+}
+
+// calls returns the times each account's Sync was called for, in order.
+func (b *testBundle) calls(ctx context.Context, t *testing.T) map[uuid.UUID][]time.Time {
+	t.Helper()
+	rows, err := b.pool.Query(ctx, "SELECT account_id, synced_at FROM "+pgx.Identifier{b.schema, "synced"}.Sanitize()+" ORDER BY synced_at")
+	require.NoError(t, err)
+	out := map[uuid.UUID][]time.Time{}
+	var (
+		id uuid.UUID
+		at time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		out[id] = append(out[id], at)
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// TestPlanChangeShortRetention is TestPlanChange with River deleting
+// finished jobs a second after they finish: a 24 s cycle is stopped after
+// its first slots fanned out, River forgets them, and the app restarts
+// with a 48 s cycle whose first cycle starts with the old one. The new
+// plan must leave to the old cycle the accounts it synced, knowing them
+// from the ledger alone: no account is synced twice less than half a
+// cycle apart, none twice in one new cycle, and every account is synced.
+// Reading River's job table instead (as before the ledger decided), the
+// new plan syncs the old cycle's accounts again within seconds.
+func TestPlanChangeShortRetention(t *testing.T) {
+	t.Parallel()
+
+	const (
+		accounts = 2000
+		oldCycle = 24 * time.Second // 8 slots of 3 s
+		newCycle = 2 * oldCycle     // 16 slots of 3 s
+		oldSlots = 8
+	)
+	ctx, b := setup(t, accounts)
+	clean := b.shortRetention(ctx, t)
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	led := pgx.Identifier{b.schema, "riverslot_ledger"}.Sanitize()
+
+	offset, oldStart := offsetForStartIn(newCycle, 11*time.Second)
+	oldTask := riverutil.Task{Name: "transactions", Cycle: oldCycle, TriggerOffset: offset % oldCycle,
+		Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordScheduled()}
+	old := newScheduler(t, b, oldTask)
+	oldPlan := taskInfo(t, old, "transactions").PlanID
+	oldClient := startClient(ctx, t, b, old, false, river.QueueDefault)
+	_, err := old.EnqueueCycle(ctx, oldClient, "transactions", oldStart)
+	require.NoError(t, err)
+	waitFor(t, time.Until(oldStart)+60*time.Second, "a quarter of the old cycle's slots to fan out", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE plan = $1 AND slot >= 0 AND finished_at IS NOT NULL", oldPlan) >= oldSlots/4
+	})
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, oldClient.Stop(stopCtx))
+	fanned := b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE plan = $1 AND slot >= 0 AND finished_at IS NOT NULL", oldPlan)
+	require.Less(t, fanned, int64(oldSlots), "stopped with old slots still to run")
+
+	// River forgets the old cycle's finished per-slot jobs before the new
+	// plan's first fan-out runs.
+	waitFor(t, 10*time.Second, "River's retention to delete the old plan's finished per-slot jobs", func() bool {
+		clean()
+		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", perslot.Kind) == 0
+	})
+
+	newTask := oldTask
+	newTask.Cycle, newTask.TriggerOffset = newCycle, offset
+	changed := newScheduler(t, b, newTask)
+	require.NotEqual(t, oldPlan, taskInfo(t, changed, "transactions").PlanID)
+	startClient(ctx, t, b, changed, true, river.QueueDefault)
+
+	end := oldStart.Add(2 * newCycle)
+	waitFor(t, time.Until(end)+60*time.Second, "two new cycles", func() bool {
+		return time.Now().After(end) &&
+			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE state NOT IN ('completed', 'cancelled', 'discarded') AND scheduled_at < $1", end) == 0
+	})
+
+	// The ledger is the record: the old cycle ran every slot under its
+	// own plan, whatever River deleted.
+	require.EqualValues(t, oldSlots, b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE plan = $1 AND cycle_start = $2 AND slot >= 0 AND finished_at IS NOT NULL",
+		oldPlan, oldStart), "the old cycle ran all its slots under its own plan")
+	var oldInserted, newSkipped int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT coalesce(sum(inserted) FILTER (WHERE plan = $1), 0), coalesce(sum(skipped) FILTER (WHERE plan <> $1), 0) FROM "+led+
+		" WHERE cycle_start = $2 AND slot >= 0", oldPlan, oldStart).Scan(&oldInserted, &newSkipped))
+	require.EqualValues(t, accounts, oldInserted, "the old cycle enqueued every account")
+	require.EqualValues(t, accounts, newSkipped, "the new plan's first cycle left every account to the old cycle, which synced it")
+
+	calls := b.calls(ctx, t)
+	var closest time.Duration = newCycle
+	for _, id := range b.ids {
+		ts := calls[id]
+		require.NotEmpty(t, ts, "account %s never synced", id)
+		var firstNew, secondNew int
+		for i, at := range ts {
+			d := at.Sub(oldStart)
+			if d >= 0 && d < newCycle {
+				firstNew++
+			}
+			if d >= newCycle && d < 2*newCycle {
+				secondNew++
+			}
+			if i > 0 {
+				closest = min(closest, at.Sub(ts[i-1]))
+			}
+		}
+		require.LessOrEqual(t, firstNew, 1, "account %s synced %d times within the first new cycle: %v", id, firstNew, ts)
+		require.LessOrEqual(t, secondNew, 1, "account %s synced %d times within the second new cycle: %v", id, secondNew, ts)
+		for i := 1; i < len(ts); i++ {
+			require.GreaterOrEqual(t, ts[i].Sub(ts[i-1]), newCycle/2, "account %s synced twice %s apart: %v", id, ts[i].Sub(ts[i-1]), ts)
+		}
+	}
+	t.Logf("old cycle fanned out %d of %d slots before the stop; River kept finished jobs 1 s; closest two syncs of one account: %s",
+		fanned, oldSlots, closest.Round(time.Millisecond))
+}
