@@ -3,6 +3,8 @@ package riverutil
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -243,16 +245,22 @@ func parseAccountID(v string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// fail answers err: 404 when the asked cycle has no job, else 500 (logged;
-// the body says only that the query failed and why).
+// fail answers err: 404 when the asked cycle has no job, else 500. A 500
+// is logged with the error and a request id; its body gives the id only,
+// never the database's error (table names, schema, SQL): the page may be
+// open to more people than the database is.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var noCycle *noCycleError
 	switch {
 	case errors.As(err, &noCycle):
 		writeError(w, http.StatusNotFound, err.Error())
 	default:
-		h.logger().ErrorContext(r.Context(), "riverslot handler: request failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-		writeError(w, http.StatusInternalServerError, err.Error())
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		id := hex.EncodeToString(b[:])
+		h.logger().ErrorContext(r.Context(), "riverslot handler: request failed", slog.String("path", r.URL.Path),
+			slog.String("request_id", id), slog.String("error", err.Error()))
+		writeError(w, http.StatusInternalServerError, "internal error reading the schedule (request "+id+"); the server's log has the cause under request_id "+id)
 	}
 }
 

@@ -196,7 +196,7 @@ func TestHandler(t *testing.T) {
 		code, body, _ = get(t, h, "/api/status?task=nope")
 		requireJSONError(t, code, body, http.StatusNotFound, `no task named "nope"`)
 		code, body, _ = get(t, h, "/api/status?task=transactions&cycle_start="+url.QueryEscape(w.starts[0].Add(-webCycle).Format(time.RFC3339)))
-		requireJSONError(t, code, body, http.StatusNotFound, "has no job or ledger row with cycle start")
+		requireJSONError(t, code, body, http.StatusNotFound, "has no ledger row with cycle start")
 		code, body, _ = get(t, h, "/api/status?task=reports")
 		requireJSONError(t, code, body, http.StatusNotFound, `task "reports" has no cycle yet`)
 	})
@@ -421,6 +421,24 @@ func TestHandler(t *testing.T) {
 		code, body, _ = get(t, h, "/api/status?task=transactions&cycle_start="+url.QueryEscape(w.starts[0].Format(time.RFC3339)))
 		require.Equal(t, http.StatusOK, code, body)
 		require.Contains(t, body, `"slots_done": 32`)
+	})
+
+	// A failing query answers 500 without the database's error: no table,
+	// schema or SQL reaches the page, only a request id for the log.
+	t.Run("ServerErrorHidesTheDatabase", func(t *testing.T) {
+		_, err := w.pool.Exec(ctx, "ALTER TABLE "+w.jobs+" RENAME TO river_job_away")
+		require.NoError(t, err)
+		defer func() {
+			_, err := w.pool.Exec(ctx, "ALTER TABLE "+pgx.Identifier{w.schema, "river_job_away"}.Sanitize()+" RENAME TO river_job")
+			require.NoError(t, err)
+		}()
+		for _, path := range []string{"/api/status?task=transactions", "/api/cycles?task=transactions"} {
+			code, body, _ := get(t, h, path)
+			requireJSONError(t, code, body, http.StatusInternalServerError, "internal error reading the schedule (request ")
+			for _, leak := range []string{"river_job", w.schema, "relation", "SQLSTATE", "SELECT"} {
+				require.NotContains(t, body, leak, "%s: the 500 does not echo the database", path)
+			}
+		}
 	})
 
 	t.Run("BadConfig", func(t *testing.T) {

@@ -45,11 +45,12 @@ func TestNewValidation(t *testing.T) {
 		mutate func(*riverutil.Task)
 		want   string
 	}{
-		{"ZeroCycle", func(x *riverutil.Task) { x.Cycle = 0 }, "Cycle must be at least 2s, got 0s"},
-		{"NegativeCycle", func(x *riverutil.Task) { x.Cycle = -time.Hour }, "Cycle must be at least 2s, got -1h0m0s"},
-		{"SubSecondCycle", func(x *riverutil.Task) { x.Cycle = 500 * time.Millisecond }, "Cycle must be at least 2s, got 500ms"},
-		{"FractionalCycle", func(x *riverutil.Task) { x.Cycle = 2500 * time.Millisecond }, "Cycle must be a whole number of seconds, got 2.5s"},
+		{"ZeroCycle", func(x *riverutil.Task) { x.Cycle = 0 }, "Cycle must be at least 16s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got 0s"},
+		{"NegativeCycle", func(x *riverutil.Task) { x.Cycle = -time.Hour }, "Cycle must be at least 16s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got -1h0m0s"},
+		{"SubSecondCycle", func(x *riverutil.Task) { x.Cycle = 500 * time.Millisecond }, "Cycle must be at least 16s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got 500ms"},
+		{"FractionalCycle", func(x *riverutil.Task) { x.Cycle = 20500 * time.Millisecond }, "Cycle must be a whole number of seconds, got 20.5s"},
 		{"OneSlotCycle", func(x *riverutil.Task) { x.Cycle = 301 * time.Second }, "yields a single slot"},
+		{"NinetyMillisCycle", func(x *riverutil.Task) { x.Cycle = 90 * time.Millisecond }, "Cycle must be at least 16s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got 90ms; use e.g. 32s"},
 		{"CycleShorterThanRiversTick", func(x *riverutil.Task) { x.Cycle = 8 * time.Second }, "Cycle must be at least 16s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got 8s"},
 		{"EmptyName", func(x *riverutil.Task) { x.Name = "" }, `Name must be 1-64 letters, digits, '_', '-' or '.', got ""`},
 		{"NameWithSpace", func(x *riverutil.Task) { x.Name = "a b" }, `Name must be 1-64 letters`},
@@ -95,6 +96,7 @@ func TestNewValidation(t *testing.T) {
 			tt.mutate(&task)
 			_, err := riverutil.New(lazyPool(t), &riverutil.Config{Tasks: []riverutil.Task{task}})
 			require.ErrorContains(t, err, tt.want)
+			require.NotContains(t, err.Error(), "at least 2s", "no error gives slotplan's minimum, which River cannot run")
 			require.True(t, strings.HasPrefix(err.Error(), `Tasks[0] "`+task.Name+`": `), "every error names its task: %v", err)
 		})
 	}

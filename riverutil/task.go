@@ -256,13 +256,16 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 	}
 	// A cycle's own errors come from NewSchedule below, a bad Buckets from
 	// the check above.
+	// riverslot's own minimum comes first: slotplan's (2 s) is the
+	// math's, not what River can run.
 	plan, planErr := slotplan.NewBuckets(t.Cycle, t.Buckets)
-	if planErr == nil && t.Cycle < CycleMin {
-		add("Cycle must be at least %s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got %s", CycleMin, t.Cycle)
+	short := t.Cycle < CycleMin
+	if short {
+		add("Cycle must be at least %s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got %s; use e.g. 32s, 120s, 1h or 24h", CycleMin, t.Cycle)
 		planErr = errors.New("cycle too short")
 	}
 	schedule, err := slotplan.NewSchedule(t.Cycle, t.TriggerOffset, t.Location)
-	if err != nil {
+	if err != nil && !short {
 		errs = append(errs, err)
 	}
 	if t.Table == "" {

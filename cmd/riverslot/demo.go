@@ -65,7 +65,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
 	fs.StringVar(&o.accountsURL, "accounts-database-url", "", "PostgreSQL URL of another database for the accounts table (the demo creates it there, in a schema named --schema; River's database then holds nothing of the accounts); default: --database-url")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "number of random UUIDv4 accounts to seed")
-	fs.DurationVar(&o.cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at most 24h (120s = 8 slots of 15s)")
+	durationVar(fs, &o.cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at most 24h (120s = 8 slots of 15s)")
 	fs.IntVar(&o.cycles, "cycles", 1, "number of consecutive cycles to run")
 	fs.IntVar(&o.workers, "workers", 50, "River MaxWorkers for the demo queue")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object on stdout instead of the table (progress stays on stderr)")

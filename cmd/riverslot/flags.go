@@ -27,6 +27,38 @@ func newFlagSet(name, about string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// durationValue is a flag.Value for durations whose parse error says how
+// to write one: flag's own says only "parse error".
+type durationValue time.Duration
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		hint := ""
+		if strings.HasSuffix(s, "d") {
+			hint = " (days are not a unit: 24h is a day)"
+		}
+		return fmt.Errorf("%q is not a duration%s; write a number with a unit of s, m or h, e.g. 24h, 90m, 120s", s, hint)
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+// durationVar defines a duration flag whose bad value gets a clear error.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var((*durationValue)(p), name, usage)
+}
+
+// durationFlag is durationVar returning the variable.
+func durationFlag(fs *flag.FlagSet, name string, value time.Duration, usage string) *time.Duration {
+	p := new(time.Duration)
+	durationVar(fs, p, name, value, usage)
+	return p
+}
+
 // parseFlags turns flag errors into exit-2 errors; -h exits 0.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
@@ -132,7 +164,7 @@ func addTaskFlags(fs *flag.FlagSet) *taskFlags {
 		filter:         fs.String("filter", "active", "the task's Filter: SQL boolean expression over the accounts table (empty: every row)"),
 		task:           fs.String("task", "demo", "task name"),
 		weight:         fs.String("weight", "", "the task's Weight: numeric SQL expression over the accounts table (empty: hash placement only)"),
-		cycle:          fs.Duration("cycle", 120*time.Second, "the task's Cycle: a whole number of seconds, a multiple of 2s, 16s to 24h"),
+		cycle:          durationFlag(fs, "cycle", 120*time.Second, "the task's Cycle: a whole number of seconds, a multiple of 2s, 16s to 24h"),
 		offset:         fs.Duration("trigger-offset", 0, "the task's TriggerOffset: cycle grid offset from the Unix epoch, in [0, --cycle)"),
 		buckets:        fs.Int("buckets", slotplan.Buckets, "the task's Buckets: 256 (last UUID byte) or 65536 (last two bytes, finer slots)"),
 	}

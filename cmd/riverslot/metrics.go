@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -57,6 +58,15 @@ func listenHTTP(flag, addr, example string) (*httpListener, error) {
 		return nil, usageErr("%s %q: %v; give host:port, e.g. %s", flag, addr, err, example)
 	}
 	return &httpListener{listener: ln}, nil
+}
+
+// openWarning returns the warning to print when a page without
+// authentication listens on addr beyond this machine ("" on loopback).
+func openWarning(flag string, addr net.Addr) string {
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
+		return ""
+	}
+	return fmt.Sprintf("riverslot: warning: %s listens on %s, beyond this machine, and the operator's page has no authentication: whoever reaches the port reads task names, account ids and sync errors; keep it on 127.0.0.1 or behind a proxy that authenticates\n", flag, addr)
 }
 
 func (l *httpListener) url(path string) string { return "http://" + l.listener.Addr().String() + path }

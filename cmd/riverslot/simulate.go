@@ -48,7 +48,7 @@ func parseSimulateFlags(args []string, stderr io.Writer) (*simulateOptions, erro
 	o := &simulateOptions{}
 	c := &o.cfg
 	fs.IntVar(&c.Accounts, "accounts", 10_000, "number of accounts (as demo)")
-	fs.DurationVar(&c.Cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at least 16s (as demo; longer than 24h is fine here)")
+	durationVar(fs, &c.Cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at least 16s (as demo; longer than 24h is fine here)")
 	fs.IntVar(&c.Buckets, "buckets", 256, "the task's Buckets: 256 or 65536 (two UUID bytes: 24h gives 1024 slots)")
 	cycles := fs.Int("cycles", 1, "number of cycles to simulate (as demo); --duration overrides it")
 	fs.IntVar(&c.Workers, "workers", 50, "River MaxWorkers of the queue (as demo)")

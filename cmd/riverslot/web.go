@@ -122,6 +122,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usageErr("--addr %q: %v; give host:port, e.g. 127.0.0.1:8080 or 127.0.0.1:0", *addr, err)
 	}
+	fmt.Fprint(stderr, openWarning("--addr", ln.Addr()))
 	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(ln) }()

@@ -9,6 +9,7 @@ import (
 	"image/png"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -248,3 +249,27 @@ func TestWeb(t *testing.T) {
 }
 
 func keys(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
+
+// TestOpenWarning: a page without authentication listening beyond
+// loopback is warned about; on loopback it is not.
+func TestOpenWarning(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		addr string
+		warn bool
+	}{{"127.0.0.1:0", false}, {"[::1]:0", false}, {"0.0.0.0:0", true}, {":0", true}} {
+		ln, err := net.Listen("tcp", tt.addr)
+		if err != nil && strings.HasPrefix(tt.addr, "[::1]") {
+			continue // no IPv6 loopback on this machine
+		}
+		require.NoError(t, err)
+		got := openWarning("--web-addr", ln.Addr())
+		require.NoError(t, ln.Close())
+		if tt.warn {
+			require.Contains(t, got, "no authentication", tt.addr)
+			require.Contains(t, got, "--web-addr", tt.addr)
+		} else {
+			require.Empty(t, got, tt.addr)
+		}
+	}
+}

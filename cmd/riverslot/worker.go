@@ -109,6 +109,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if webLn, err = listenHTTP("--web-addr", *webAddr, "127.0.0.1:8080 or 127.0.0.1:0"); err != nil {
 			return err
 		}
+		fmt.Fprint(stderr, openWarning("--web-addr", webLn.listener.Addr()))
 		defer webLn.close()
 	}
 	var metrics *metricsExport
