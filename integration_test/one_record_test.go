@@ -172,6 +172,39 @@ func TestPlanChangeShortRetention(t *testing.T) {
 			require.GreaterOrEqual(t, ts[i].Sub(ts[i-1]), newCycle/2, "account %s synced twice %s apart: %v", id, ts[i].Sub(ts[i-1]), ts)
 		}
 	}
+	// The history reads the same record: both plans' cycles of the shared
+	// start are listed; the old one did every slot, the new one left every
+	// account to it (covered, not missed), and its lateness, with no sync
+	// job of its own, is unknown rather than zero.
+	clean()
+	history, err := changed.Cycles(ctx, "transactions", 10)
+	require.NoError(t, err)
+	var oldRun, newRun *riverutil.CycleSummary
+	for i := range history {
+		if history[i].CycleStart.Equal(oldStart) {
+			if history[i].Plan == oldPlan {
+				oldRun = &history[i]
+			} else {
+				newRun = &history[i]
+			}
+		}
+	}
+	require.NotNil(t, oldRun, "the old plan's cycle is listed: %+v", history)
+	require.NotNil(t, newRun, "the new plan's cycle is listed: %+v", history)
+	require.Equal(t, oldSlots, oldRun.SlotsDone)
+	require.EqualValues(t, accounts, oldRun.Enqueued)
+	require.EqualValues(t, accounts, newRun.Covered, "the new plan's cycle left every account to the old one")
+	require.Zero(t, newRun.Missed, "leaving an account to an overlapping cycle is not missing it")
+	require.InDelta(t, 1.0, newRun.Coverage, 1e-9)
+	require.False(t, newRun.LatenessKnown, "no sync job of its own: lateness unknown")
+	st, err := changed.Status(ctx, "transactions")
+	require.NoError(t, err)
+	var latest time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT max(cycle_start) FROM "+led+" WHERE slot = -1").Scan(&latest))
+	require.True(t, st.Current.CycleStart.Equal(latest), "Status describes the latest cycle the ledger records (%s), got %s", latest, st.Current.CycleStart)
+	require.False(t, latest.After(time.Now()), "a cycle bootstrapped, not the next one")
+	require.Zero(t, (latest.Sub(oldStart))%newCycle, "on the new plan's grid")
+
 	t.Logf("old cycle fanned out %d of %d slots before the stop; River kept finished jobs 1 s; closest two syncs of one account: %s",
 		fanned, oldSlots, closest.Round(time.Millisecond))
 }

@@ -2,19 +2,14 @@ package riverutil
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/riverslot/riverslot/bootstrap"
-	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
-	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/syncjob"
 )
 
@@ -50,10 +45,14 @@ type CycleSummary struct {
 	// the nearest listed cycle where its fan-out finished, less what it
 	// enqueued here.
 	NotSelected int64
+	// Covered is the accounts the cycle's fan-outs left to an overlapping
+	// cycle (of another plan or grid, after a plan change) that syncs
+	// them less than half a cycle away: not missed.
+	Covered int64
 	// Missed is SkippedLate + SkippedStale + Failed + NotSelected: accounts
-	// the cycle did not sync. Coverage is Synced / (Selected +
-	// NotSelected), the share of accounts synced within their cycle (1
-	// for a cycle with no account).
+	// the cycle did not sync. Coverage is (Synced + Covered) / (Selected +
+	// NotSelected), the share of accounts synced within their cycle, by it
+	// or by the cycle it left them to (1 for a cycle with no account).
 	Missed   int64
 	Coverage float64
 	// Duplicates is the sync jobs the fan-outs enqueued beyond the accounts
@@ -61,19 +60,24 @@ type CycleSummary struct {
 	Duplicates int64
 	// Lateness of the cycle's completed sync jobs (started after their
 	// scheduled time), from a sample of up to 2,000 spread over the cycle.
+	// LatenessKnown is false when River keeps none of the cycle's
+	// completed sync jobs (its retention deleted them): the lateness is
+	// unknown, not zero.
 	LatenessP50, LatenessP99 time.Duration
 	LatenessSample           int
+	LatenessKnown            bool
 	// Finished: the cycle has ended and none of its slots or sync jobs is
 	// still to run.
 	Finished bool
 }
 
 // Cycles returns the named task's most recent cycles, newest first, at most
-// limit (CyclesLimitDefault when 0, at most CyclesLimitMax), for as long as
-// River keeps their jobs (its CompletedJobRetentionPeriod) or riverslot's
-// ledger keeps their rows (4 cycles + 1 h): a cycle and its slots' results
-// outlive River's deletion there; its sync job figures (failed, skipped,
-// lateness) cover the sync jobs River still keeps. It never reads the accounts table
+// limit (CyclesLimitDefault when 0, at most CyclesLimitMax), as riverslot's
+// ledger records them (for 4 cycles + 1 h of each cycle's plan), whatever
+// River has deleted: every plan's cycle, its slots' states and what each
+// fan-out did. Its sync job figures (unfinished, failed, skipped, lateness)
+// cover the sync jobs River still keeps; lateness is unknown
+// (LatenessKnown false) once River deleted them all. It never reads the accounts table
 // and never lists a cycle's sync jobs: its figures come from the per-slot
 // jobs' results, River's indexes on job state and metadata, and a bounded
 // sample for lateness.
@@ -93,18 +97,6 @@ func (s *Scheduler) Cycles(ctx context.Context, taskName string, limit int) ([]C
 	}
 	return s.cycleHistory(ctx, spec, limit, time.Now())
 }
-
-// cyclesSQL lists the task's cycles by their bootstrap jobs (River's kind
-// index; one job per cycle and plan), newest first, the configured plan
-// first among cycles that start together.
-const cyclesSQL = `SELECT args->>'plan', (args->>'cycle_start')::timestamptz FROM %s
-	WHERE kind = $1 AND args->>'task' = $2 AND coalesce(args->>'plan', '') <> ''
-	ORDER BY 2 DESC, args->>'plan' = $3 DESC, id DESC LIMIT $4`
-
-// historySlotsSQL reads the per-slot jobs of the listed cycles ($3) of one
-// plan ($4), through River's kind index.
-const historySlotsSQL = `SELECT args->>'cycle_start', (args->>'slot')::int, state, metadata FROM %s
-	WHERE kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = ANY($3) AND args->>'plan' = $4`
 
 // historyCountsSQL counts, each up to $6, a cycle's ($2 task, $3 cycle
 // start) unfinished sync jobs (River's fetching index), failed ones
@@ -143,146 +135,76 @@ const latenessWindows = 16
 // riverslot's ledger (cycles and slots whose jobs River deleted).
 func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit int, now time.Time) ([]CycleSummary, error) {
 	table := s.riverTable(spec)
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(cyclesSQL, table), bootstrap.Kind, spec.Name, spec.PlanID, 2*limit)
+	led := s.ledger()
+	// The cycles, from the ledger alone: every plan's cycle is listed
+	// (after a plan change, two start together; each says what it did).
+	recorded, err := led.Cycles(ctx, s.pool, spec.Name, time.Time{}, now.Add(100*365*24*time.Hour), limit)
 	if err != nil {
-		return nil, fmt.Errorf("error listing the task's cycles: %w", err)
+		return nil, err
 	}
 	type cycleRef struct {
 		plan  string
 		start time.Time
 		spec  *taskspec.Spec
 	}
-	var (
-		cycles []cycleRef
-		plan   string
-		start  time.Time
-	)
-	seen := make(map[time.Time]bool)
-	add := func() error {
-		start = start.UTC()
-		if !seen[start] {
-			seen[start] = true
-			cycles = append(cycles, cycleRef{plan: plan, start: start})
-		}
-		return nil
-	}
-	if _, err := pgx.ForEachRow(rows, []any{&plan, &start}, add); err != nil {
-		return nil, fmt.Errorf("error listing the task's cycles: %w", err)
-	}
-	// And those the ledger records, whose jobs River may have deleted.
-	rows, err = s.pool.Query(ctx, "SELECT plan, cycle_start FROM "+s.ledger().QualifiedTable()+
-		" WHERE task = $1 AND slot = $2 ORDER BY cycle_start DESC, plan = $3 DESC LIMIT $4", spec.Name, ledger.BootstrapSlot, spec.PlanID, limit)
-	if err == nil {
-		_, err = pgx.ForEachRow(rows, []any{&plan, &start}, add)
-	}
-	if err != nil && !isUndefinedTable(err) {
-		return nil, fmt.Errorf("error listing the task's cycles in the ledger: %w", err)
-	}
-	slices.SortStableFunc(cycles, func(a, b cycleRef) int { return b.start.Compare(a.start) })
-	if len(cycles) > limit {
-		cycles = cycles[:limit]
-	}
-	out := make([]CycleSummary, len(cycles))
-	byPlan := make(map[string][]string)
-	index := make(map[string]int) // plan + cycle start -> index in out
-	for i := range cycles {
-		c := &cycles[i]
-		if c.spec, err = planSpec(spec, c.plan, c.start); err != nil {
+	cycles := make([]cycleRef, len(recorded))
+	out := make([]CycleSummary, len(recorded))
+	for i, r := range recorded {
+		cs, err := planSpec(spec, r.Plan, r.Start)
+		if err != nil {
 			return nil, err
 		}
-		key := c.start.Format(time.RFC3339Nano)
-		byPlan[c.plan] = append(byPlan[c.plan], key)
-		index[c.plan+"\x00"+key] = i
-		out[i] = CycleSummary{CycleStart: c.start, Plan: c.plan, Slots: c.spec.Plan.Slots}
+		cycles[i] = cycleRef{plan: r.Plan, start: r.Start, spec: cs}
+		out[i] = CycleSummary{CycleStart: r.Start, Plan: r.Plan, Slots: cs.Plan.Slots}
 	}
 
-	// Per-slot results of every listed cycle.
+	// Per-slot results of every listed cycle, from the ledger; River's job
+	// table only says whether a slot not finished can still run.
 	selected := make([][]int64, len(out)) // per cycle and slot, -1 when unknown
 	states := make([][]string, len(out))
 	for i := range out {
-		selected[i] = slices.Repeat([]int64{-1}, out[i].Slots)
-		states[i] = slices.Repeat([]string{SlotMissing}, out[i].Slots)
-	}
-	for plan, keys := range byPlan {
-		rows, err := s.pool.Query(ctx, fmt.Sprintf(historySlotsSQL, table), perslot.Kind, spec.Name, keys, plan)
-		if err != nil {
-			return nil, fmt.Errorf("error reading the cycles' per-slot jobs: %w", err)
-		}
-		var (
-			key      string
-			slot     int
-			state    string
-			metadata []byte
-		)
-		if _, err := pgx.ForEachRow(rows, []any{&key, &slot, &state, &metadata}, func() error {
-			i, ok := index[plan+"\x00"+key]
-			if !ok || slot < 0 || slot >= out[i].Slots {
-				return nil
-			}
-			c := &out[i]
-			var md struct {
-				Output  *perslot.Result `json:"output"`
-				Cursors map[string]struct {
-					Inserted int64 `json:"inserted"`
-					Skipped  int64 `json:"skipped"`
-				} `json:"river:resumable_cursor"`
-			}
-			var enqueued, skipped, accounts int64
-			if json.Unmarshal(metadata, &md) == nil {
-				if cur, ok := md.Cursors["fan_out"]; ok {
-					enqueued, skipped = cur.Inserted, cur.Skipped
-				}
-				if md.Output != nil {
-					enqueued, skipped, accounts = md.Output.Inserted, md.Output.Skipped, md.Output.Accounts
-				}
-			}
-			c.Enqueued += enqueued
-			c.SkippedLate += skipped
-			sel := max(accounts, enqueued+skipped)
-			if accounts > 0 && enqueued+skipped > accounts {
-				c.Duplicates += enqueued + skipped - accounts
-				sel = accounts
-			}
-			c.Selected += sel
-			switch state {
-			case "completed":
-				c.SlotsDone++
-				states[i][slot], selected[i][slot] = SlotDone, sel
-			case "discarded", "cancelled":
-				c.FailedSlots = append(c.FailedSlots, slot)
-				states[i][slot], selected[i][slot] = SlotFailed, sel
-			default:
-				states[i][slot], selected[i][slot] = SlotScheduled, sel
-			}
-			return nil
-		}); err != nil {
-			return nil, fmt.Errorf("error reading the cycles' per-slot jobs: %w", err)
-		}
-	}
-
-	// Slots whose per-slot jobs River deleted, from the ledger.
-	for i := range out {
-		if !slices.Contains(states[i], SlotMissing) {
-			continue
-		}
 		c := &out[i]
-		recorded, err := s.ledger().Slots(ctx, s.pool, spec.Name, c.Plan, c.CycleStart)
+		selected[i] = slices.Repeat([]int64{-1}, c.Slots)
+		states[i] = slices.Repeat([]string{SlotMissing}, c.Slots)
+		slots, err := led.Slots(ctx, s.pool, spec.Name, c.Plan, c.CycleStart)
 		if err != nil {
 			return nil, err
 		}
-		for slot, r := range recorded {
-			if slot < 0 || slot >= c.Slots || states[i][slot] != SlotMissing {
+		var pending []int64
+		for _, r := range slots {
+			if r.Finished == nil && r.FailedAt == nil && r.JobID != 0 {
+				pending = append(pending, r.JobID)
+			}
+		}
+		jobStates, err := led.JobStates(ctx, s.pool, pending)
+		if err != nil {
+			return nil, err
+		}
+		for slot, r := range slots {
+			if slot < 0 || slot >= c.Slots {
 				continue
 			}
 			if r.Finished == nil {
-				c.FailedSlots = append(c.FailedSlots, slot)
-				states[i][slot] = SlotFailed
+				switch jobStates[r.JobID] {
+				case "", "cancelled", "discarded":
+					// Recorded as failed, or its job is gone or ended
+					// without finishing the fan-out.
+					c.FailedSlots = append(c.FailedSlots, slot)
+					states[i][slot] = SlotFailed
+				default:
+					states[i][slot] = SlotScheduled
+				}
 				continue
 			}
 			sel := max(r.Accounts, r.Inserted+r.Skipped)
+			if r.Accounts > 0 && r.Inserted+r.Skipped > r.Accounts {
+				c.Duplicates += r.Inserted + r.Skipped - r.Accounts
+				sel = r.Accounts
+			}
 			c.SlotsDone++
 			c.Enqueued += r.Inserted
-			c.SkippedLate += r.Skipped
+			c.SkippedLate += r.LateSkipped
+			c.Covered += max(r.Skipped-r.LateSkipped, 0)
 			c.Selected += sel
 			states[i][slot], selected[i][slot] = SlotDone, sel
 		}
@@ -324,7 +246,7 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 		c.Missed = c.SkippedLate + c.SkippedStale + c.Failed + c.NotSelected
 		c.Coverage = 1
 		if all := c.Selected + c.NotSelected; all > 0 {
-			c.Coverage = float64(c.Synced) / float64(all)
+			c.Coverage = float64(c.Synced+c.Covered) / float64(all)
 		}
 		end := cs.CycleEnd(c.CycleStart)
 		c.Finished = now.After(end) && c.Unfinished == 0 && c.SlotsDone+len(c.FailedSlots) == c.Slots
@@ -345,6 +267,7 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 		}
 		c.LatenessP50 = time.Duration(p50 * float64(time.Second))
 		c.LatenessP99 = time.Duration(p99 * float64(time.Second))
+		c.LatenessKnown = c.LatenessSample > 0
 	}
 	return out, nil
 }

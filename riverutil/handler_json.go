@@ -111,25 +111,32 @@ type cycleJSON struct {
 	SyncSkippedTooSoon int64   `json:"sync_skipped_too_soon"`
 	Synced             int64   `json:"synced"`
 	NotSelected        int64   `json:"not_selected"`
+	Covered            int64   `json:"covered_by_other_cycle"`
 	Missed             int64   `json:"missed"`
 	Coverage           float64 `json:"coverage"`
 	Duplicates         int64   `json:"duplicates"`
-	LatenessP50Seconds float64 `json:"lateness_p50_seconds"`
-	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
-	LatenessSample     int     `json:"lateness_sample"`
-	Finished           bool    `json:"finished"`
+	// Null when River keeps none of the cycle's completed sync jobs.
+	LatenessP50Seconds *float64 `json:"lateness_p50_seconds"`
+	LatenessP99Seconds *float64 `json:"lateness_p99_seconds"`
+	LatenessSample     int      `json:"lateness_sample"`
+	Finished           bool     `json:"finished"`
 }
 
 func toCyclesJSON(task string, cycles []CycleSummary) *cyclesJSON {
-	out := &cyclesJSON{Task: task, Source: "river_job+ledger", Cycles: make([]cycleJSON, 0, len(cycles))}
+	out := &cyclesJSON{Task: task, Source: "ledger+river_job", Cycles: make([]cycleJSON, 0, len(cycles))}
 	for _, c := range cycles {
+		var p50, p99 *float64
+		if c.LatenessKnown {
+			a, b := c.LatenessP50.Seconds(), c.LatenessP99.Seconds()
+			p50, p99 = &a, &b
+		}
 		out.Cycles = append(out.Cycles, cycleJSON{
 			CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Plan: c.Plan, Slots: c.Slots, SlotsDone: c.SlotsDone,
 			FailedSlots: nonNil(c.FailedSlots), MissingSlots: nonNil(c.MissingSlots),
 			AccountsSelected: c.Selected, SyncEnqueued: c.Enqueued, SyncSkippedLate: c.SkippedLate,
 			SyncUnfinished: c.Unfinished, SyncFailed: c.Failed, SyncSkippedStale: c.SkippedStale, SyncSkippedTooSoon: c.SkippedTooSoon,
-			Synced: c.Synced, NotSelected: c.NotSelected, Missed: c.Missed, Coverage: c.Coverage, Duplicates: c.Duplicates,
-			LatenessP50Seconds: c.LatenessP50.Seconds(), LatenessP99Seconds: c.LatenessP99.Seconds(), LatenessSample: c.LatenessSample,
+			Synced: c.Synced, NotSelected: c.NotSelected, Covered: c.Covered, Missed: c.Missed, Coverage: c.Coverage, Duplicates: c.Duplicates,
+			LatenessP50Seconds: p50, LatenessP99Seconds: p99, LatenessSample: c.LatenessSample,
 			Finished: c.Finished,
 		})
 	}

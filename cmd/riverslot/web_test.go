@@ -226,7 +226,7 @@ func TestWeb(t *testing.T) {
 		}{
 			{"NoRiverSchema", []string{"--schema", "no_such_schema"}, `--schema "no_such_schema" has no river_job table`},
 			{"NoTask", []string{"--schema", empty}, `no riverslot task in --schema "` + empty + `"`},
-			{"UnknownTask", []string{"--schema", c.schema, "--task", "payroll"}, `--task "payroll" has no bootstrap job`},
+			{"UnknownTask", []string{"--schema", c.schema, "--task", "payroll"}, `--task "payroll" has no cycle in the ledger`},
 			{"BadTaskName", []string{"--schema", c.schema, "--task", "a b"}, "--task must be 1-64 letters"},
 			{"BadAddr", []string{"--schema", c.schema, "--addr", "nowhere"}, `--addr "nowhere"`},
 			{"BadRefresh", []string{"--schema", c.schema, "--refresh", "10ms"}, "--refresh must be at least 1s, got 10ms"},
@@ -236,6 +236,28 @@ func TestWeb(t *testing.T) {
 				require.Equal(t, 2, code, stderr)
 				require.Contains(t, stderr, tt.want)
 			})
+		}
+	})
+
+	// Last: River's retention deletes every finished job (the short
+	// CompletedJobRetentionPeriod docs/scale.md recommends). A new
+	// riverslot web still finds both tasks and their cycle, from the
+	// ledger, and the cycle keeps its slots and what they did.
+	t.Run("AfterRiverDeletes", func(t *testing.T) {
+		_, err := c.pool.Exec(ctx, "DELETE FROM "+jobs+" WHERE state IN ('completed', 'cancelled', 'discarded')")
+		require.NoError(t, err)
+		require.Zero(t, riverslottest.Count(ctx, t, c.pool, "SELECT count(*) FROM "+jobs+" WHERE kind IN ('riverslot_bootstrap', 'riverslot_perslot')"))
+		base := startWeb(t, "--schema", c.schema)
+		for _, task := range []string{"transactions", "reports"} {
+			code, body := httpGet(t, base+"api/status?task="+task)
+			require.Equal(t, http.StatusOK, code, body)
+			var st struct {
+				CycleStart string `json:"cycle_start"`
+				SlotsDone  int    `json:"slots_done"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(body), &st), body)
+			require.Equal(t, c.start.Format(time.RFC3339), st.CycleStart, "%s: the cycle the ledger records", task)
+			require.Equal(t, pinnedSlots, st.SlotsDone, "%s: every slot done, from the ledger", task)
 		}
 	})
 

@@ -79,6 +79,10 @@ type Slot struct {
 	Slot     int
 	JobID    int64 // 0 when unknown
 	Finished *time.Time
+	// Started is when its first attempt began; FailedAt and Error what
+	// its last attempt recorded when it ended without finishing.
+	Started, FailedAt *time.Time
+	Error             string
 	SlotResult
 }
 
@@ -86,7 +90,7 @@ type Slot struct {
 // (nil when the ledger does not exist).
 func (l Ledger) Slots(ctx context.Context, q Queryer, task, plan string, cycleStart time.Time) (map[int]Slot, error) {
 	rows, err := q.Query(ctx, "SELECT slot, coalesce(job_id, 0), finished_at, coalesce(accounts, 0), coalesce(range_accounts, 0), coalesce(inserted, 0), coalesce(skipped, 0),"+
-		" coalesce(late_spread, 0), coalesce(late_skipped, 0), coalesce(batches, 0) FROM "+l.table+
+		" coalesce(late_spread, 0), coalesce(late_skipped, 0), coalesce(batches, 0), started_at, failed_at, coalesce(error, '') FROM "+l.table+
 		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot >= 0", task, cycleStart, plan)
 	if isUndefinedTable(err) {
 		return nil, nil
@@ -97,7 +101,7 @@ func (l Ledger) Slots(ctx context.Context, q Queryer, task, plan string, cycleSt
 	out := make(map[int]Slot)
 	var s Slot
 	_, err = pgx.ForEachRow(rows, []any{&s.Slot, &s.JobID, &s.Finished, &s.Accounts, &s.RangeAccounts, &s.Inserted, &s.Skipped,
-		&s.LateSpread, &s.LateSkipped, &s.Batches}, func() error {
+		&s.LateSpread, &s.LateSkipped, &s.Batches, &s.Started, &s.FailedAt, &s.Error}, func() error {
 		out[s.Slot] = s
 		return nil
 	})
