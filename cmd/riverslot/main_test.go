@@ -394,7 +394,7 @@ func TestDemoJSON(t *testing.T) {
 	code, _, errOut = runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
 		"--task", "demo", "--cycle", cycle.String(), "--cycle-start", "2026-01-01T00:00:03Z")
 	require.Equal(t, 2, code, "a cycle start without jobs, off the task's grid, is bad input")
-	require.Contains(t, errOut, `--cycle-start: cycleStart 2026-01-01T00:00:03Z is not a cycle start of task "demo" and no job of the task has that cycle start`)
+	require.Contains(t, errOut, `--cycle-start: cycleStart 2026-01-01T00:00:03Z is not a cycle start of task "demo" and the ledger records no cycle of the task starting then`)
 
 	// Accounts per slot, from the seeded ids (slot = last byte / 4).
 	rows, err := pool.Query(ctx, "SELECT id FROM "+pgx.Identifier{schema, "accounts"}.Sanitize())
