@@ -208,3 +208,97 @@ func TestPlanChangeShortRetention(t *testing.T) {
 	t.Logf("old cycle fanned out %d of %d slots before the stop; River kept finished jobs 1 s; closest two syncs of one account: %s",
 		fanned, oldSlots, closest.Round(time.Millisecond))
 }
+
+// regular returns when the task of info syncs the account in the cycle
+// starting at cycleStart, on time: its slot (with the task's phase) plus
+// its offset.
+func regular(info riverutil.TaskInfo, cycleStart time.Time, id uuid.UUID) time.Time {
+	p := info.Plan
+	return p.SlotStart(cycleStart, p.Shift(p.SlotOf(id), info.Shift)).Add(p.Offset(info.Seed, id))
+}
+
+// TestOppositeOfLateFanOuts enqueues a task's cycle and its OppositeOf
+// task's 12 s after the cycle started, with 3 s slots (shorter than
+// River's 5 s scheduler tick), and runs every fan-out at once: the first
+// slots of both are late. The late accounts each task spreads must still keep the two tasks
+// half a cycle minus a slot apart: every sync (sync jobs are parked at
+// their scheduled times) is that far from the other task's sync of the
+// account in this cycle and from its on-time syncs in the cycles around.
+// Before the window of an opposed task ended one slot after the account's
+// regular time, thousands of accounts got their two syncs seconds apart.
+func TestOppositeOfLateFanOuts(t *testing.T) {
+	t.Parallel()
+
+	const (
+		accounts = 2000
+		cycle    = 48 * time.Second // 16 slots of 3 s
+	)
+	ctx, b := setup(t, accounts)
+	// The cycle started 12 s ago: slots 0-3 are late. LateGrace is short
+	// (the default is a slot) so that late accounts within a slot of their
+	// regular time are spread, not only skipped.
+	offset, start := offsetForStartIn(cycle, -12*time.Second)
+	payments := riverutil.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
+		LateGrace: 500 * time.Millisecond, Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
+	reports := payments
+	reports.Name, reports.OppositeOf = "reports", "payments"
+	scheduler := newScheduler(t, b, payments, reports)
+	client := startClient(ctx, t, b, scheduler, false, river.QueueDefault)
+	pi, ri := taskInfo(t, scheduler, "payments"), taskInfo(t, scheduler, "reports")
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	for _, task := range []string{"payments", "reports"} {
+		_, err := scheduler.EnqueueCycle(ctx, client, task, start)
+		require.NoError(t, err)
+	}
+	waitFor(t, 60*time.Second, "both cycles' per-slot jobs", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", perslot.Kind) == int64(2*pi.Plan.Slots)
+	})
+	// Every per-slot job runs now: the first slots late, the rest ahead.
+	_, err := b.pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = now(), state = 'available' WHERE kind = $1 AND state = 'scheduled'", perslot.Kind)
+	require.NoError(t, err)
+	led := pgx.Identifier{b.schema, "riverslot_ledger"}.Sanitize()
+	waitFor(t, 120*time.Second, "both cycles' slots fanned out", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE cycle_start = $1 AND slot >= 0 AND finished_at IS NOT NULL", start) == int64(2*pi.Plan.Slots)
+	})
+	var spread, lateSkipped int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT sum(late_spread), sum(late_skipped) FROM "+led+" WHERE cycle_start = $1 AND slot >= 0", start).
+		Scan(&spread, &lateSkipped))
+	require.Positive(t, spread, "late accounts were spread: the case this test is about")
+
+	apart := cycle/2 - pi.Plan.SlotDuration
+	syncs := b.parkedSyncs(ctx, t)
+	var (
+		closest = cycle
+		both    int
+	)
+	dist := func(a, b time.Time) time.Duration { return max(a.Sub(b), b.Sub(a)) }
+	for _, id := range b.ids {
+		p, r := syncs["payments"][id], syncs["reports"][id]
+		require.LessOrEqual(t, len(p), 1)
+		require.LessOrEqual(t, len(r), 1)
+		for _, c := range []struct {
+			mine  []time.Time
+			other riverutil.TaskInfo
+			their []time.Time
+		}{{p, ri, r}, {r, pi, p}} {
+			for _, at := range c.mine {
+				near := append([]time.Time{}, c.their...)
+				for k := -1; k <= 1; k++ {
+					near = append(near, regular(c.other, start.Add(time.Duration(k)*cycle), id))
+				}
+				for _, o := range near {
+					closest = min(closest, dist(at, o))
+					require.GreaterOrEqual(t, dist(at, o), apart, "account %s: sync at %s, the other task's at %s (payments %v regular %s, reports %v regular %s)", id, at.Sub(start), o.Sub(start),
+						p, regular(pi, start, id).Sub(start), r, regular(ri, start, id).Sub(start))
+				}
+			}
+		}
+		if len(p) == 1 && len(r) == 1 {
+			both++
+		}
+	}
+	t.Logf("cycle started %s before its fan-outs; %d accounts late-spread and %d skipped by the two tasks; %d of %d accounts have both syncs; closest syncs of the two tasks on one account: %s (at least %s)",
+		12*time.Second, spread, lateSkipped, both, accounts, closest.Round(time.Millisecond), apart)
+	require.Positive(t, both, "some accounts are synced by both tasks")
+	require.Positive(t, lateSkipped, "accounts past their slot were skipped")
+}

@@ -208,6 +208,7 @@ func (s *Scheduler) resolveOpposites(tasks []Task) []error {
 		if other.Weighted() {
 			spec.PinsFrom = other
 		}
+		spec.Opposed, other.Opposed = true, true
 		spec.Shift = spec.Plan.Shift(other.Shift, spec.Plan.Slots/2)
 		spec.PlanID = taskspec.PlanID(spec.Plan, spec.Seed, spec.Shift)
 	}

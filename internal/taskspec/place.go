@@ -29,7 +29,9 @@ func CatchUpWindow(now, slotStart time.Time, slotDuration, cycle time.Duration) 
 // no late sync is scheduled less than half a cycle before the account's
 // regular time in the next cycle. A slot more than half a cycle late has no
 // window left and its late accounts are skipped: the next cycle covers
-// them, within half a cycle.
+// them, within half a cycle. For a task of an OppositeOf pair (Opposed)
+// the window also ends with the account's own slot, so its two tasks'
+// syncs stay at least half a cycle minus a slot apart, late or not.
 func (s *Spec) Place(now, cycleStart, slotStart time.Time, hash uint64) (target time.Time, late, skip bool) {
 	return s.PlaceIn(now, cycleStart, s.CycleEnd(cycleStart), slotStart, hash)
 }
@@ -48,6 +50,16 @@ func (s *Spec) PlaceIn(now, cycleStart, cycleEnd, slotStart time.Time, hash uint
 	// The next cycle's start minus half a cycle: on a wall-clock schedule
 	// the next cycle may start 23 h or 25 h later.
 	deadline := cycleEnd.Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2)
+	if s.Opposed {
+		// The opposite task serves the account in the slot half a cycle
+		// away, at an offset of its own: a late sync after the end of the
+		// account's own slot could come closer to it than half a cycle
+		// minus a slot. The account is skipped instead; the next cycle
+		// covers it.
+		if end := slotStart.Add(s.Plan.SlotDuration); end.Before(deadline) {
+			deadline = end
+		}
+	}
 	window := min(CatchUpWindow(now, slotStart, s.Plan.SlotDuration, s.Plan.Cycle), deadline.Sub(now))
 	if window <= 0 {
 		return time.Time{}, true, true

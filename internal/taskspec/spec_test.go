@@ -399,3 +399,39 @@ func TestPerSlotStartAndOpts(t *testing.T) {
 	require.True(t, opts.UniqueOpts.ByArgs)
 	require.Len(t, opts.UniqueOpts.ByState, 8, "unique in every River job state")
 }
+
+// TestPlaceOpposed: a task of an OppositeOf pair spreads a late account
+// only within the rest of its own slot: the opposite task serves it in the
+// slot half a cycle away, so its syncs stay at least half a cycle minus a
+// slot away; later, the account is skipped. The same account of an
+// unopposed task is spread further.
+func TestPlaceOpposed(t *testing.T) {
+	t.Parallel()
+
+	s := spec160(t, taskspec.LatePolicySpread)
+	s.LateGrace = time.Second
+	opposed := *s
+	opposed.Opposed = true
+	slot2 := t0.Add(10 * time.Second)
+	target := slot2.Add(2500 * time.Millisecond) // hash half: the middle of the 5 s slot
+	slotEnd := slot2.Add(s.Plan.SlotDuration)
+
+	for _, late := range []time.Duration{1001 * time.Millisecond, 2 * time.Second, 2499 * time.Millisecond} {
+		now := target.Add(late)
+		got, isLate, skip := opposed.Place(now, t0, slot2, half)
+		require.True(t, isLate, "%s late", late)
+		require.False(t, skip, "%s late: within its slot", late)
+		require.False(t, got.Before(now), "%s late: not in the past", late)
+		require.False(t, got.After(slotEnd), "%s late: within its slot, got %s past the target", late, got.Sub(target))
+	}
+	for _, late := range []time.Duration{2500 * time.Millisecond, 5 * time.Second, 12 * time.Second, 60 * time.Second} {
+		_, isLate, skip := opposed.Place(target.Add(late), t0, slot2, half)
+		require.True(t, isLate)
+		require.True(t, skip, "%s late: a spread sync would come within half a cycle minus a slot of the opposite task's", late)
+	}
+	// Unopposed, 12 s late: spread over a 15 s window, past the slot.
+	got, isLate, skip := s.Place(target.Add(12*time.Second), t0, slot2, half)
+	require.True(t, isLate)
+	require.False(t, skip)
+	require.True(t, got.After(slotEnd), "an unopposed task spreads further: %s", got.Sub(target))
+}

@@ -66,6 +66,12 @@ type Spec struct {
 	// tasks never meet on an account, pinned or not. Nil otherwise.
 	PinsFrom *Spec
 
+	// Opposed is set on both tasks of an OppositeOf pair: a late account
+	// is then spread only within the rest of its own slot (see PlaceIn),
+	// so that the two tasks' syncs of it stay at least half a cycle minus
+	// a slot apart however late either fans out.
+	Opposed bool
+
 	BatchSize  int
 	LatePolicy LatePolicy
 	LateGrace  time.Duration
