@@ -40,39 +40,6 @@ func (s *Scheduler) expectedCounts(ctx context.Context, spec *taskspec.Spec, cyc
 	return s.hashCounts(ctx, spec)
 }
 
-// slotsFromLedger fills the slots of c that River's job table no longer
-// shows (River deleted their finished per-slot jobs) from the ledger: a
-// slot whose fan-out finished is done, with what it recorded; a slot the
-// ledger gave a job that is gone without finishing is failed.
-func (s *Scheduler) slotsFromLedger(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time, c *CycleStatus) error {
-	rows, err := s.ledger().Slots(ctx, s.pool, spec.Name, spec.PlanID, cycleStart)
-	if err != nil {
-		return err
-	}
-	for i := range c.PerSlot {
-		p := &c.PerSlot[i]
-		r, ok := rows[i]
-		if !ok || p.State != SlotMissing {
-			continue
-		}
-		if r.Finished != nil {
-			p.State = SlotDone
-			p.Enqueued, p.Skipped, p.Batches = r.Inserted, r.Skipped, r.Batches
-			c.SlotsDone++
-			c.Enqueued += p.Enqueued
-			c.Skipped += p.Skipped
-			continue
-		}
-		p.State = SlotFailed
-		p.Error = fmt.Sprintf("per-slot job %d is no longer in River's job table and never finished its fan-out (cancelled or discarded, then deleted by River's retention)", r.JobID)
-		c.SlotsFailed++
-		if c.FailedSlot < 0 || i < c.FailedSlot {
-			c.FailedSlot, c.FailedError = i, p.Error
-		}
-	}
-	return nil
-}
-
 // checkLedger returns an error when riverslot's ledger table is missing
 // from River's schema (Migrate creates it). Before Configure, River's
 // schema is unknown and the ledger is not checked.

@@ -1,6 +1,7 @@
 package riverutil
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -131,8 +132,65 @@ type SlotStatus struct {
 	// that still exist and match the task's filter.
 	Expected            int64
 	PinnedIn, PinnedOut int64
-	// Error is River's last recorded error of a failed or retrying slot.
+	// Error is River's last recorded error of a failed or retrying slot
+	// (the ledger's, once River deleted the job).
 	Error string
+
+	jobID int64 // the per-slot job the ledger records
+}
+
+// slotJob is what River's job table still says of a per-slot job.
+type slotJob struct {
+	state, err        string
+	attempt, batches  int
+	inserted, skipped int64
+}
+
+// slotJobs reads the per-slot jobs of ids still in River's job table, by
+// primary key: their state, attempt, last error and fan-out progress.
+func (s *Scheduler) slotJobs(ctx context.Context, ids []int64) (map[int64]slotJob, error) {
+	out := make(map[int64]slotJob, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, "SELECT id, state::text, attempt, metadata, errors FROM "+sqlbucket.QualifiedTable(s.riverSchema, "river_job")+" WHERE id = ANY($1)", ids)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the cycle's unfinished per-slot jobs: %w", err)
+	}
+	var (
+		id       int64
+		j        slotJob
+		metadata []byte
+		errs     []json.RawMessage
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &j.state, &j.attempt, &metadata, &errs}, func() error {
+		j.err, j.inserted, j.skipped, j.batches = "", 0, 0, 0
+		var md struct {
+			Cursors map[string]struct {
+				Inserted int64 `json:"inserted"`
+				Skipped  int64 `json:"skipped"`
+				Batches  int   `json:"batches"`
+			} `json:"river:resumable_cursor"`
+		}
+		if json.Unmarshal(metadata, &md) == nil {
+			if cur, ok := md.Cursors["fan_out"]; ok {
+				j.inserted, j.skipped, j.batches = cur.Inserted, cur.Skipped, cur.Batches
+			}
+		}
+		if len(errs) > 0 {
+			var last struct {
+				Error string `json:"error"`
+			}
+			if json.Unmarshal(errs[len(errs)-1], &last) == nil {
+				j.err = last.Error
+			}
+		}
+		out[id] = j
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("error reading the cycle's unfinished per-slot jobs: %w", err)
+	}
+	return out, nil
 }
 
 // latenessSample bounds how many recently completed sync jobs Status reads
@@ -526,95 +584,94 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	table := s.riverTable(spec)
 	cycleKey := cycleStart.Format(time.RFC3339Nano)
 
-	// The cycle's per-slot jobs (through the kind index: a few hundred).
-	rows, err := s.pool.Query(ctx, "SELECT (args->>'slot')::int, state, attempt, metadata, errors, created_at, coalesce(args->>'placement', ''), args->'pins' FROM "+table+
-		" WHERE kind = $1 AND args->>'task' = $2 AND args->>'plan' = $3 AND args->>'cycle_start' = $4",
-		perslot.Kind, spec.Name, spec.PlanID, cycleKey)
-	if err != nil {
-		return nil, fmt.Errorf("error reading the cycle's per-slot jobs: %w", err)
-	}
+	// The cycle and its slots, from the ledger: what the bootstrap
+	// decided (placement, pins) and each slot's state and figures. River's
+	// job table is read only for the slots not finished, by their job's
+	// primary key: is it queued, running, retrying, or gone?
+	led := s.ledger()
 	var (
-		slot      int
-		state     string
-		attempt   int
-		metadata  []byte
-		errs      []json.RawMessage
-		created   time.Time
-		placement string
-		pins      *taskspec.PinsRef
 		// since bounds the cycle's jobs' finalized_at from below: no sync
-		// job of the cycle exists before its first per-slot job.
+		// job of the cycle exists before its bootstrap.
 		since = cycleStart
-		// ref is the pins the cycle follows, as its per-slot jobs record
-		// them; jobs made before placements were recorded (and a cycle
-		// without jobs) follow the task's configuration, as a per-slot
-		// worker does.
-		ref     = spec.PinsRef()
-		decided bool
+		// ref is the pins the cycle follows, as its bootstrap recorded
+		// them; a cycle recorded before placements were (and a cycle not
+		// bootstrapped yet) follows the task's configuration, as a
+		// per-slot worker does.
+		ref = spec.PinsRef()
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&slot, &state, &attempt, &metadata, &errs, &created, &placement, &pins}, func() error {
-		if created.Before(since) {
-			since = created
+	if rec, ok, err := led.CycleRecord(ctx, s.pool, spec.Name, spec.PlanID, cycleStart); err != nil {
+		return nil, err
+	} else if ok {
+		if rec.CreatedAt.Before(since) {
+			since = rec.CreatedAt
 		}
-		switch {
-		case decided:
-		case placement == perslot.PlacementHash:
-			ref, decided = nil, true
-		case placement == perslot.PlacementPinned && pins != nil && pins.Task != "" && pins.Plan != "":
-			ref, decided = pins, true
+		switch rec.Placement {
+		case perslot.PlacementHash:
+			ref = nil
+		case perslot.PlacementPinned:
+			if rec.Pins != nil && rec.Pins.Task != "" && rec.Pins.Plan != "" {
+				ref = rec.Pins
+			}
 		}
+	}
+	slots, err := led.Slots(ctx, s.pool, spec.Name, spec.PlanID, cycleStart)
+	if err != nil {
+		return nil, err
+	}
+	var pending []int64
+	for _, r := range slots {
+		if r.Finished == nil && r.JobID != 0 {
+			pending = append(pending, r.JobID)
+		}
+	}
+	jobs, err := s.slotJobs(ctx, pending)
+	if err != nil {
+		return nil, err
+	}
+	for slot, r := range slots {
 		if slot < 0 || slot >= len(c.PerSlot) {
-			return nil
+			continue
 		}
 		p := &c.PerSlot[slot]
-		p.Attempts = attempt
-		var md struct {
-			Output  *perslot.Result `json:"output"`
-			Cursors map[string]struct {
-				Inserted int64 `json:"inserted"`
-				Skipped  int64 `json:"skipped"`
-				Batches  int   `json:"batches"`
-			} `json:"river:resumable_cursor"`
-		}
-		if err := json.Unmarshal(metadata, &md); err == nil {
-			if cur, ok := md.Cursors["fan_out"]; ok {
-				p.Enqueued, p.Skipped, p.Batches = cur.Inserted, cur.Skipped, cur.Batches
-			}
-			if md.Output != nil {
-				p.Enqueued, p.Skipped, p.Batches = md.Output.Inserted, md.Output.Skipped, md.Output.Batches
-			}
-		}
-		if len(errs) > 0 {
-			var last struct {
-				Error string `json:"error"`
-			}
-			if json.Unmarshal(errs[len(errs)-1], &last) == nil {
-				p.Error = last.Error
-			}
-		}
-		switch state {
-		case "completed":
-			p.State, p.Error = SlotDone, ""
+		p.jobID = r.JobID
+		if r.Finished != nil {
+			p.State = SlotDone
+			p.Enqueued, p.Skipped, p.Batches = r.Inserted, r.Skipped, r.Batches
 			c.SlotsDone++
-		case "discarded", "cancelled":
+			c.Enqueued += p.Enqueued
+			c.Skipped += p.Skipped
+			if j, ok := jobs[r.JobID]; ok {
+				p.Attempts = j.attempt
+			}
+			continue
+		}
+		j, ok := jobs[r.JobID]
+		switch {
+		case !ok:
 			p.State = SlotFailed
+			p.Error = r.Error
+			if p.Error == "" {
+				p.Error = fmt.Sprintf("per-slot job %d is no longer in River's job table and never finished its fan-out (cancelled or discarded, then deleted by River's retention)", r.JobID)
+			}
+		case j.state == "discarded" || j.state == "cancelled":
+			p.State, p.Error = SlotFailed, cmp.Or(j.err, r.Error)
+		case j.state == "running" || j.state == "retryable":
+			p.State, p.Error = SlotRunning, j.err
+		default:
+			p.State = SlotScheduled
+		}
+		if ok {
+			p.Attempts = j.attempt
+			p.Enqueued, p.Skipped, p.Batches = j.inserted, j.skipped, j.batches
+		}
+		if p.State == SlotFailed {
 			c.SlotsFailed++
 			if c.FailedSlot < 0 || slot < c.FailedSlot {
 				c.FailedSlot, c.FailedError = slot, p.Error
 			}
-		case "running", "retryable":
-			p.State = SlotRunning
-		default:
-			p.State = SlotScheduled
 		}
 		c.Enqueued += p.Enqueued
 		c.Skipped += p.Skipped
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("error reading the cycle's per-slot jobs: %w", err)
-	}
-	if err := s.slotsFromLedger(ctx, spec, cycleStart, c); err != nil {
-		return nil, err
 	}
 
 	// The accounts each slot selects under the cycle's placement.
@@ -734,11 +791,16 @@ func (s *Scheduler) checkStarting(ctx context.Context, spec *taskspec.Spec, c *C
 			behind = append(behind, p.Slot)
 		}
 	}
+	var ids []int64
+	for _, slot := range behind {
+		if id := c.PerSlot[slot].jobID; id != 0 {
+			ids = append(ids, id)
+		}
+	}
 	var held int
 	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.riverTable(spec)+
-		" WHERE kind = $1 AND args->>'task' = $2 AND args->>'plan' = $3 AND args->>'cycle_start' = $4 AND (args->>'slot')::int = ANY($5)"+
-		" AND (state IN ('retryable', 'pending') OR (state = 'scheduled' AND scheduled_at > now()))",
-		perslot.Kind, spec.Name, spec.PlanID, c.CycleStart.Format(time.RFC3339Nano), behind).Scan(&held); err != nil {
+		" WHERE id = ANY($1) AND (state IN ('retryable', 'pending') OR (state = 'scheduled' AND scheduled_at > now()))",
+		ids).Scan(&held); err != nil {
 		return fmt.Errorf("error reading the cycle's waiting per-slot jobs: %w", err)
 	}
 	if held > 0 {

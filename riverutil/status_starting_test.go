@@ -46,10 +46,17 @@ func TestStatusStarting(t *testing.T) {
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
 	require.NoError(t, err)
 	past := start.Add(-2 * cycle) // a cycle whose slots all passed long ago
+	// Each cycle as its bootstrap makes it: the per-slot jobs, and the
+	// ledger's rows of the cycle and its slots, which Status reads.
+	led := pgx.Identifier{schema, "riverslot_ledger"}.Sanitize()
 	for _, c := range []time.Time{start, past} {
+		_, err := pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot, placement) VALUES ('transactions', $1, $2, -1, 'hash')", c, info.PlanID)
+		require.NoError(t, err)
 		for slot := range 8 {
-			_, err := insertOnly.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: c, Slot: slot, Plan: info.PlanID},
+			res, err := insertOnly.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: c, Slot: slot, Plan: info.PlanID},
 				&river.InsertOpts{ScheduledAt: c.Add(time.Duration(slot) * cycle / 8)})
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot, job_id) VALUES ('transactions', $1, $2, $3, $4)", c, info.PlanID, slot, res.Job.ID)
 			require.NoError(t, err)
 		}
 	}
