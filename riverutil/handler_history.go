@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/syncjob"
 )
