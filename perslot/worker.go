@@ -152,6 +152,24 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 
 	river.ResumableStepCursor(ctx, stepFanOut, nil, func(ctx context.Context, cursor fanOutCursor) error {
 		err := w.fanOut(ctx, client, spec, pins, job, cursor)
+		if err != nil && taskspec.Unreachable(err) {
+			// The accounts database is down: the slot waits for it,
+			// snoozed without using an attempt, as long as its late window
+			// lasts (its accounts can still be placed); past it, the
+			// error counts as any other.
+			cycleEnd := job.Args.CycleEnd
+			if cycleEnd.IsZero() {
+				cycleEnd = spec.CycleEnd(job.Args.CycleStart)
+			}
+			deadline := spec.LateDeadline(job.Args.CycleStart, cycleEnd, spec.Plan.SlotStart(job.Args.CycleStart, job.Args.Slot))
+			if left := time.Until(deadline); left > 0 {
+				wait := min(taskspec.UnreachableWait, left+100*time.Millisecond)
+				w.logger.WarnContext(ctx, "riverslot: the accounts database is unreachable; the per-slot job waits for it (snoozed, no attempt used) until its slot's late window ends",
+					slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
+					slog.Time("late_window_end", deadline), slog.Duration("wait", wait), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+				return river.JobSnooze(wait)
+			}
+		}
 		if err != nil && job.Attempt >= job.MaxAttempts {
 			// The last attempt: River discards the job. The ledger says
 			// so, for whoever reads the cycle after River deletes it.

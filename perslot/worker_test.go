@@ -2,6 +2,7 @@ package perslot
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -321,4 +322,56 @@ func (b *testBundle) ledgerRow(ctx context.Context, t *testing.T, slot int) ledg
 		b.table("riverslot_ledger")+" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4",
 		b.spec.Name, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), b.spec.PlanID, slot).Scan(&r.JobID, &r.Accounts, &r.RangeAccounts, &r.Inserted, &r.Skipped, &r.Batches, &r.Finished))
 	return r
+}
+
+// TestFanOutAccountsDatabaseUnreachable: with the accounts database down
+// (a pool to a port nothing listens on), a per-slot job waits for it,
+// snoozed without using an attempt, while its slot's late window lasts;
+// once the window ends it fails as any other error (MaxAttempts 1:
+// discarded) and the ledger records the slot as failed, with why, for
+// readers that come after River deletes the job.
+func TestFanOutAccountsDatabaseUnreachable(t *testing.T) {
+	t.Parallel()
+
+	down, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(down.Close)
+	ctx, b := setup(t, 50, 20, func(s *taskspec.Spec) { s.AccountsPool = down })
+
+	// Slot 0 of a cycle that started 56 s ago: its late window (half the
+	// 2 min cycle after its start) ends 4 s from now.
+	start := time.Now().Add(-56 * time.Second).Truncate(time.Millisecond).UTC()
+	deadline := start.Add(b.spec.Plan.Cycle / 2)
+	led := b.table("riverslot_ledger")
+	_, err = b.pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot) VALUES ($1, $2, $3, -1), ($1, $2, $3, 0)", b.spec.Name, start, b.spec.PlanID)
+	require.NoError(t, err)
+	res, err := b.client.Insert(ctx, NewArgs(b.spec, start, 0), &river.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, "UPDATE "+led+" SET job_id = $1 WHERE slot = 0", res.Job.ID)
+	require.NoError(t, err)
+
+	var ev *river.Event
+	select {
+	case ev = <-b.events:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the per-slot job did not finish within 60 s")
+	}
+	require.Equal(t, res.Job.ID, ev.Job.ID)
+	require.Equal(t, river.EventKindJobFailed, ev.Kind)
+	require.False(t, ev.Job.FinalizedAt.Before(deadline), "it waited for the database until its late window ended (finalized %s, window end %s)", ev.Job.FinalizedAt, deadline)
+	require.Len(t, ev.Job.Errors, 1, "one error: the wait used no attempt")
+	var md struct {
+		Snoozes int `json:"snoozes"`
+	}
+	require.NoError(t, json.Unmarshal(ev.Job.Metadata, &md))
+	require.Positive(t, md.Snoozes)
+
+	var (
+		failed bool
+		reason string
+	)
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT failed_at IS NOT NULL, coalesce(error, '') FROM "+led+" WHERE slot = 0").Scan(&failed, &reason))
+	require.True(t, failed, "the ledger records the slot's failure")
+	require.Contains(t, reason, "failed to connect")
+	require.Empty(t, b.syncJobs(ctx, t))
 }

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -124,4 +126,60 @@ func TestWork(t *testing.T) {
 	defer mu.Unlock()
 	require.ElementsMatch(t, []uuid.UUID{active, failing}, calls,
 		"only accounts that exist and match the filter reach the SyncFunc, each once")
+}
+
+// TestWorkAccountsDatabaseUnreachable: with the accounts database down (a
+// pool to a port nothing listens on), a sync job that cannot check its
+// account waits, snoozed without using an attempt, never calling Sync
+// and never failing; once its NotAfter passes it completes as stale
+// (the next cycle covers the account). With MaxAttempts 1, an attempt
+// used by the outage would discard it.
+func TestWorkAccountsDatabaseUnreachable(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 1)
+	down, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/none?connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(down.Close)
+
+	spec := riverslottest.Spec(t, "reports", schema, "accounts", "active", 2*time.Minute, 100)
+	spec.AccountsPool = down
+	var calls atomic.Int64
+	w := syncjob.NewWorker(pool, riverslottest.Logger(t))
+	w.AddTask(spec, func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error {
+		calls.Add(1)
+		return nil
+	})
+	workers := river.NewWorkers()
+	require.NoError(t, w.Register(workers))
+	client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
+		Schema:  schema,
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		Workers: workers,
+	})
+	args := syncjob.NewArgs("reports", ids[0], time.Now().Truncate(time.Second), 0)
+	args.NotAfter = time.Now().Add(4 * time.Second).UTC()
+	res, err := client.Insert(ctx, args, &river.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+
+	select {
+	case ev := <-events:
+		require.Equal(t, res.Job.ID, ev.Job.ID)
+		require.Equal(t, river.EventKindJobCompleted, ev.Kind, "completed, not failed: errors %v", ev.Job.Errors)
+		require.Empty(t, ev.Job.Errors, "the outage is not the job's error")
+		require.False(t, ev.Job.FinalizedAt.Before(args.NotAfter), "it waited until its NotAfter")
+		var md struct {
+			Output  map[string]string `json:"output"`
+			Snoozes int               `json:"snoozes"`
+		}
+		require.NoError(t, json.Unmarshal(ev.Job.Metadata, &md))
+		require.Equal(t, syncjob.SkippedStale, md.Output[syncjob.OutputSkipped], "stale once NotAfter passed")
+		require.Positive(t, md.Snoozes, "it waited snoozed")
+	case <-time.After(60 * time.Second):
+		t.Fatal("the sync job did not finish within 60 s")
+	}
+	require.Zero(t, calls.Load(), "Sync is never called for an account that could not be checked")
 }

@@ -113,6 +113,20 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 
 	var exists bool
 	if err := t.spec.AccountsDB(w.pool).QueryRow(ctx, t.spec.SQL.Exists, job.Args.AccountID).Scan(&exists); err != nil {
+		if taskspec.Unreachable(err) {
+			// The accounts database is down: wait for it without using an
+			// attempt, until the sync would be stale (then the next cycle
+			// covers the account, as for any stale sync).
+			wait := taskspec.UnreachableWait
+			if !job.Args.NotAfter.IsZero() {
+				if left := time.Until(job.Args.NotAfter); left < wait {
+					wait = max(left, 0) + 100*time.Millisecond
+				}
+			}
+			w.warnOnce(ctx, t.spec, job, "unreachable", "riverslot: the accounts database is unreachable; sync jobs wait for it (snoozed, no attempt used) until their NotAfter",
+				slog.String("error", err.Error()), slog.Duration("wait", wait))
+			return river.JobSnooze(wait)
+		}
 		return fmt.Errorf("error checking account %s of task %q: %w", job.Args.AccountID, t.spec.Name, err)
 	}
 	if !exists {
@@ -195,20 +209,30 @@ func (w *Worker) apart(ctx context.Context, job *river.Job[Args], started time.T
 // the job's output and in the metrics, and logs once per slot and reason.
 func (w *Worker) skip(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args], reason, msg string) error {
 	spec.Metrics.SyncSkipped(ctx, spec.Name, reason)
-	key := spec.Name + "|" + job.Args.CycleStart.UTC().Format(time.RFC3339Nano) + "|" + fmt.Sprint(job.Args.Slot) + "|" + reason
+	w.warnOnce(ctx, spec, job, reason, msg, slog.String("reason", reason))
+	return river.RecordOutput(ctx, map[string]string{OutputSkipped: reason})
+}
+
+// warnOnce logs msg at warn once per task, cycle, slot and key.
+func (w *Worker) warnOnce(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args], key, msg string, attrs ...slog.Attr) {
+	k := spec.Name + "|" + job.Args.CycleStart.UTC().Format(time.RFC3339Nano) + "|" + fmt.Sprint(job.Args.Slot) + "|" + key
 	w.loggedMu.Lock()
-	first := !w.logged[key]
+	first := !w.logged[k]
 	if first {
 		if len(w.logged) >= 10_000 {
 			clear(w.logged)
 		}
-		w.logged[key] = true
+		w.logged[k] = true
 	}
 	w.loggedMu.Unlock()
-	if first {
-		w.logger.WarnContext(ctx, msg, slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart),
-			slog.Int("slot", job.Args.Slot), slog.String("reason", reason), slog.Time("not_after", job.Args.NotAfter),
-			slog.String("first_account_id", job.Args.AccountID.String()))
+	if !first {
+		return
 	}
-	return river.RecordOutput(ctx, map[string]string{OutputSkipped: reason})
+	args := []any{slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart),
+		slog.Int("slot", job.Args.Slot), slog.Time("not_after", job.Args.NotAfter),
+		slog.String("first_account_id", job.Args.AccountID.String())}
+	for _, a := range attrs {
+		args = append(args, a)
+	}
+	w.logger.WarnContext(ctx, msg, args...)
 }

@@ -47,9 +47,7 @@ func (s *Spec) PlaceIn(now, cycleStart, cycleEnd, slotStart time.Time, hash uint
 	if s.LatePolicy == LatePolicySkip {
 		return time.Time{}, true, true
 	}
-	// The next cycle's start minus half a cycle: on a wall-clock schedule
-	// the next cycle may start 23 h or 25 h later.
-	deadline := cycleEnd.Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2)
+	deadline := s.LateDeadline(cycleStart, cycleEnd, slotStart)
 	if s.Opposed {
 		// The opposite task serves the account in the slot half a cycle
 		// away, at an offset of its own: a late sync after the end of the
@@ -65,6 +63,15 @@ func (s *Spec) PlaceIn(now, cycleStart, cycleEnd, slotStart time.Time, hash uint
 		return time.Time{}, true, true
 	}
 	return now.Add(slotplan.OffsetIn(hash, window)).Truncate(time.Microsecond), true, false
+}
+
+// LateDeadline returns the end of the late window of the slot starting at
+// slotStart in the cycle [cycleStart, cycleEnd): half a cycle before the
+// slot's start in the next cycle (on a wall-clock schedule the next cycle
+// may start 23 h or 25 h later). No late account of the slot is placed
+// after it, and past it a per-slot job has nothing left to place.
+func (s *Spec) LateDeadline(cycleStart, cycleEnd, slotStart time.Time) time.Time {
+	return cycleEnd.Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2)
 }
 
 // CycleEnd returns when the cycle starting at cycleStart ends, that is when
