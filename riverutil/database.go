@@ -207,14 +207,17 @@ func (s *Scheduler) checkTask(ctx context.Context, spec *taskspec.Spec) error {
 		return fmt.Errorf("cannot select from Table %s; grant SELECT on it to this role: %w", table, err)
 	}
 
-	var hasIndex bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		WHERE i.indrelid = to_regclass($1) AND c.relname = $2)`, table, spec.IndexName()).Scan(&hasIndex); err != nil {
-		return fmt.Errorf("error looking up bucket index: %w", err)
+	valid, exists, err := sqlbucket.IndexValid(ctx, tx, spec.Schema, spec.Table, spec.IndexName())
+	if err != nil {
+		return err
 	}
-	if !hasIndex {
+	switch {
+	case !exists:
 		s.log().WarnContext(ctx, "riverslot: bucket index missing; per-slot selection will scan the whole table. Create it with Scheduler.CreateIndexes or sqlbucket.IndexDDL",
 			slog.String("task", spec.Name), slog.Int("buckets", spec.Plan.Buckets), slog.String("ddl", spec.IndexDDL()))
+	case !valid:
+		s.log().WarnContext(ctx, "riverslot: bucket index is INVALID (a CREATE INDEX CONCURRENTLY failed or was interrupted): PostgreSQL does not use it and per-slot selection will scan the whole table. Scheduler.CreateIndexes drops and rebuilds it",
+			slog.String("task", spec.Name), slog.String("index", spec.IndexName()), slog.String("ddl", spec.IndexDDL()))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package sqlbucket
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -127,10 +128,45 @@ func CreateIndex(ctx context.Context, db Execer, schema, table, column string) e
 	return CreateIndexFor(ctx, db, schema, table, column, slotplan.Buckets)
 }
 
-// CreateIndexFor runs IndexDDLFor, like CreateIndex.
+// CreateIndexFor runs IndexDDLFor, like CreateIndex. When db can also
+// query (a pool or connection does) and the index exists but is INVALID
+// (a CREATE INDEX CONCURRENTLY that failed or was interrupted leaves one
+// behind, which PostgreSQL never uses and IF NOT EXISTS would keep), it is
+// dropped concurrently first and built again.
 func CreateIndexFor(ctx context.Context, db Execer, schema, table, column string, buckets int) error {
+	name := IndexNameFor(table, column, buckets)
+	if q, ok := db.(Queryer); ok {
+		valid, exists, err := IndexValid(ctx, q, schema, table, name)
+		if err != nil {
+			return err
+		}
+		if exists && !valid {
+			if _, err := db.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+QualifiedTable(schema, name)); err != nil {
+				return fmt.Errorf("error dropping the INVALID bucket index %s to rebuild it: %w", QualifiedTable(schema, name), err)
+			}
+		}
+	}
 	if _, err := db.Exec(ctx, IndexDDLFor(schema, table, column, buckets)); err != nil {
 		return fmt.Errorf("error creating bucket index on %s(%s): %w", QualifiedTable(schema, table), column, err)
 	}
 	return nil
+}
+
+// Queryer reads one row: a pool, connection or transaction.
+type Queryer interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// IndexValid reports whether the index name on schema.table exists and
+// whether PostgreSQL marks it valid (usable by queries).
+func IndexValid(ctx context.Context, q Queryer, schema, table, name string) (valid, exists bool, err error) {
+	err = q.QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE i.indrelid = to_regclass($1) AND c.relname = $2`, QualifiedTable(schema, table), name).Scan(&valid)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, false, nil
+	case err != nil:
+		return false, false, fmt.Errorf("error looking up bucket index %s: %w", name, err)
+	}
+	return valid, true, nil
 }

@@ -272,3 +272,35 @@ func TestCreateIndexErrorNamesTable(t *testing.T) {
 	err := sqlbucket.CreateIndex(ctx, pool, "no_such_schema_x", "accounts", "id")
 	require.ErrorContains(t, err, `error creating bucket index on "no_such_schema_x"."accounts"(id)`)
 }
+
+// TestCreateIndexRebuildsInvalid: an INVALID bucket index (what a failed or
+// interrupted CREATE INDEX CONCURRENTLY leaves; marked so here through
+// pg_index, as PostgreSQL marks it) is reported by IndexValid and rebuilt
+// by CreateIndexFor, which IF NOT EXISTS alone would keep as it is.
+func TestCreateIndexRebuildsInvalid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 100)
+	name := sqlbucket.IndexNameFor("accounts", "id", slotplan.BucketsTwoByte)
+
+	valid, exists, err := sqlbucket.IndexValid(ctx, pool, schema, "accounts", name)
+	require.NoError(t, err)
+	require.False(t, exists)
+	require.False(t, valid)
+
+	require.NoError(t, sqlbucket.CreateIndexFor(ctx, pool, schema, "accounts", "id", slotplan.BucketsTwoByte))
+	_, err = pool.Exec(ctx, "UPDATE pg_index SET indisvalid = false WHERE indexrelid = $1::regclass", sqlbucket.QualifiedTable(schema, name))
+	require.NoError(t, err)
+	valid, exists, err = sqlbucket.IndexValid(ctx, pool, schema, "accounts", name)
+	require.NoError(t, err)
+	require.True(t, exists)
+	require.False(t, valid, "reported INVALID")
+
+	require.NoError(t, sqlbucket.CreateIndexFor(ctx, pool, schema, "accounts", "id", slotplan.BucketsTwoByte))
+	valid, exists, err = sqlbucket.IndexValid(ctx, pool, schema, "accounts", name)
+	require.NoError(t, err)
+	require.True(t, exists)
+	require.True(t, valid, "rebuilt valid")
+}
