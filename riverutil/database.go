@@ -151,18 +151,16 @@ func (s *Scheduler) Check(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (s *Scheduler) checkTask(ctx context.Context, spec *taskspec.Spec) error {
+// checkTable returns an error naming the field and the fix unless the
+// task's Table exists and its IDColumn is a uuid column. Check and
+// CreateIndexes both run it first.
+func checkTable(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, spec *taskspec.Spec) error {
 	table := spec.QualifiedTable
-
-	tx, err := spec.AccountsDB(s.pool).BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return fmt.Errorf("error starting check transaction on the accounts database: %w", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // read-only, always rolled back
-
 	var typ *string
 	var found bool
-	err = tx.QueryRow(ctx, `
+	err := q.QueryRow(ctx, `
 		SELECT to_regclass($1) IS NOT NULL,
 		       (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
 		         WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped)`,
@@ -178,6 +176,21 @@ func (s *Scheduler) checkTask(ctx context.Context, spec *taskspec.Spec) error {
 	}
 	if *typ != "uuid" {
 		return fmt.Errorf("IDColumn %q of Table %s has type %s; it must be uuid (riverslot buckets accounts by the UUID's last byte)", spec.IDColumn, table, *typ)
+	}
+	return nil
+}
+
+func (s *Scheduler) checkTask(ctx context.Context, spec *taskspec.Spec) error {
+	table := spec.QualifiedTable
+
+	tx, err := spec.AccountsDB(s.pool).BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("error starting check transaction on the accounts database: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only, always rolled back
+
+	if err := checkTable(ctx, tx, spec); err != nil {
+		return err
 	}
 
 	// The exact queries the tiers run, prepared (extended protocol, so a
@@ -350,6 +363,17 @@ func (s *Scheduler) checkWeight(ctx context.Context, tx pgx.Tx, spec *taskspec.S
 // weighted tasks the pins tables in the task's Schema (see
 // Task.Weight), once per schema.
 func (s *Scheduler) CreateIndexes(ctx context.Context) error {
+	// The tables first: a missing table or a text id column is said with
+	// its field and fix, as Check says it, before any DDL runs.
+	var errs []error
+	for _, spec := range s.specs {
+		if err := checkTable(ctx, spec.AccountsDB(s.pool), spec); err != nil {
+			errs = append(errs, fmt.Errorf("task %q: %w", spec.Name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
 	done := make(map[string]bool)
 	for _, spec := range s.specs {
 		pool := spec.AccountsDB(s.pool)

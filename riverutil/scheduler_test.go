@@ -560,3 +560,33 @@ func TestPeriodicTriggerOnePerCycle(t *testing.T) {
 	require.True(t, info.Schedule.Start(args.CycleStart).Equal(args.CycleStart), "bootstrap anchored at a cycle start: %s", args.CycleStart)
 	require.True(t, recorder.cycles[0].Equal(args.CycleStart))
 }
+
+// TestCreateIndexesBadTable: in the README's order, CreateIndexes runs
+// before Check; a missing table, a missing id column or a text id column
+// gets the same error Check gives, naming the field and the fix, before
+// any DDL runs (not PostgreSQL's raw error).
+func TestCreateIndexesBadTable(t *testing.T) {
+	t.Parallel()
+	ctx, bundle := setupCheck(t)
+	for _, tt := range []struct {
+		name   string
+		mutate func(*riverutil.Task)
+		want   string
+	}{
+		{"MissingTable", func(x *riverutil.Task) { x.Table = "nope" }, `Table "` + bundle.schema + `"."nope" does not exist or is not visible to this role; create it, fix Table/Schema`},
+		{"MissingColumn", func(x *riverutil.Task) { x.IDColumn = "account_id" }, `IDColumn "account_id" does not exist in Table`},
+		{"TextIDs", func(x *riverutil.Task) { x.Table = "text_ids" }, `IDColumn "id" of Table "` + bundle.schema + `"."text_ids" has type text; it must be uuid`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			task := validTask()
+			task.Schema = bundle.schema
+			tt.mutate(&task)
+			s, err := riverutil.New(bundle.pool, &riverutil.Config{Tasks: []riverutil.Task{task}, Logger: riverslottest.Logger(t)})
+			require.NoError(t, err)
+			err = s.CreateIndexes(ctx)
+			require.ErrorContains(t, err, tt.want)
+			require.ErrorContains(t, err, `task "transactions": `)
+			require.Zero(t, riverslottest.Count(ctx, t, bundle.pool, "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname LIKE '%riverslot_bucket%'", bundle.schema), "no index made")
+		})
+	}
+}

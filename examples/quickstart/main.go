@@ -68,14 +68,6 @@ func run(ctx context.Context, dbPool *pgxpool.Pool, logger *slog.Logger, account
 	if err != nil {
 		return err
 	}
-	// The bucket index (CREATE INDEX CONCURRENTLY IF NOT EXISTS), then a
-	// read-only check of the table, the id column and the filter.
-	if err := scheduler.CreateIndexes(ctx); err != nil {
-		return err
-	}
-	if err := scheduler.Check(ctx); err != nil {
-		return err
-	}
 
 	config := &river.Config{
 		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 50}},
@@ -85,6 +77,15 @@ func run(ctx context.Context, dbPool *pgxpool.Pool, logger *slog.Logger, account
 	// Workers, the periodic trigger and RescueStuckJobsAfter; refuses a
 	// value that would break the guarantees.
 	if err := scheduler.Configure(config); err != nil {
+		return err
+	}
+	// The bucket index (CREATE INDEX CONCURRENTLY IF NOT EXISTS), then a
+	// read-only check of the table, the id column, the filter, the ledger
+	// and River's retention (Check runs after Configure to see them).
+	if err := scheduler.CreateIndexes(ctx); err != nil {
+		return err
+	}
+	if err := scheduler.Check(ctx); err != nil {
 		return err
 	}
 	client, err := river.NewClient(riverpgxv5.New(dbPool), config)
