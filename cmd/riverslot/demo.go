@@ -75,7 +75,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	fs.StringVar(&o.task, "task", "demo", "task name")
 	fs.BoolVar(&o.reciprocal, "reciprocal", false, "run a second task, <task>_opposite, over the same accounts, opposite the first (OppositeOf): no account is synced by both within half a cycle minus one slot")
 	fs.StringVar(&o.weights, "weights", "", "pareto: give every account a weight (column weight, Pareto(1.5) from a fixed seed) and run the task weighted (Task.Weight), reporting per-slot weight max/mean against hash-only placement")
-	fs.DurationVar(&o.completedRetention, "completed-retention", 0, "River's CompletedJobRetentionPeriod: how long River keeps completed jobs (default 0: River's 24h); riverslot's ledger keeps cycles unique whatever it is, e.g. 1m")
+	fs.DurationVar(&o.completedRetention, "completed-retention", time.Hour, "River's CompletedJobRetentionPeriod: how long River keeps completed jobs (0: River's 24h); riverslot's ledger keeps cycles unique whatever it is, e.g. 1m. The default, 1h, keeps the demo under Check's row budget")
 	logLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -261,12 +261,6 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := scheduler.CreateIndexes(ctx); err != nil { // the bucket index exists; a weighted task's pins tables
-		return err
-	}
-	if err := scheduler.Check(ctx); err != nil {
-		return err
-	}
 	config := &river.Config{
 		Logger:            slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: d.opts.logLevel})),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: d.opts.workers}},
@@ -275,7 +269,14 @@ func (d *demo) run(ctx context.Context) error {
 
 		CompletedJobRetentionPeriod: d.opts.completedRetention,
 	}
+	// The README's order: Check after Configure sees the retention.
 	if err := scheduler.Configure(config); err != nil {
+		return err
+	}
+	if err := scheduler.CreateIndexes(ctx); err != nil { // the bucket index exists; a weighted task's pins tables
+		return err
+	}
+	if err := scheduler.Check(ctx); err != nil {
 		return err
 	}
 	client, err := river.NewClient(riverpgxv5.New(d.pool), config)

@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/syncjob"
 )
 
@@ -72,4 +77,25 @@ func TestDemoShortRetention(t *testing.T) {
 	require.GreaterOrEqual(t, s.MaxRiverJobRows, int64(accounts)/2)
 	require.Less(t, s.MaxRiverJobRows, int64(2*accounts), "river_job never held the whole run")
 	t.Logf("max_river_job_rows %d; cycle 1 sync jobs left %d of %d", s.MaxRiverJobRows, kept, accounts)
+}
+
+// TestDemoDefaultsWithinRowBudget: `make demo` (the demo's defaults) keeps
+// River's job table under the row budget Check warns above, so a new
+// user's first run prints no RowBudget warning (with River's 24 h
+// retention it would keep about 7.2 million rows).
+func TestDemoDefaultsWithinRowBudget(t *testing.T) {
+	t.Parallel()
+	o, err := parseDemoFlags(nil, io.Discard)
+	require.NoError(t, err)
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects: New needs no database
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err := riverutil.New(pool, &riverutil.Config{Tasks: []riverutil.Task{{Name: "demo", Cycle: o.cycle, Table: "accounts",
+		Sync: func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }}}})
+	require.NoError(t, err)
+	info, err := s.Task("demo")
+	require.NoError(t, err)
+	rows := riverutil.RowBudget(int64(o.accounts), info, o.completedRetention)
+	require.LessOrEqual(t, rows, int64(riverutil.RowBudgetWarn), "the demo's defaults keep %d rows", rows)
+	require.Greater(t, riverutil.RowBudget(int64(o.accounts), info, 24*time.Hour), int64(riverutil.RowBudgetWarn), "River's default retention would warn")
 }
