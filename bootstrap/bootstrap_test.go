@@ -378,6 +378,14 @@ func TestWeightedFallbackThenCensusJob(t *testing.T) {
 	riverslottest.WaitFor(t, 60*time.Second, "the census job to snooze", func() bool {
 		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND (metadata->>'snoozes')::int >= 1", id) == 1
 	})
+	// The stalled attempt is recorded (Status shows it) and the job backs
+	// off instead of retrying at once.
+	riverslottest.WaitFor(t, 10*time.Second, "the census's stall recorded", func() bool {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+censusTable+" WHERE cycle_start = $1 AND stalls >= 1 AND stalled_since IS NOT NULL", first) == 1
+	})
+	riverslottest.WaitFor(t, 30*time.Second, "the stalled census job to wait (snoozed to at least 2 s after its attempt; River makes a 0 s snooze available at once)", func() bool {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND state = 'scheduled' AND scheduled_at >= attempted_at + interval '1500 milliseconds'", id) == 1
+	})
 	require.NoError(t, lock.Rollback(ctx))
 	state, _ = finish(id)
 	require.Equal(t, "completed", state)
@@ -386,8 +394,10 @@ func TestWeightedFallbackThenCensusJob(t *testing.T) {
 		steps    int
 		finished bool
 	)
-	require.NoError(t, pool.QueryRow(ctx, "SELECT steps, finished_at IS NOT NULL FROM "+censusTable+" WHERE cycle_start = $1", first).Scan(&steps, &finished))
+	var stalls int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT steps, finished_at IS NOT NULL, stalls FROM "+censusTable+" WHERE cycle_start = $1", first).Scan(&steps, &finished, &stalls))
 	require.True(t, finished)
+	require.Zero(t, stalls, "progress clears the stall")
 	require.Positive(t, steps)
 	require.LessOrEqual(t, steps, taskspec.CensusSteps)
 

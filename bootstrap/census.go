@@ -48,6 +48,12 @@ func censusParams(owner *taskspec.Spec, cycleStart time.Time) river.InsertManyPa
 	}
 }
 
+// CensusStallWait is how long a census job waits after stalls attempts in
+// a row took no step: 2 s, 4 s, 8 s, ... up to 5 minutes.
+func CensusStallWait(stalls int) time.Duration {
+	return min(time.Second<<min(max(stalls, 1), 9), 5*time.Minute)
+}
+
 // CensusWorker works census jobs: it takes census steps (pinning.Step, each
 // one bucket range in a short transaction of its own on the accounts'
 // database) until about half its timeout is used, then snoozes to carry on
@@ -117,10 +123,32 @@ func (w *CensusWorker) Work(ctx context.Context, job *river.Job[CensusArgs]) err
 	if err != nil {
 		return fmt.Errorf("task %q: %w", spec.Name, err)
 	}
+	db := spec.AccountsDB(w.pool)
+	if steps > 0 {
+		if _, err := db.Exec(ctx, spec.Pins.CensusProgressed, spec.Name, spec.PlanID, cycleStart); err != nil {
+			return fmt.Errorf("task %q: error recording the census's progress: %w", spec.Name, err)
+		}
+	}
 	if !c.Finished {
-		w.logger.DebugContext(ctx, "riverslot: weight census carries on in a fresh attempt",
-			slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.Int("steps", steps), slog.Int("next_bucket", c.NextBucket))
-		return river.JobSnooze(0)
+		if steps > 0 {
+			w.logger.DebugContext(ctx, "riverslot: weight census carries on in a fresh attempt",
+				slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.Int("steps", steps), slog.Int("next_bucket", c.NextBucket))
+			return river.JobSnooze(0)
+		}
+		// No step in this attempt (the accounts table locked, each step
+		// cut by its timeout): back off, say so, and record it for Status.
+		if _, err := db.Exec(ctx, spec.Pins.CensusStart, spec.Name, spec.PlanID, cycleStart, spec.Plan.Slots); err != nil {
+			return fmt.Errorf("task %q: error recording the census's stall: %w", spec.Name, err)
+		}
+		var stalls int
+		if err := db.QueryRow(ctx, spec.Pins.CensusStalled, spec.Name, spec.PlanID, cycleStart).Scan(&stalls); err != nil {
+			return fmt.Errorf("task %q: error recording the census's stall: %w", spec.Name, err)
+		}
+		wait := CensusStallWait(stalls)
+		w.logger.WarnContext(ctx, "riverslot: weight census took no step in this attempt (each step ran out of time: a lock on the accounts table, or a slow database); it backs off and tries again",
+			slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.Int("stalls_in_a_row", stalls),
+			slog.Int("next_bucket", c.NextBucket), slog.Duration("retry_in", wait))
+		return river.JobSnooze(wait)
 	}
 	w.logger.InfoContext(ctx, "riverslot: weight census finished; the cycle's bootstrap computes its pins from it",
 		slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.Time("started_at", c.StartedAt),

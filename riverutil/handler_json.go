@@ -38,6 +38,16 @@ type statusJSON struct {
 	BehindSlots        int              `json:"behind_slots"`
 	OffSlots           int              `json:"off_slots"`
 	PerSlot            []statusSlotJSON `json:"per_slot"`
+	Census             *censusJSON      `json:"census,omitempty"`
+}
+
+type censusJSON struct {
+	CycleStart   string  `json:"cycle_start"`
+	Steps        int     `json:"steps"`
+	NextBucket   int     `json:"next_bucket"`
+	Finished     bool    `json:"finished"`
+	Stalls       int     `json:"stalls"`
+	StalledSince *string `json:"stalled_since"`
 }
 
 type statusSlotJSON struct {
@@ -74,6 +84,10 @@ func (st TaskStatus) MarshalJSON() ([]byte, error) {
 		LatenessP50Seconds: c.LatenessP50.Seconds(), LatenessP99Seconds: c.LatenessP99.Seconds(),
 		Verdict: c.Verdict, OnTrack: c.OnTrack, Starting: c.Starting, BehindSlots: c.BehindSlots, OffSlots: c.OffSlots,
 		PerSlot: make([]statusSlotJSON, 0, len(c.PerSlot)),
+	}
+	if cs := st.Census; cs != nil {
+		out.Census = &censusJSON{CycleStart: cs.CycleStart.Format(time.RFC3339), Steps: cs.Steps, NextBucket: cs.NextBucket,
+			Finished: cs.Finished, Stalls: cs.Stalls, StalledSince: rfc3339(&cs.StalledSince)}
 	}
 	if c.NextSlot >= 0 {
 		next, at := c.NextSlot, c.NextSlotAt.UTC().Format(time.RFC3339)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
@@ -32,8 +33,54 @@ const (
 // before it.
 type TaskStatus struct {
 	Task     string       // the task's Name
-	Current  *CycleStatus // the latest cycle with a bootstrap job (Status errs when there is none)
+	Current  *CycleStatus // the latest cycle the ledger records (Status errs when there is none)
 	Previous *CycleStatus // nil when the task has no earlier cycle
+	// Census is the latest weight census of a weighted task (nil for
+	// another task, or before its first census).
+	Census *CensusStatus
+}
+
+// CensusStatus is where a weighted task's latest weight census stands.
+type CensusStatus struct {
+	CycleStart time.Time // the cycle whose pins it is for
+	Steps      int       // steps taken
+	NextBucket int       // the next bucket to count
+	Finished   bool
+	// Stalls is how many census attempts in a row took no step (each ran
+	// out of time: a lock on the accounts table, a slow database), since
+	// StalledSince; the census job backs off between them. 0 when the
+	// last attempt made progress.
+	Stalls       int
+	StalledSince time.Time
+}
+
+// census reads the latest weight census of spec's task (nil when spec is
+// not weighted or has none).
+func (s *Scheduler) census(ctx context.Context, spec *taskspec.Spec) (*CensusStatus, error) {
+	if !spec.Weighted() {
+		return nil, nil
+	}
+	var (
+		c     CensusStatus
+		since *time.Time
+	)
+	err := spec.AccountsDB(s.pool).QueryRow(ctx, spec.Pins.CensusState, spec.Name, spec.PlanID).
+		Scan(&c.CycleStart, &c.Steps, &c.NextBucket, &c.Finished, &c.Stalls, &since)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
+			return nil, nil // no census table (yet) of this version: CreateIndexes makes it; Check says so
+		}
+		return nil, fmt.Errorf("error reading the weight census of task %q: %w", spec.Name, err)
+	}
+	c.CycleStart = c.CycleStart.UTC()
+	if since != nil {
+		c.StalledSince = since.UTC()
+	}
+	return &c, nil
 }
 
 // CycleStatus is one cycle of one task, read from River's job table and the
@@ -385,6 +432,9 @@ func (s *Scheduler) statusOf(ctx context.Context, spec *taskspec.Spec, cycleStar
 		return nil, err
 	}
 	st := &TaskStatus{Task: spec.Name, Current: current}
+	if st.Census, err = s.census(ctx, spec); err != nil {
+		return nil, err
+	}
 	if prev.SlotsDone+prev.SlotsFailed > 0 || slices.ContainsFunc(prev.PerSlot, func(p SlotStatus) bool { return p.State != SlotMissing }) {
 		st.Previous = prev
 	}

@@ -147,6 +147,10 @@ func printStatus(w io.Writer, st *riverutil.TaskStatus) {
 		}
 		fmt.Fprintf(w, "placement: pinned (%s, shifted by %d slots): expected = hash slot - pinned out + pinned in\n", follows, c.PinsShift)
 	}
+	if cs := st.Census; cs != nil && cs.Stalls > 0 {
+		fmt.Fprintf(w, "weight census of cycle %s: STALLED, %d attempts in a row took no step since %s (a lock on the accounts table, or a slow database); it backs off and retries\n",
+			cs.CycleStart.Format(time.RFC3339), cs.Stalls, cs.StalledSince.Format(time.RFC3339))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := "slot\tstarts\tstate\tenqueued/expected\t"
 	if pinned {

@@ -109,6 +109,9 @@ func PinsDDL(schema string) []string {
 	floor double precision NOT NULL DEFAULT 0, kept int NOT NULL DEFAULT 0,
 	finished_at timestamptz,
 	PRIMARY KEY (task, plan, cycle_start))`,
+		// A census job's attempts that took no step (a lock, a timeout):
+		// how many in a row, since when, and why; Status shows them.
+		"ALTER TABLE " + sqlbucket.QualifiedTable(schema, PinCensusTable) + " ADD COLUMN IF NOT EXISTS stalls int NOT NULL DEFAULT 0, ADD COLUMN IF NOT EXISTS stalled_since timestamptz",
 		"CREATE TABLE IF NOT EXISTS " + sqlbucket.QualifiedTable(schema, PinCensusCandidatesTable) + ` (
 	task text NOT NULL, plan text NOT NULL, cycle_start timestamptz NOT NULL,
 	account_id uuid NOT NULL, bucket int NOT NULL, weight double precision NOT NULL,
@@ -192,6 +195,13 @@ type PinsSQL struct {
 	CensusCurrent string
 	// CensusPrune deletes the censuses of task $1 started before $2.
 	CensusPrune string
+	// CensusStalled counts one more attempt of the census of ($1 task,
+	// $2 plan, $3 cycle start) that took no step and returns the count;
+	// CensusProgressed resets it after a step.
+	CensusStalled, CensusProgressed string
+	// CensusState returns (cycle_start, steps, next_bucket, finished,
+	// stalls, stalled_since) of the latest census of task $1 and plan $2.
+	CensusState string
 }
 
 // PinsRef names the pins a cycle's per-slot jobs follow: those the
@@ -337,6 +347,10 @@ func (s *Spec) buildPinsSQL() {
 			" UPDATE " + census + " SET (candidate_ids, candidate_buckets, candidate_weights) = (SELECT coalesce(array_agg(account_id ORDER BY weight DESC, account_id), '{}')," +
 			" coalesce(array_agg(bucket ORDER BY weight DESC, account_id), '{}'), coalesce(array_agg(weight ORDER BY weight DESC, account_id), '{}') FROM top)" +
 			censusKey,
+		CensusStalled:    "UPDATE " + census + " SET stalls = stalls + 1, stalled_since = coalesce(stalled_since, now())" + censusKey + " RETURNING stalls",
+		CensusProgressed: "UPDATE " + census + " SET stalls = 0, stalled_since = NULL" + censusKey + " AND stalls > 0",
+		CensusState: "SELECT cycle_start, steps, next_bucket, finished_at IS NOT NULL, stalls, stalled_since FROM " + census +
+			" WHERE task = $1 AND plan = $2 ORDER BY cycle_start DESC LIMIT 1",
 		CensusRead:     "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights FROM " + census + censusKey,
 		CensusFinished: "SELECT EXISTS (SELECT FROM " + census + " WHERE task = $1 AND plan = $2 AND finished_at IS NOT NULL AND started_at >= $3)",
 		CensusLatest: "SELECT " + censusCols + ", candidate_ids, candidate_buckets, candidate_weights, cycle_start FROM " + census +
