@@ -154,6 +154,20 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 
 	led := ledger.New(client.Schema())
+	// The task's first cycle, already started: Task.FirstCycle decides.
+	var first bool
+	if started := time.Since(cycleStart); started > spec.LateGrace {
+		earlier, err := led.HasCycleBefore(ctx, tx, spec.Name, cycleStart)
+		if err != nil {
+			return err
+		}
+		if !earlier {
+			if done, err := w.firstCycle(ctx, tx, spec, job, cycleStart, started); done || err != nil {
+				return err
+			}
+			first = spec.FirstCycle == taskspec.FirstCycleAll
+		}
+	}
 	claimed, err := led.ClaimBootstrap(ctx, tx, spec.Name, spec.PlanID, cycleStart, job.ID)
 	if err != nil {
 		return err
@@ -218,7 +232,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		Task: spec.Name, Plan: spec.PlanID, Start: cycleStart, End: cycleEnd,
 		Deadline:  spec.SyncsUntil(cycleStart, cycleEnd).UTC(),
 		KeepUntil: cycleStart.Add(ledger.Horizon(spec.Plan.Cycle)),
-		Placement: output.Placement, Pins: ref, Fallback: pins.Fallback,
+		Placement: output.Placement, Pins: ref, Fallback: pins.Fallback, First: first,
 	}); err != nil {
 		return err
 	}
@@ -270,6 +284,33 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		slog.Int("per_slot_inserted", inserted), slog.Int("per_slot_already_present", spec.Plan.Slots-inserted),
 		slog.Int64("ledger_rows_pruned", pruned))
 	return nil
+}
+
+// firstCycle says, at warn, what the task's first cycle does, started
+// started ago (the app was deployed mid-cycle), under Task.FirstCycle; under
+// FirstCycleNext it completes the bootstrap job in tx without making the
+// cycle, and returns true.
+func (w *Worker) firstCycle(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, job *river.Job[Args], cycleStart time.Time, started time.Duration) (bool, error) {
+	next := spec.Schedule.Next(cycleStart)
+	past := min(int(started/spec.Plan.SlotDuration)+1, spec.Plan.Slots)
+	attrs := []any{slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.Duration("started_ago", started.Round(time.Second)),
+		slog.Int("slots_past", past), slog.Int("slots", spec.Plan.Slots), slog.Time("next_cycle_start", next), slog.String("first_cycle", string(spec.FirstCycle))}
+	switch spec.FirstCycle {
+	case taskspec.FirstCycleNext:
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+			return true, fmt.Errorf("error completing bootstrap job: %w", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return true, fmt.Errorf("error committing bootstrap job: %w", err)
+		}
+		w.logger.WarnContext(ctx, "riverslot: the task's first cycle started before the app did; FirstCycleNext: it starts at the next cycle, and syncs nobody until then", attrs...)
+		return true, nil
+	case taskspec.FirstCycleAll:
+		w.logger.WarnContext(ctx, "riverslot: the task's first cycle started before the app did; FirstCycleAll: the accounts of its past slots are spread over the rest of the cycle, so every account is synced in it (their next regular sync may come less than half a cycle later)", attrs...)
+	default:
+		w.logger.WarnContext(ctx, "riverslot: the task's first cycle started before the app did; FirstCycleLate: the accounts of its past slots are spread within half a cycle of their slot, or skipped until the next cycle under LatePolicy; set Task.FirstCycle to FirstCycleAll to sync every account in this cycle, or FirstCycleNext to start at the next", attrs...)
+	}
+	return false, nil
 }
 
 // place computes the pins of owner's cycle (pinning.Place) and prunes old

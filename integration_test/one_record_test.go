@@ -302,3 +302,86 @@ func TestOppositeOfLateFanOuts(t *testing.T) {
 	require.Positive(t, both, "some accounts are synced by both tasks")
 	require.Positive(t, lateSkipped, "accounts past their slot were skipped")
 }
+
+// TestFirstCycle deploys a task for the first time 30 s into a 48 s cycle
+// (16 slots of 3 s), as a first deploy at 21:59 of a 24 h cycle would be,
+// and runs the fan-outs at once (syncs parked at their times) under each
+// Task.FirstCycle: FirstCycleAll syncs every account within the cycle,
+// past slots' accounts spread over its rest; FirstCycleLate (the default)
+// spreads them within half a cycle of their slot and skips the rest until
+// the next cycle; FirstCycleNext makes no cycle at all.
+func TestFirstCycle(t *testing.T) {
+	t.Parallel()
+
+	const (
+		accounts = 1000
+		cycle    = 48 * time.Second
+	)
+	for _, policy := range []riverutil.FirstCycle{riverutil.FirstCycleAll, riverutil.FirstCycleLate, riverutil.FirstCycleNext} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			ctx, b := setup(t, accounts)
+			offset, start := offsetForStartIn(cycle, -30*time.Second)
+			scheduler := newScheduler(t, b, riverutil.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema,
+				Table: "accounts", Filter: "active", FirstCycle: policy, Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()})
+			client := startClient(ctx, t, b, scheduler, false, river.QueueDefault)
+			info := taskInfo(t, scheduler, "transactions")
+			jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+			led := pgx.Identifier{b.schema, "riverslot_ledger"}.Sanitize()
+			res, err := scheduler.EnqueueCycle(ctx, client, "transactions", start)
+			require.NoError(t, err)
+			waitFor(t, 30*time.Second, "the bootstrap", func() bool {
+				return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND state = 'completed'", res.Job.ID) == 1
+			})
+			if policy == riverutil.FirstCycleNext {
+				require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", perslot.Kind), "no per-slot job")
+				require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+led), "no cycle made: the next cycle is the first")
+				// A task that ran before (the ledger records an earlier
+				// cycle) is past its first cycle: the same late cycle is
+				// made. (River's retention deleted the first bootstrap.)
+				_, err = b.pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot) VALUES ('transactions', $1, $2, -1)", start.Add(-cycle), info.PlanID)
+				require.NoError(t, err)
+				_, err = b.pool.Exec(ctx, "DELETE FROM "+jobs+" WHERE id = $1", res.Job.ID)
+				require.NoError(t, err)
+				_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)
+				require.NoError(t, err)
+				waitFor(t, 30*time.Second, "the cycle's per-slot jobs", func() bool {
+					return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", perslot.Kind) == int64(info.Plan.Slots)
+				})
+				return
+			}
+			_, err = b.pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = now(), state = 'available' WHERE kind = $1 AND state = 'scheduled'", perslot.Kind)
+			require.NoError(t, err)
+			fanned := time.Now()
+			waitFor(t, 60*time.Second, "every slot fanned out", func() bool {
+				return b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE slot >= 0 AND finished_at IS NOT NULL") == int64(info.Plan.Slots)
+			})
+			var lateSkipped, spread int64
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT sum(late_skipped), sum(late_spread) FROM "+led+" WHERE slot >= 0").Scan(&lateSkipped, &spread))
+			syncs := b.parkedSyncs(ctx, t)["transactions"]
+			end := start.Add(cycle)
+			switch policy {
+			case riverutil.FirstCycleAll:
+				require.Zero(t, lateSkipped, "no account skipped")
+				require.Positive(t, spread, "past slots' accounts spread")
+				require.Len(t, syncs, accounts, "every account synced within the first cycle")
+				for id, ts := range syncs {
+					require.Len(t, ts, 1)
+					require.True(t, ts[0].Before(end), "account %s synced at %s, after the cycle's end", id, ts[0].Sub(start))
+					// Late (past its target plus LateGrace, a slot): spread
+					// from its fan-out on, which ran after fanned.
+					if regular(info, start, id).Before(fanned.Add(-info.Plan.SlotDuration - time.Second)) {
+						require.False(t, ts[0].Before(fanned.Add(-time.Millisecond)), "account %s of a past slot (regular %s) is spread from the fan-out (%s) on, got %s",
+							id, regular(info, start, id).Sub(start), fanned.Sub(start), ts[0].Sub(start))
+					}
+				}
+				require.EqualValues(t, 1, b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE slot = -1 AND first_cycle"), "the ledger records the first cycle")
+			case riverutil.FirstCycleLate:
+				require.Positive(t, lateSkipped, "the accounts of slots more than half a cycle late wait for the next cycle")
+				require.EqualValues(t, accounts-lateSkipped, len(syncs))
+				require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE slot = -1 AND first_cycle"))
+			}
+			t.Logf("%s: %d accounts synced in the first cycle, %d spread, %d skipped until the next", policy, len(syncs), spread, lateSkipped)
+		})
+	}
+}

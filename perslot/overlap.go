@@ -43,13 +43,11 @@ type overlap struct {
 // for the slots the ledger records as not finished (is the job still
 // queued or running?), by primary key: however early River deletes
 // finished jobs, a finished fan-out stays in the ledger.
-func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args]) ([]*overlap, error) {
+func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, job *river.Job[Args], own *ledger.Cycle) ([]*overlap, error) {
 	start := job.Args.CycleStart
 	led := ledger.New(client.Schema())
 	before := job.CreatedAt
-	if own, ok, err := led.CycleRecord(ctx, w.pool, spec.Name, spec.PlanID, start); err != nil {
-		return nil, fmt.Errorf("error looking up overlapping cycles: %w", err)
-	} else if ok {
+	if own != nil {
 		before = own.CreatedAt
 	}
 	// Another plan's cycle is at most a few of its own cycles long; the

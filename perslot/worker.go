@@ -227,6 +227,7 @@ type batch struct {
 	pinArgs []any
 	pinSlot int // the slot this job's slot is in the pins' own task
 	ledger  ledger.Ledger
+	first   bool // the task's first cycle under FirstCycleAll
 }
 
 func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, pins *taskspec.PinsRef, job *river.Job[Args], cursor fanOutCursor) error {
@@ -253,7 +254,15 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 		b.pinArgs = []any{pins.Task, pins.Plan, pins.PinsCycle(b.cycleStart)}
 		b.pinSlot = spec.Plan.Shift(slot, -pins.Shift)
 	}
-	overlaps, err := w.overlaps(ctx, client, spec, job)
+	// The cycle's record: when it was made (the overlap rule) and whether
+	// it is the task's first, made after it started under FirstCycleAll.
+	var own *ledger.Cycle
+	if rec, ok, err := b.ledger.CycleRecord(ctx, w.pool, spec.Name, spec.PlanID, b.cycleStart); err != nil {
+		return err
+	} else if ok {
+		own, b.first = &rec, rec.First
+	}
+	overlaps, err := w.overlaps(ctx, client, spec, job, own)
 	if err != nil {
 		return err
 	}
@@ -414,7 +423,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 			continue // pinned: served by the slot it is pinned to
 		}
 		hash := slotplan.Hash(spec.Seed, a.ID)
-		p := place(spec, now, b.cycleStart, b.cycleEnd, b.slotStart, hash)
+		p := place(spec, now, b.cycleStart, b.cycleEnd, b.slotStart, hash, b.first)
 		switch {
 		case p.late && p.skip:
 			lateSkipped++

@@ -51,6 +51,7 @@ func TestNewValidation(t *testing.T) {
 		{"FractionalCycle", func(x *riverutil.Task) { x.Cycle = 20500 * time.Millisecond }, "Cycle must be a whole number of seconds, got 20.5s"},
 		{"OneSlotCycle", func(x *riverutil.Task) { x.Cycle = 301 * time.Second }, "yields a single slot"},
 		{"NinetyMillisCycle", func(x *riverutil.Task) { x.Cycle = 90 * time.Millisecond }, "Cycle must be at least 16s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got 90ms; use e.g. 32s"},
+		{"BadFirstCycle", func(x *riverutil.Task) { x.FirstCycle = "sometimes" }, `FirstCycle must be "late", "all" or "next", got "sometimes"`},
 		{"CycleShorterThanRiversTick", func(x *riverutil.Task) { x.Cycle = 8 * time.Second }, "Cycle must be at least 16s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got 8s"},
 		{"EmptyName", func(x *riverutil.Task) { x.Name = "" }, `Name must be 1-64 letters, digits, '_', '-' or '.', got ""`},
 		{"NameWithSpace", func(x *riverutil.Task) { x.Name = "a b" }, `Name must be 1-64 letters`},

@@ -80,6 +80,21 @@ const (
 	LatePolicySkip = taskspec.LatePolicySkip
 )
 
+// FirstCycle decides what a task's first cycle does when it started before
+// the app did (see Task.FirstCycle).
+type FirstCycle = taskspec.FirstCycle
+
+const (
+	// FirstCycleLate (the default) treats the first cycle as any late
+	// cycle: LatePolicy decides for the accounts of past slots.
+	FirstCycleLate = taskspec.FirstCycleLate
+	// FirstCycleAll syncs every account within the first cycle: the
+	// accounts of past slots are spread over the rest of the cycle.
+	FirstCycleAll = taskspec.FirstCycleAll
+	// FirstCycleNext starts at the next cycle.
+	FirstCycleNext = taskspec.FirstCycleNext
+)
+
 // SyncArgs are the arguments of a sync job: the task, the account, and the
 // cycle and slot it was scheduled for.
 type SyncArgs = syncjob.Args
@@ -235,6 +250,16 @@ type Task struct {
 	// duration; at most the cycle.
 	LateGrace time.Duration
 
+	// FirstCycle decides what the task's first cycle (the ledger records
+	// no earlier one) does when it started before the app did, as on a
+	// first deploy at 21:59 of a 24 h cycle: FirstCycleLate (default: as
+	// any late cycle, past slots' accounts spread within half a cycle or
+	// skipped until the next cycle), FirstCycleAll (every account synced
+	// within this cycle, past slots' accounts spread over its rest) or
+	// FirstCycleNext (nothing until the next cycle starts). The first
+	// bootstrap logs at warn what it does.
+	FirstCycle FirstCycle
+
 	// Sync is the application's work for one account. Required.
 	Sync SyncFunc
 }
@@ -328,6 +353,10 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 	if err := t.LatePolicy.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	t.FirstCycle = cmp.Or(t.FirstCycle, FirstCycleLate)
+	if err := t.FirstCycle.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if t.Sync == nil {
 		add("Sync must be set to the function that syncs one account")
 	}
@@ -383,6 +412,7 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 		WeightEpsilon:   t.WeightEpsilon,
 		BatchSize:       t.BatchSize,
 		LatePolicy:      t.LatePolicy,
+		FirstCycle:      t.FirstCycle,
 		LateGrace:       t.LateGrace,
 		Lead:            t.Lead,
 		TriggerLead:     triggerLead(t.Lead, t.Cycle),

@@ -66,7 +66,8 @@ func DDL(schema string) []string {
 	ADD COLUMN IF NOT EXISTS fallback text,
 	ADD COLUMN IF NOT EXISTS started_at timestamptz,
 	ADD COLUMN IF NOT EXISTS failed_at timestamptz,
-	ADD COLUMN IF NOT EXISTS error text`,
+	ADD COLUMN IF NOT EXISTS error text,
+	ADD COLUMN IF NOT EXISTS first_cycle boolean`,
 		// The pins a cycle follows may be another task's (OppositeOf):
 		// pin pruning finds the cycles that follow a task's pins here.
 		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{Table + "_pins"}.Sanitize() + ` ON ` + table + ` ((pins->>'task'), cycle_start) WHERE slot = -1 AND pins IS NOT NULL`,
@@ -264,7 +265,10 @@ type Cycle struct {
 	// Pins names the pins a pinned cycle follows.
 	Pins *taskspec.PinsRef
 	// Fallback is the pin computation's fallback ("previous", "hash").
-	Fallback  string
+	Fallback string
+	// First: the task's first cycle, bootstrapped after it started under
+	// FirstCycleAll: its late accounts are spread over the rest of it.
+	First     bool
 	CreatedAt time.Time
 }
 
@@ -275,9 +279,9 @@ func (l Ledger) RecordCycle(ctx context.Context, tx pgx.Tx, c Cycle) error {
 	if c.Fallback != "" {
 		fallback = &c.Fallback
 	}
-	_, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10"+
+	_, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10, first_cycle = $11"+
 		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4",
-		c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback)
+		c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback, c.First)
 	return wrap(err, "recording the cycle's decisions in the ledger")
 }
 

@@ -153,7 +153,7 @@ func (l Ledger) RangeCounts(ctx context.Context, q Queryer, task, plan string, s
 
 // cycleColumns are the columns of a cycle's row that Cycle holds, in the
 // order scanCycle reads them.
-const cycleColumns = "c.task, c.plan, c.cycle_start, c.cycle_end, c.deadline, c.keep_until, coalesce(c.placement, ''), c.pins, coalesce(c.fallback, ''), c.created_at"
+const cycleColumns = "c.task, c.plan, c.cycle_start, c.cycle_end, c.deadline, c.keep_until, coalesce(c.placement, ''), c.pins, coalesce(c.fallback, ''), coalesce(c.first_cycle, false), c.created_at"
 
 // scanCycle scans cycleColumns, then extra, from row.
 func scanCycle(row pgx.Row, extra ...any) (Cycle, error) {
@@ -161,7 +161,7 @@ func scanCycle(row pgx.Row, extra ...any) (Cycle, error) {
 		c                   Cycle
 		end, deadline, keep *time.Time
 	)
-	dest := append([]any{&c.Task, &c.Plan, &c.Start, &end, &deadline, &keep, &c.Placement, &c.Pins, &c.Fallback, &c.CreatedAt}, extra...)
+	dest := append([]any{&c.Task, &c.Plan, &c.Start, &end, &deadline, &keep, &c.Placement, &c.Pins, &c.Fallback, &c.First, &c.CreatedAt}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return Cycle{}, err
 	}
@@ -325,4 +325,13 @@ func (l Ledger) PinsInUse(ctx context.Context, q Queryer, task string) ([]string
 		return nil, nil, wrap(err, "finding the cycles that still read the task's pins in the ledger")
 	}
 	return plans, starts, nil
+}
+
+// HasCycleBefore reports whether the ledger records a cycle of the task,
+// under any plan, that started before start: whether a cycle at start is
+// the task's first. A primary-key range, stopped at the first row.
+func (l Ledger) HasCycleBefore(ctx context.Context, q Queryer, task string, start time.Time) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+l.table+" WHERE task = $1 AND cycle_start < $2 AND slot = $3)", task, start, BootstrapSlot).Scan(&ok)
+	return ok, wrap(err, "looking up the task's earlier cycles in the ledger")
 }

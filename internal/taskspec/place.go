@@ -40,14 +40,25 @@ func (s *Spec) Place(now, cycleStart, slotStart time.Time, hash uint64) (target 
 // at cycleEnd, as the cycle's bootstrap recorded it: the late deadline is
 // the cycle's own, whatever the schedule of the node that runs the fan-out.
 func (s *Spec) PlaceIn(now, cycleStart, cycleEnd, slotStart time.Time, hash uint64) (target time.Time, late, skip bool) {
+	return s.PlaceCycle(now, cycleStart, cycleEnd, slotStart, hash, false)
+}
+
+// PlaceCycle is PlaceIn for a cycle the bootstrap recorded as the task's
+// first under FirstCycleAll (first): its late accounts are spread over the
+// rest of the cycle, whatever the late policy, as no earlier sync of them
+// exists to keep away from.
+func (s *Spec) PlaceCycle(now, cycleStart, cycleEnd, slotStart time.Time, hash uint64, first bool) (target time.Time, late, skip bool) {
 	target = slotStart.Add(slotplan.OffsetIn(hash, s.Plan.SlotDuration))
 	if now.Sub(target) <= s.LateGrace {
 		return target, false, false
 	}
-	if s.LatePolicy == LatePolicySkip {
+	if s.LatePolicy == LatePolicySkip && !first {
 		return time.Time{}, true, true
 	}
 	deadline := s.LateDeadline(cycleStart, cycleEnd, slotStart)
+	if first {
+		deadline = cycleEnd
+	}
 	if s.Opposed {
 		// The opposite task serves the account in the slot half a cycle
 		// away, at an offset of its own: a late sync after the end of the
@@ -59,6 +70,9 @@ func (s *Spec) PlaceIn(now, cycleStart, cycleEnd, slotStart time.Time, hash uint
 		}
 	}
 	window := min(CatchUpWindow(now, slotStart, s.Plan.SlotDuration, s.Plan.Cycle), deadline.Sub(now))
+	if first {
+		window = deadline.Sub(now) // the whole rest of the cycle
+	}
 	if window <= 0 {
 		return time.Time{}, true, true
 	}

@@ -75,6 +75,9 @@ type Spec struct {
 	BatchSize  int
 	LatePolicy LatePolicy
 	LateGrace  time.Duration
+	// FirstCycle is what the task's first cycle does when it started
+	// before its bootstrap ran.
+	FirstCycle FirstCycle
 
 	// Lead is how long before its slot a per-slot job runs; TriggerLead is
 	// how long before a cycle start the periodic trigger fires.
