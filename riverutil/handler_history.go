@@ -112,16 +112,26 @@ const historyCountsSQL = `SELECT
 
 // historyLatenessSQL samples a cycle's ($2 task, $3 cycle start) completed
 // sync jobs: from each window start of $4 (spread over the cycle), the
-// first $5 finalized before the next ($6, same length), each window a short
-// range of River's (state, finalized_at) index.
+// first $5 finalized before the next ($6, same length) among the first $7
+// completed jobs of any kind and task finalized there, each window a short
+// range of River's (state, finalized_at) index. The inner bound keeps a
+// page view's cost fixed whatever River keeps of other tasks: without it a
+// window with none of the cycle's jobs (River deleted them, or the cycle
+// left every account to another) read every job finalized in it.
 const historyLatenessSQL = `SELECT count(*),
 	coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY l), 0)::float8,
 	coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY l), 0)::float8
 	FROM unnest($4::timestamptz[], $6::timestamptz[]) w(since, until) CROSS JOIN LATERAL (
-		SELECT extract(epoch FROM attempted_at - scheduled_at) AS l FROM %s
-		WHERE state = 'completed' AND finalized_at >= w.since AND finalized_at < w.until
-		  AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3
-		ORDER BY finalized_at LIMIT $5) s`
+		SELECT extract(epoch FROM attempted_at - scheduled_at) AS l FROM (
+			SELECT attempted_at, scheduled_at, kind, args FROM %s
+			WHERE state = 'completed' AND finalized_at >= w.since AND finalized_at < w.until
+			ORDER BY finalized_at LIMIT $7) window_jobs
+		WHERE kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3
+		LIMIT $5) s`
+
+// historyLatenessScan bounds the completed jobs historyLatenessSQL reads
+// per window: 16 windows of 1,000, 16,000 index entries a cycle.
+const historyLatenessScan = 1000
 
 // latenessWindows is how many windows historyLatenessSQL samples a cycle
 // in, latenessSample/latenessWindows jobs each.
@@ -259,7 +269,7 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 		}
 		var p50, p99 float64
 		if err := s.pool.QueryRow(ctx, fmt.Sprintf(historyLatenessSQL, table), syncjob.Kind, spec.Name, key, since,
-			latenessSample/latenessWindows, until).Scan(&c.LatenessSample, &p50, &p99); err != nil {
+			latenessSample/latenessWindows, until, historyLatenessScan).Scan(&c.LatenessSample, &p50, &p99); err != nil {
 			return nil, fmt.Errorf("error sampling the lateness of cycle %s: %w", key, err)
 		}
 		c.LatenessP50 = time.Duration(p50 * float64(time.Second))
