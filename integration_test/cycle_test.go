@@ -71,6 +71,7 @@ func TestTwoFullCycles(t *testing.T) {
 
 	synced := pgx.Identifier{b.schema, "synced"}.Sanitize()
 	offsets := make([]map[uuid.UUID]time.Duration, 2)
+	spread := make([]int64, 2)
 	for i, start := range []time.Time{first, second} {
 		m := b.measure(ctx, t, "transactions", start)
 		t.Logf("cycle %d (%s): accounts=%d slots=%d synced_once=%d missed=%d duplicated=%d peak_pending=%d accounts/slots=%d lateness_p50=%s p99=%s",
@@ -134,24 +135,47 @@ func TestTwoFullCycles(t *testing.T) {
 			// cast to timestamptz.
 			notAfter, err = time.Parse(time.RFC3339Nano, notAfterText)
 			require.NoError(t, err)
+			// Its regular time: slot start + offset, by definition.
+			slot := int(id[15]) / (256 / plan.Slots) // bucket → slot
+			windowStart := start.Add(time.Duration(slot) * (cycle / time.Duration(plan.Slots)))
+			regular := info.Plan.Target(start, info.Seed, id)
+			require.False(t, regular.Before(windowStart), "account %s: regular %s before its slot %d window %s", id, regular, slot, windowStart)
+			require.True(t, regular.Before(windowStart.Add(plan.SlotDuration)), "account %s: regular %s after its slot %d window", id, regular, slot)
+			// NotAfter: half a cycle after its regular time (never less
+			// than LateGrace after the time it was scheduled for).
 			// (scheduled_at is stored to the microsecond, NotAfter to the nanosecond)
-			require.WithinDuration(t, scheduledAt.Add(cycle/2), notAfter, time.Microsecond, "account %s: NotAfter, scheduled %s", id, scheduledAt)
+			wantNotAfter := regular.Add(cycle / 2)
+			if grace := scheduledAt.Add(plan.SlotDuration); grace.After(wantNotAfter) {
+				wantNotAfter = grace
+			}
+			require.WithinDuration(t, wantNotAfter, notAfter, time.Microsecond, "account %s: NotAfter, regular %s, scheduled %s", id, regular, scheduledAt)
 			require.NotNil(t, attemptedAt, "account %s: completed sync job never attempted", id)
 			require.Equal(t, attemptedAt.After(notAfter), skipped, "account %s started %s, NotAfter %s: skipped %t", id, *attemptedAt, notAfter, skipped)
-			slot := int(id[15]) / (256 / plan.Slots) // bucket → slot, by definition
-			windowStart := start.Add(time.Duration(slot) * (cycle / time.Duration(plan.Slots)))
-			require.False(t, scheduledAt.Before(windowStart), "account %s scheduled %s before its slot %d window %s", id, scheduledAt, slot, windowStart)
-			require.True(t, scheduledAt.Before(windowStart.Add(plan.SlotDuration)), "account %s scheduled %s after its slot %d window", id, scheduledAt, slot)
-			offsets[i][id] = scheduledAt.Sub(start)
+			if scheduledAt.Sub(regular).Abs() <= time.Microsecond {
+				offsets[i][id] = scheduledAt.Sub(start) // on time: at its regular time
+				continue
+			}
+			// Its fan-out ran later than LateGrace (a slot) past its time
+			// (a per-slot job started late on a busy machine: River
+			// promotes scheduled jobs every 5 s, and slots are 3 s): spread
+			// after it, within the late window.
+			spread[i]++
+			require.True(t, scheduledAt.After(regular.Add(plan.SlotDuration)), "account %s: moved from %s to %s though not late", id, regular, scheduledAt)
+			require.True(t, scheduledAt.Before(windowStart.Add(cycle/2)), "account %s: spread to %s, past its late window", id, scheduledAt)
 		}
 		require.NoError(t, rows.Err())
+		require.LessOrEqual(t, spread[i]*4, int64(active), "cycle %d: most accounts at their regular time (%d spread by a late fan-out)", i+1, spread[i])
 	}
 
-	require.Len(t, offsets[1], active)
+	// Every account on time in both cycles is at the same offset in each.
+	require.NotEmpty(t, offsets[1])
 	for id, off := range offsets[0] {
-		require.Equal(t, off, offsets[1][id], "account %s moved between cycles", id)
+		if off1, ok := offsets[1][id]; ok {
+			require.Equal(t, off, off1, "account %s moved between cycles", id)
+		}
 		require.Equal(t, info.Plan.Target(first, info.Seed, id), first.Add(off))
 	}
+	t.Logf("accounts spread by a late fan-out: %d in cycle 1, %d in cycle 2", spread[0], spread[1])
 }
 
 func keys[K comparable, V any](m map[K]V) []K {
