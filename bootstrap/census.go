@@ -126,7 +126,10 @@ func (w *CensusWorker) Work(ctx context.Context, job *river.Job[CensusArgs]) err
 	db := spec.AccountsDB(w.pool)
 	if steps > 0 {
 		if _, err := db.Exec(ctx, spec.Pins.CensusProgressed, spec.Name, spec.PlanID, cycleStart); err != nil {
-			return fmt.Errorf("task %q: error recording the census's progress: %w", spec.Name, err)
+			// Only Status's stall report depends on it (the columns come
+			// with CreateIndexes after an upgrade): the census goes on.
+			w.logger.WarnContext(ctx, "riverslot: could not clear the census's stall record (run Scheduler.CreateIndexes after upgrading)",
+				slog.String("task", spec.Name), slog.String("error", err.Error()))
 		}
 	}
 	if !c.Finished {
@@ -137,12 +140,14 @@ func (w *CensusWorker) Work(ctx context.Context, job *river.Job[CensusArgs]) err
 		}
 		// No step in this attempt (the accounts table locked, each step
 		// cut by its timeout): back off, say so, and record it for Status.
-		if _, err := db.Exec(ctx, spec.Pins.CensusStart, spec.Name, spec.PlanID, cycleStart, spec.Plan.Slots); err != nil {
-			return fmt.Errorf("task %q: error recording the census's stall: %w", spec.Name, err)
+		stalls := taskspec.Snoozes(job.Metadata) + 1 // when the stall cannot be recorded
+		_, err := db.Exec(ctx, spec.Pins.CensusStart, spec.Name, spec.PlanID, cycleStart, spec.Plan.Slots)
+		if err == nil {
+			err = db.QueryRow(ctx, spec.Pins.CensusStalled, spec.Name, spec.PlanID, cycleStart).Scan(&stalls)
 		}
-		var stalls int
-		if err := db.QueryRow(ctx, spec.Pins.CensusStalled, spec.Name, spec.PlanID, cycleStart).Scan(&stalls); err != nil {
-			return fmt.Errorf("task %q: error recording the census's stall: %w", spec.Name, err)
+		if err != nil {
+			w.logger.WarnContext(ctx, "riverslot: could not record the census's stall (run Scheduler.CreateIndexes after upgrading)",
+				slog.String("task", spec.Name), slog.String("error", err.Error()))
 		}
 		wait := CensusStallWait(stalls)
 		w.logger.WarnContext(ctx, "riverslot: weight census took no step in this attempt (each step ran out of time: a lock on the accounts table, or a slow database); it backs off and tries again",

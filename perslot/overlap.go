@@ -50,11 +50,11 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 	if own != nil {
 		before = own.CreatedAt
 	}
-	// Another plan's cycle is at most a few of its own cycles long; the
-	// ledger keeps cycles for their plan's horizon, so the range is
-	// bounded by the task's rows in the ledger whatever its bounds.
-	from := start.Add(-48*time.Hour - 2*spec.Plan.Cycle)
-	found, err := led.OtherSlots(ctx, w.pool, spec.Name, spec.PlanID, start, from, start.Add(spec.Plan.Cycle+spec.Plan.Cycle/2),
+	// No lower bound on the other cycle's start: a 7-day cycle of an
+	// earlier plan may still run. Its recorded deadline (the latest
+	// NotAfter of its syncs) bounds what is read, and the ledger keeps only
+	// the cycles of each plan's horizon.
+	found, err := led.OtherSlots(ctx, w.pool, spec.Name, spec.PlanID, start, time.Time{}, start.Add(spec.Plan.Cycle+spec.Plan.Cycle/2),
 		before, start.Add(-spec.Plan.Cycle/2))
 	if err != nil {
 		return nil, fmt.Errorf("error looking up overlapping cycles: %w", err)

@@ -147,7 +147,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 
 	if err := led.SlotStarted(ctx, w.pool, spec.Name, spec.PlanID, job.Args.CycleStart, job.Args.Slot, job.ID); err != nil {
-		return err
+		// Only Status's "fanning out" depends on it: the fan-out goes on.
+		w.logger.WarnContext(ctx, "riverslot: could not record the slot's start in the ledger (run riverutil.Migrate after upgrading)",
+			slog.String("task", spec.Name), slog.Int("slot", job.Args.Slot), slog.String("error", err.Error()))
 	}
 
 	river.ResumableStepCursor(ctx, stepFanOut, nil, func(ctx context.Context, cursor fanOutCursor) error {
@@ -163,7 +165,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			}
 			deadline := spec.LateDeadline(job.Args.CycleStart, cycleEnd, spec.Plan.SlotStart(job.Args.CycleStart, job.Args.Slot))
 			if left := time.Until(deadline); left > 0 {
-				wait := min(taskspec.UnreachableWait, left+100*time.Millisecond)
+				wait := min(taskspec.UnreachableWaitFor(taskspec.Snoozes(job.Metadata)), left+100*time.Millisecond)
 				w.logger.WarnContext(ctx, "riverslot: the accounts database is unreachable; the per-slot job waits for it (snoozed, no attempt used) until its slot's late window ends",
 					slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
 					slog.Time("late_window_end", deadline), slog.Duration("wait", wait), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))

@@ -91,9 +91,31 @@ func MigrateLedger(ctx context.Context, pool *pgxpool.Pool, schema string) error
 	if err := validateRiverSchema(schema); err != nil {
 		return err
 	}
-	for _, ddl := range ledger.DDL(schema) {
-		if _, err := pool.Exec(ctx, ddl); err != nil {
-			return fmt.Errorf("error creating riverslot's ledger table in schema %q: %w", schema, err)
+	// The DDL only when something is missing: ALTER TABLE takes the
+	// ledger's exclusive lock even when its columns exist, and would queue
+	// every bootstrap and fan-out of a running fleet behind it on each
+	// deploy. When it must run, it gives up after lock_timeout rather
+	// than stall them.
+	current, err := ledger.New(schema).Current(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("schema %q: %w", schema, err)
+	}
+	if !current {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("error starting the ledger's migration in schema %q: %w", schema, err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+			return fmt.Errorf("error starting the ledger's migration in schema %q: %w", schema, err)
+		}
+		for _, ddl := range ledger.DDL(schema) {
+			if _, err := tx.Exec(ctx, ddl); err != nil {
+				return fmt.Errorf("error creating riverslot's ledger table in schema %q (a lock_timeout means bootstraps or fan-outs held it: run Migrate again): %w", schema, err)
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("error committing the ledger's migration in schema %q: %w", schema, err)
 		}
 	}
 	tx, err := pool.Begin(ctx)

@@ -54,6 +54,11 @@ func (s *Scheduler) checkLedger(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("%w (schema %q)", ledger.ErrMissing, s.riverSchema)
 	}
+	if current, err := s.ledger().Current(ctx, s.pool); err != nil {
+		return err
+	} else if !current {
+		return fmt.Errorf("%w (schema %q)", ledger.ErrOutdated, s.riverSchema)
+	}
 	return nil
 }
 

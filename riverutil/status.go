@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -433,7 +434,10 @@ func (s *Scheduler) statusOf(ctx context.Context, spec *taskspec.Spec, cycleStar
 	}
 	st := &TaskStatus{Task: spec.Name, Current: current}
 	if st.Census, err = s.census(ctx, spec); err != nil {
-		return nil, err
+		// The census lives next to the accounts: their database may be
+		// down while River's is not. Status still answers.
+		s.log().WarnContext(ctx, "riverslot: Status could not read the weight census", slog.String("task", spec.Name), slog.String("error", err.Error()))
+		st.Census = nil
 	}
 	if prev.SlotsDone+prev.SlotsFailed > 0 || slices.ContainsFunc(prev.PerSlot, func(p SlotStatus) bool { return p.State != SlotMissing }) {
 		st.Previous = prev

@@ -257,7 +257,10 @@ type Task struct {
 	// skipped until the next cycle), FirstCycleAll (every account synced
 	// within this cycle, past slots' accounts spread over its rest) or
 	// FirstCycleNext (nothing until the next cycle starts). The first
-	// bootstrap logs at warn what it does.
+	// bootstrap logs at warn what it does. For a task of an OppositeOf
+	// pair the pair's rule comes first: a late account is spread only
+	// within its own slot, so FirstCycleAll syncs the past slots' accounts
+	// no sooner than FirstCycleLate does.
 	FirstCycle FirstCycle
 
 	// Sync is the application's work for one account. Required.

@@ -117,7 +117,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			// The accounts database is down: wait for it without using an
 			// attempt, until the sync would be stale (then the next cycle
 			// covers the account, as for any stale sync).
-			wait := taskspec.UnreachableWait
+			wait := taskspec.UnreachableWaitFor(taskspec.Snoozes(job.Metadata))
 			if !job.Args.NotAfter.IsZero() {
 				if left := time.Until(job.Args.NotAfter); left < wait {
 					wait = max(left, 0) + 100*time.Millisecond

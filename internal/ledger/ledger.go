@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -299,7 +300,7 @@ func (l Ledger) SlotStarted(ctx context.Context, q Execer, task, plan string, cy
 // finishing (its last attempt failed, or it was cancelled), with why.
 func (l Ledger) SlotFailed(ctx context.Context, q Execer, task, plan string, cycleStart time.Time, slot int, jobID int64, reason string) error {
 	if len(reason) > 2000 {
-		reason = reason[:2000]
+		reason = strings.ToValidUTF8(reason[:2000], "")
 	}
 	_, err := q.Exec(ctx, "UPDATE "+l.table+" SET failed_at = now(), error = $6"+
 		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4 AND job_id = $5 AND finished_at IS NULL",
@@ -325,8 +326,9 @@ func PruneCutoff(cycle time.Duration, cycleStart, now time.Time) time.Time {
 // Backfill records in the ledger the cycles River's job table still holds
 // that the ledger does not (made by a version without the ledger, or
 // before it recorded each cycle's decisions), in one transaction:
-//   - a completed bootstrap job is a bootstrapped cycle (a bootstrap not
-//     yet run is left to run: it claims its cycle itself);
+//   - a completed bootstrap job with per-slot jobs is a bootstrapped cycle
+//     (a bootstrap not yet run is left to run: it claims its cycle itself;
+//     one that made no per-slot job made no cycle);
 //   - every per-slot job is its slot, claimed by it; a completed one
 //     finished its fan-out at finalized_at, with the figures of its output;
 //   - a cycle row without its decisions gets them from its per-slot jobs'
@@ -336,9 +338,13 @@ func PruneCutoff(cycle time.Duration, cycleStart, now time.Time) time.Time {
 // deleted cannot be recovered: docs/scale.md says what to do then.
 func (l Ledger) Backfill(ctx context.Context, tx pgx.Tx, bootstrapKind, perSlotKind string) (added, completed int64, err error) {
 	tag, err := tx.Exec(ctx, "INSERT INTO "+l.table+" (task, cycle_start, plan, slot, job_id, created_at)"+
-		" SELECT DISTINCT ON (1, 2, 3) args->>'task', (args->>'cycle_start')::timestamptz, args->>'plan', $2::int, id, created_at FROM "+l.jobs+
-		" WHERE kind = $1 AND state = 'completed' AND coalesce(args->>'plan', '') <> '' AND coalesce(args->>'task', '') <> ''"+
-		" ORDER BY 1, 2, 3, id ON CONFLICT DO NOTHING", bootstrapKind, BootstrapSlot)
+		" SELECT DISTINCT ON (1, 2, 3) b.args->>'task', (b.args->>'cycle_start')::timestamptz, b.args->>'plan', $2::int, b.id, b.created_at FROM "+l.jobs+" b"+
+		" WHERE b.kind = $1 AND b.state = 'completed' AND coalesce(b.args->>'plan', '') <> '' AND coalesce(b.args->>'task', '') <> ''"+
+		// A bootstrap that made its cycle made per-slot jobs; one that
+		// completed without (FirstCycleNext, a cycle the ledger already
+		// had) made none and is not a cycle.
+		" AND EXISTS (SELECT 1 FROM "+l.jobs+" p WHERE p.args @> jsonb_build_object('task', b.args->'task', 'cycle_start', b.args->'cycle_start', 'plan', b.args->'plan') AND p.kind = $3)"+
+		" ORDER BY 1, 2, 3, b.id ON CONFLICT DO NOTHING", bootstrapKind, BootstrapSlot, perSlotKind)
 	if err != nil {
 		return 0, 0, wrap(err, "recording River's bootstrapped cycles in the ledger")
 	}

@@ -123,7 +123,9 @@ func (s *Spec) NotAfter(cycleStart, cycleEnd, regular, scheduled time.Time) time
 // cycle's ledger row records it, so that the overlap rule of a later plan
 // reads only the cycles whose syncs can still run near its own.
 func (s *Spec) SyncsUntil(cycleStart, cycleEnd time.Time) time.Time {
-	return cycleEnd.Add(cycleEnd.Sub(cycleStart) - s.Plan.Cycle/2 + s.LateGrace)
+	// Slots span the plan's Cycle even on a 23 h day: the last NotAfter
+	// is cycleEnd + Cycle - Cycle/2, plus LateGrace for a spread sync.
+	return cycleEnd.Add(s.Plan.Cycle/2 + s.LateGrace)
 }
 
 // FromTasks validates riverutil tasks into their specs, exactly as

@@ -2,7 +2,9 @@ package taskspec
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"time"
 
@@ -25,18 +27,44 @@ func Unreachable(err error) bool {
 		pgErr   *pgconn.PgError
 	)
 	switch {
-	case errors.As(err, &connErr), errors.As(err, &netErr):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// The job's own timeout (a slow query) or its cancellation: an
+		// error of its own, not an outage. Checked first: a deadline is
+		// a net.Error too.
+		return false
+	case errors.As(err, &connErr):
 		return true
 	case errors.As(err, &pgErr):
 		// Class 08: connection exception; 57P01-57P03: admin shutdown,
 		// crash shutdown, cannot connect now.
 		return len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03")
-	case errors.Is(err, context.DeadlineExceeded):
-		return false // the job's own timeout: an error of its own
+	case errors.As(err, &netErr):
+		return !netErr.Timeout()
 	}
 	return pgconn.SafeToRetry(err)
 }
 
-// UnreachableWait is how long a job waits (snoozes, without using an
-// attempt) before trying an unreachable accounts database again.
-const UnreachableWait = 5 * time.Second
+// UnreachableWait is the first wait (snooze, without using an attempt) of
+// a job that found the accounts database unreachable; UnreachableWaitFor
+// doubles it with every snooze, up to UnreachableWaitMax.
+const (
+	UnreachableWait    = 5 * time.Second
+	UnreachableWaitMax = 2 * time.Minute
+)
+
+// UnreachableWaitFor returns the wait after snoozes earlier snoozes of a
+// job: UnreachableWait doubled per snooze up to UnreachableWaitMax, with
+// ±25% jitter so that the jobs of an outage do not come back together.
+func UnreachableWaitFor(snoozes int) time.Duration {
+	d := min(UnreachableWait<<min(max(snoozes, 0), 5), UnreachableWaitMax)
+	return d*3/4 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// Snoozes returns River's count of a job's snoozes from its metadata.
+func Snoozes(metadata []byte) int {
+	var md struct {
+		Snoozes int `json:"snoozes"`
+	}
+	_ = json.Unmarshal(metadata, &md)
+	return md.Snoozes
+}

@@ -12,7 +12,7 @@ import (
 	"github.com/riverslot/riverslot/slotplan"
 )
 
-// TestWeightTargets places 1,000,000 accounts over 128 slots for each of the
+// TestWeightTargets places 300,000 accounts over 128 slots for each of the
 // issue's weight distributions with the bootstrap's own code (pinning.Place
 // in a transaction on a seeded table, see measureWeightsPostgres), churns
 // 10% of the table and places the next cycle, and asserts the targets on
@@ -20,6 +20,10 @@ import (
 // max(1.10, w + 0.10) before and after the churn, hash-only placement
 // misses that bound (so the case is a real test of balancing), and the
 // churn moves at most 0.5% of the accounts that stay.
+// weightTargetsAccounts is the fleet TestWeightTargets places: 300,000
+// accounts, 2,344 a slot (riverslot bench --only weights measures 1M).
+const weightTargetsAccounts = 300_000
+
 func TestWeightTargets(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -41,7 +45,7 @@ func TestWeightTargets(t *testing.T) {
 			t.Parallel()
 			schema := riverslottest.EmptySchema(ctx, t, pool)
 			begun := time.Now()
-			q, err := measureWeightsPostgres(ctx, pool, schema, plan, c, 1_000_000, slotplan.WeightEpsilonDefault, r.seed)
+			q, err := measureWeightsPostgres(ctx, pool, schema, plan, c, weightTargetsAccounts, slotplan.WeightEpsilonDefault, r.seed)
 			require.NoError(t, err)
 			t.Logf("%s: hash max/mean %.3f, balanced %.3f (target %.3f, w %.4f), %d pins above %.1f; after 10%% churn: %d of %d moved, %d pins, max/mean %.3f (target %.3f); %s",
 				c.name, q.hashMaxMean, q.balancedMaxMean, q.target, q.heaviestOverMean, q.pins, q.threshold, q.moved, q.kept, q.pinsAfter,
