@@ -105,3 +105,82 @@ func TestCheckLedgerAndRowBudget(t *testing.T) {
 	_, err = check(t, time.Minute)
 	require.NoError(t, err)
 }
+
+// TestMigrateLedgerUpgrade: an app upgrading from a version without the
+// ledger's decisions runs Migrate on River's schema, which still holds
+// the current cycle's jobs (River's default retention). Migrate adds the
+// columns, and records the cycle River holds: the bootstrapped cycle with
+// the placement its per-slot jobs carry, each per-slot job as its slot
+// (finished with its output's figures when completed), but not a
+// bootstrap that made no per-slot job (FirstCycleNext). Check reports the
+// ledger whose columns are missing before, and passes after; once River
+// deletes the cycle's finished jobs, Status still describes it.
+func TestMigrateLedgerUpgrade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 10)
+	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	led := pgx.Identifier{schema, "riverslot_ledger"}.Sanitize()
+
+	// The ledger of the previous version: the table without its new
+	// columns (as Migrate made it then).
+	_, err := pool.Exec(ctx, "DROP TABLE "+led)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "CREATE TABLE "+led+` (task text NOT NULL, cycle_start timestamptz NOT NULL, plan text NOT NULL, slot int NOT NULL,
+		job_id bigint, created_at timestamptz NOT NULL DEFAULT now(), accounts bigint, range_accounts bigint, inserted bigint, skipped bigint,
+		late_spread bigint, late_skipped bigint, batches int, finished_at timestamptz, PRIMARY KEY (task, cycle_start, plan, slot))`)
+	require.NoError(t, err)
+	s, err := riverutil.New(pool, &riverutil.Config{Logger: riverslottest.Logger(t), Tasks: []riverutil.Task{{
+		Name: "transactions", Cycle: 16 * time.Second, Schema: schema, Table: "accounts", Sync: noopSync,
+	}}})
+	require.NoError(t, err)
+	require.NoError(t, s.Configure(&river.Config{Schema: schema, CompletedJobRetentionPeriod: time.Minute}))
+	require.ErrorContains(t, s.Check(ctx), "was made by an older riverslot and lacks columns this version records; run riverutil.Migrate")
+
+	info, err := s.Task("transactions")
+	require.NoError(t, err)
+	start := info.Schedule.Start(time.Now()).UTC()
+	skipped := start.Add(-info.Plan.Cycle) // a bootstrap that made no cycle
+	key := func(t time.Time) string { return t.Format(time.RFC3339Nano) }
+	for _, stmt := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, finalized_at)
+			SELECT jsonb_build_object('task', 'transactions', 'cycle_start', c, 'plan', $1::text), 'riverslot_bootstrap', 25, 1, 'default', 'completed', now()
+			FROM unnest(ARRAY[$2::text, $3::text]) c`, []any{info.PlanID, key(start), key(skipped)}},
+		// Slots 0-9 done, 10-15 still scheduled, placement recorded.
+		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, finalized_at, metadata)
+			SELECT jsonb_build_object('task', 'transactions', 'cycle_start', $2::text, 'slot', s, 'plan', $1::text, 'placement', 'hash', 'cycle_end', $3::text),
+				'riverslot_perslot', 25, 1, 'default', (CASE WHEN s < 10 THEN 'completed' ELSE 'scheduled' END)::` + pgx.Identifier{schema, "river_job_state"}.Sanitize() + `,
+				now(), CASE WHEN s < 10 THEN now() END,
+				CASE WHEN s < 10 THEN '{"output": {"accounts": 7, "inserted": 6, "skipped": 1, "batches": 1}}'::jsonb ELSE '{}'::jsonb END
+			FROM generate_series(0, 15) s`, []any{info.PlanID, key(start), key(start.Add(info.Plan.Cycle))}},
+	} {
+		_, err := pool.Exec(ctx, stmt.sql, stmt.args...)
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, riverutil.Migrate(ctx, pool, schema))
+	require.NoError(t, s.Check(ctx))
+	var placement string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT placement FROM "+led+" WHERE cycle_start = $1 AND slot = -1", start).Scan(&placement))
+	require.Equal(t, "hash", placement)
+	require.EqualValues(t, 10, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+led+" WHERE cycle_start = $1 AND slot >= 0 AND finished_at IS NOT NULL AND inserted = 6 AND skipped = 1 AND accounts = 7", start))
+	require.EqualValues(t, 6, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+led+" WHERE cycle_start = $1 AND slot >= 0 AND finished_at IS NULL AND job_id IS NOT NULL", start))
+	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+led+" WHERE cycle_start = $1", skipped), "a bootstrap without per-slot jobs made no cycle")
+
+	// River deletes the cycle's finished jobs; Status still knows the cycle
+	// from the ledger, and a second Migrate changes nothing.
+	_, err = pool.Exec(ctx, "DELETE FROM "+jobs+" WHERE state = 'completed'")
+	require.NoError(t, err)
+	require.NoError(t, riverutil.Migrate(ctx, pool, schema))
+	require.EqualValues(t, 17, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+led))
+	st, err := s.Status(ctx, "transactions")
+	require.NoError(t, err)
+	require.True(t, st.Current.CycleStart.Equal(start), "the recorded cycle, %s", st.Current.CycleStart)
+	require.Equal(t, 10, st.Current.SlotsDone)
+	require.EqualValues(t, 60, st.Current.Enqueued)
+}
