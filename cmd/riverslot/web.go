@@ -179,6 +179,13 @@ func checkRiverSchema(ctx context.Context, pool *pgxpool.Pool, schema string) er
 	case !led:
 		return usageErr("--schema %q has River's tables but no riverslot ledger (%s); run riverutil.Migrate on it, or give the schema of the app's River tables", schema, ledger.Table)
 	}
+	current, err := ledger.New(schema).Current(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if !current {
+		return usageErr("--schema %q: %v", schema, ledger.ErrOutdated)
+	}
 	return nil
 }
 
