@@ -395,6 +395,9 @@ func TestDemoJSON(t *testing.T) {
 		"--task", "demo", "--cycle", cycle.String(), "--cycle-start", "2026-01-01T00:00:03Z")
 	require.Equal(t, 2, code, "a cycle start without jobs, off the task's grid, is bad input")
 	require.Contains(t, errOut, `--cycle-start: cycleStart 2026-01-01T00:00:03Z is not a cycle start of task "demo" and the ledger records no cycle of the task starting then`)
+	code, _, errOut = runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", "no_such_schema", "--task", "demo")
+	require.Equal(t, 2, code, "a schema without River's tables is bad input: %s", errOut)
+	require.Contains(t, errOut, `--schema "no_such_schema" has no river_job table; give the schema of the app's River tables`)
 
 	// Accounts per slot, from the seeded ids (slot = last byte / 4).
 	rows, err := pool.Query(ctx, "SELECT id FROM "+pgx.Identifier{schema, "accounts"}.Sanitize())
