@@ -173,3 +173,52 @@ func TestSyncedByOlderCycle(t *testing.T) {
 	o.slots = map[int]bool{3: true} // slot 0's job cancelled: the pinned account is not synced by the old cycle
 	require.False(t, syncedByOlderCycle([]*overlap{o}, id, pinnedTarget, oldStart, cycle))
 }
+
+// TestSyncedByOlderCycleChain: a plan change and its rollback. Plan A's
+// cycle (60 s) syncs the account; plan B's cycle (120 s) starting with it
+// leaves the account to A's; then A again, its next cycle. B's cycle does
+// not sync the account, so it does not keep A's next cycle from it: the
+// account is synced once in each of A's cycles. Judging B's cycle alone (as
+// if it synced every account of its slots) skips it there, leaving it
+// unsynced for two of A's cycles.
+func TestSyncedByOlderCycleChain(t *testing.T) {
+	t.Parallel()
+
+	planA, err := slotplan.New(60 * time.Second) // 4 slots of 15 s
+	require.NoError(t, err)
+	planB, err := slotplan.New(120 * time.Second) // 8 slots of 15 s
+	require.NoError(t, err)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	all := func(n int) map[int]bool {
+		m := map[int]bool{}
+		for i := range n {
+			m[i] = true
+		}
+		return m
+	}
+	a := &overlap{plan: planA, seed: 7, cycleStart: start, createdAt: start, slots: all(4)}
+	b := &overlap{plan: planB, seed: 9, cycleStart: start, createdAt: start.Add(time.Second), slots: all(8)}
+	next := start.Add(60 * time.Second) // A's next cycle, after the rollback
+
+	var skippedAlone, skippedChain, checked int
+	for i := range 2000 {
+		id := uuid.New()
+		id[15] = byte(i)
+		aTarget := planA.Target(start, 7, id)
+		bTarget := planB.Target(start, 9, id)
+		nextTarget := planA.Target(next, 7, id)
+		// B left the account to A (A's sync is inside B's cycle).
+		require.True(t, syncedByOlderCycle([]*overlap{a}, id, bTarget, start, planB.Cycle))
+		if syncedByOlderCycle([]*overlap{b}, id, nextTarget, next, planA.Cycle) {
+			skippedAlone++
+		}
+		if syncedByOlderCycle([]*overlap{a, b}, id, nextTarget, next, planA.Cycle) {
+			skippedChain++
+		}
+		// A's own syncs are a whole cycle apart: the chain never skips.
+		require.GreaterOrEqual(t, nextTarget.Sub(aTarget), 60*time.Second-planA.SlotDuration)
+		checked++
+	}
+	require.Positive(t, skippedAlone, "judged alone, B's cycle would take accounts from A's next cycle")
+	require.Zero(t, skippedChain, "B synced none of them: A's next cycle syncs all %d", checked)
+}

@@ -3,6 +3,7 @@ package perslot
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,6 +27,7 @@ type overlap struct {
 	seed       uint64
 	shift      int
 	cycleStart time.Time
+	createdAt  time.Time    // when its bootstrap recorded it: older first
 	slots      map[int]bool // the other cycle's slots whose per-slot job is not cancelled or discarded
 	// pins is what the other cycle follows (nil: hash placement), and
 	// pinned the slots (in the pins' own task) of the current page's
@@ -99,7 +101,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			if err != nil {
 				continue // its own jobs are cancelled
 			}
-			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, slots: map[int]bool{}, pins: pins}
+			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, createdAt: c.CreatedAt, slots: map[int]bool{}, pins: pins}
 			if pins != nil {
 				o.pinRead = spec.PinRead(pins.Schema)
 			}
@@ -108,6 +110,8 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 		}
 		o.slots[r.Slot] = true
 	}
+	// Oldest first: syncedByOlderCycle replays their decisions in order.
+	slices.SortStableFunc(out, func(a, b *overlap) int { return a.createdAt.Compare(b.createdAt) })
 	return out, nil
 }
 
@@ -177,12 +181,29 @@ func (o *overlap) target(id uuid.UUID) (time.Time, bool) {
 // placement; this one leaves the account to it, so across a plan change, a
 // grid change or a rolling deploy no account is synced twice within a
 // cycle, nor twice less than half a cycle apart by their targets.
+//
+// The older cycles' own decisions are replayed, oldest first (overlaps is
+// in that order): a cycle that left the account to a cycle older than it
+// does not sync it, and so does not keep this one from it. After a plan
+// change and a rollback (plan A, then B, then A again), B's cycle that
+// left an account to A's first cycle does not make A's next cycle skip it.
 func syncedByOlderCycle(overlaps []*overlap, id uuid.UUID, target, cycleStart time.Time, cycle time.Duration) bool {
+	var synced []time.Time // the older cycles' syncs of the account
 	for _, o := range overlaps {
 		old, ok := o.target(id)
-		if !ok {
-			continue
+		if !ok || covered(synced, old, o.cycleStart, o.plan.Cycle) {
+			continue // it does not sync the account, or left it to an older cycle
 		}
+		synced = append(synced, old)
+	}
+	return covered(synced, target, cycleStart, cycle)
+}
+
+// covered reports whether one of synced falls inside the cycle
+// [cycleStart, cycleStart + cycle) or less than half a cycle from target:
+// the rule by which a cycle leaves an account to an older one.
+func covered(synced []time.Time, target, cycleStart time.Time, cycle time.Duration) bool {
+	for _, old := range synced {
 		if d := target.Sub(old); d < cycle/2 && d > -cycle/2 {
 			return true
 		}
