@@ -474,6 +474,14 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		if err := w.record(ctx, tx, b, next); err != nil {
 			return 0, err
 		}
+	} else {
+		args := job.Args
+		if err := b.ledger.RecordProgress(ctx, tx, spec.Name, spec.PlanID, args.CycleStart, args.Slot, job.ID, ledger.SlotResult{
+			Accounts: next.Inserted + next.Skipped, RangeAccounts: next.RangeAccounts, Inserted: next.Inserted, Skipped: next.Skipped,
+			LateSpread: next.LateSpread, LateSkipped: next.LateSkipped, Batches: next.Batches,
+		}); err != nil {
+			return 0, err
+		}
 	}
 	if _, err := river.ResumableSetStepCursorTx[*riverpgxv5.Driver](ctx, tx, job, next); err != nil {
 		return 0, fmt.Errorf("error persisting resume cursor: %w", err)

@@ -175,6 +175,35 @@ func TestFanOut(t *testing.T) {
 		require.Equal(t, ledgerRow{JobID: ev.Job.ID, Accounts: n, RangeAccounts: n, Inserted: n, Batches: int((n + 19) / 20), Finished: true}, got)
 	})
 
+	t.Run("LedgerRecordsProgress", func(t *testing.T) {
+		t.Parallel()
+		// The fan-out's last attempt fails before batch 3: the slot's row
+		// (made by a bootstrap) holds the two committed batches' progress,
+		// not finished, and the failure with its error.
+		ctx, b := setup(t, 2000, 20, nil)
+		b.worker.beforeBatch = func(ctx context.Context, job *river.Job[Args], batch int) error {
+			if batch == 3 {
+				return errors.New("connection lost")
+			}
+			return nil
+		}
+		const slot = 4
+		start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+		led := b.table("riverslot_ledger")
+		res, err := b.client.Insert(ctx, NewArgs(b.spec, start, slot), &river.InsertOpts{MaxAttempts: 1})
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot, job_id) VALUES ($1, $2, $3, $4, $5)", b.spec.Name, start, b.spec.PlanID, slot, res.Job.ID)
+		require.NoError(t, err)
+		select {
+		case ev := <-b.events:
+			require.Equal(t, river.EventKindJobFailed, ev.Kind)
+		case <-time.After(60 * time.Second):
+			t.Fatal("the per-slot job did not finish within 60 s")
+		}
+		require.Equal(t, ledgerRow{JobID: res.Job.ID, Accounts: 40, RangeAccounts: 40, Inserted: 40, Batches: 2}, b.ledgerRow(ctx, t, slot))
+		require.EqualValues(t, 1, riverslottest.Count(ctx, t, b.pool, "SELECT count(*) FROM "+led+" WHERE slot = $1 AND failed_at IS NOT NULL AND error LIKE '%connection lost%'", slot))
+	})
+
 	t.Run("LedgerRecordsAFanOutWhoseLastBatchIsEmpty", func(t *testing.T) {
 		t.Parallel()
 		// The slot's accounts fill exactly one batch: the last batch finds

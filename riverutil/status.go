@@ -189,42 +189,28 @@ type SlotStatus struct {
 
 // slotJob is what River's job table still says of a per-slot job.
 type slotJob struct {
-	state, err        string
-	attempt, batches  int
-	inserted, skipped int64
+	state, err string
+	attempt    int
 }
 
 // slotJobs reads the per-slot jobs of ids still in River's job table, by
-// primary key: their state, attempt, last error and fan-out progress.
+// primary key: their state, attempt and last error.
 func (s *Scheduler) slotJobs(ctx context.Context, ids []int64) (map[int64]slotJob, error) {
 	out := make(map[int64]slotJob, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, "SELECT id, state::text, attempt, metadata, errors FROM "+sqlbucket.QualifiedTable(s.riverSchema, "river_job")+" WHERE id = ANY($1)", ids)
+	rows, err := s.pool.Query(ctx, "SELECT id, state::text, attempt, errors FROM "+sqlbucket.QualifiedTable(s.riverSchema, "river_job")+" WHERE id = ANY($1)", ids)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the cycle's unfinished per-slot jobs: %w", err)
 	}
 	var (
-		id       int64
-		j        slotJob
-		metadata []byte
-		errs     []json.RawMessage
+		id   int64
+		j    slotJob
+		errs []json.RawMessage
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &j.state, &j.attempt, &metadata, &errs}, func() error {
-		j.err, j.inserted, j.skipped, j.batches = "", 0, 0, 0
-		var md struct {
-			Cursors map[string]struct {
-				Inserted int64 `json:"inserted"`
-				Skipped  int64 `json:"skipped"`
-				Batches  int   `json:"batches"`
-			} `json:"river:resumable_cursor"`
-		}
-		if json.Unmarshal(metadata, &md) == nil {
-			if cur, ok := md.Cursors["fan_out"]; ok {
-				j.inserted, j.skipped, j.batches = cur.Inserted, cur.Skipped, cur.Batches
-			}
-		}
+	if _, err := pgx.ForEachRow(rows, []any{&id, &j.state, &j.attempt, &errs}, func() error {
+		j.err = ""
 		if len(errs) > 0 {
 			var last struct {
 				Error string `json:"error"`
@@ -716,8 +702,9 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 		}
 		if ok {
 			p.Attempts = j.attempt
-			p.Enqueued, p.Skipped, p.Batches = j.inserted, j.skipped, j.batches
 		}
+		// Progress so far, as its batches recorded it in the ledger.
+		p.Enqueued, p.Skipped, p.Batches = r.Inserted, r.Skipped, r.Batches
 		if p.State == SlotFailed {
 			c.SlotsFailed++
 			if c.FailedSlot < 0 || slot < c.FailedSlot {

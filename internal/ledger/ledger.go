@@ -220,6 +220,16 @@ func (l Ledger) RecordSlot(ctx context.Context, tx pgx.Tx, task, plan string, cy
 	return tag.RowsAffected() == 1, nil
 }
 
+// RecordProgress records in tx (a batch's transaction) how far job's
+// fan-out of the slot has come: what Status shows of a slot fanning out,
+// from the ledger rather than River's cursor metadata.
+func (l Ledger) RecordProgress(ctx context.Context, tx pgx.Tx, task, plan string, cycleStart time.Time, slot int, jobID int64, r SlotResult) error {
+	_, err := tx.Exec(ctx, "UPDATE "+l.table+" SET accounts = $6, range_accounts = $7, inserted = $8, skipped = $9, late_spread = $10, late_skipped = $11, batches = $12"+
+		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4 AND job_id = $5 AND finished_at IS NULL",
+		task, cycleStart, plan, slot, jobID, r.Accounts, r.RangeAccounts, r.Inserted, r.Skipped, r.LateSpread, r.LateSkipped, r.Batches)
+	return wrap(err, "recording the slot's progress in the ledger")
+}
+
 // Prune deletes, in tx, the task's cycles whose own keep_until (their
 // start plus the Horizon of the plan they were made under) is before now,
 // with their slots, and returns how many rows it deleted. A cycle of
