@@ -306,6 +306,10 @@ func (w *Worker) firstCycle(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec,
 		w.logger.WarnContext(ctx, "riverslot: the task's first cycle started before the app did; FirstCycleNext: it starts at the next cycle, and syncs nobody until then", attrs...)
 		return true, nil
 	case taskspec.FirstCycleAll:
+		if spec.Opposed {
+			w.logger.WarnContext(ctx, "riverslot: the task's first cycle started before the app did; FirstCycleAll, but the task is of an OppositeOf pair: a past slot's accounts are spread only within their own slot, the others skipped until the next cycle (the pair's distance comes first)", attrs...)
+			break
+		}
 		w.logger.WarnContext(ctx, "riverslot: the task's first cycle started before the app did; FirstCycleAll: the accounts of its past slots are spread over the rest of the cycle, so every account is synced in it (their next regular sync may come less than half a cycle later)", attrs...)
 	default:
 		w.logger.WarnContext(ctx, "riverslot: the task's first cycle started before the app did; FirstCycleLate: the accounts of its past slots are spread within half a cycle of their slot, or skipped until the next cycle under LatePolicy; set Task.FirstCycle to FirstCycleAll to sync every account in this cycle, or FirstCycleNext to start at the next", attrs...)

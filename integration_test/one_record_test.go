@@ -385,3 +385,55 @@ func TestFirstCycle(t *testing.T) {
 		})
 	}
 }
+
+// TestRollbackAfterPlanChange: plan A (24 s), a change to plan B (48 s)
+// whose cycle starts with A's, then a rollback to A for A's next cycle, all
+// with real bootstraps and fan-outs (syncs parked at their times) and
+// River's finished jobs deleted between them. B's cycle leaves every
+// account to A's first cycle; A's next cycle must then sync every account
+// again, a cycle after the first: B's cycle, which synced nobody, must not
+// keep it from any. (Judging B's cycle as if it synced its accounts, A's
+// next cycle skipped those B would have synced near it.)
+func TestRollbackAfterPlanChange(t *testing.T) {
+	t.Parallel()
+
+	const accounts = 1000
+	ctx, b := setup(t, accounts)
+	// River's retention between the runs: every finished job deleted
+	// (the parked sync jobs are not finished).
+	clean := func() {
+		_, err := b.pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+" WHERE state IN ('completed', 'cancelled', 'discarded')")
+		require.NoError(t, err)
+	}
+	taskA := riverutil.Task{Name: "transactions", Cycle: 24 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
+		Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
+	taskB := taskA
+	taskB.Cycle = 48 * time.Second
+	a, bb := newScheduler(t, b, taskA), newScheduler(t, b, taskB)
+	client := startClient(ctx, t, b, a, false, river.QueueDefault)
+	infoA := taskInfo(t, a, "transactions")
+	start := taskInfo(t, bb, "transactions").Schedule.Next(time.Now().Add(time.Hour))
+	require.True(t, infoA.Schedule.Start(start).Equal(start), "a cycle start of both plans")
+
+	b.runCycles(ctx, t, client, cycleRun{a, "transactions", start})
+	clean()
+	b.runCycles(ctx, t, client, cycleRun{bb, "transactions", start})
+	clean()
+	next := start.Add(infoA.Plan.Cycle)
+	b.runCycles(ctx, t, client, cycleRun{a, "transactions", next})
+
+	led := pgx.Identifier{b.schema, "riverslot_ledger"}.Sanitize()
+	var bInserted, bSkipped int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT sum(inserted), sum(skipped) FROM "+led+" WHERE plan = $1 AND slot >= 0",
+		taskInfo(t, bb, "transactions").PlanID).Scan(&bInserted, &bSkipped))
+	require.Zero(t, bInserted, "B's cycle left every account to A's")
+	require.EqualValues(t, accounts, bSkipped)
+
+	syncs := b.parkedSyncs(ctx, t)["transactions"]
+	for _, id := range b.ids {
+		ts := syncs[id]
+		require.Len(t, ts, 2, "account %s: one sync in each of A's cycles, got %v", id, ts)
+		require.True(t, ts[0].Equal(regular(infoA, start, id)), "account %s: A's first cycle at its regular time", id)
+		require.True(t, ts[1].Equal(regular(infoA, next, id)), "account %s: A's next cycle at its regular time", id)
+	}
+}

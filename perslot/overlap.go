@@ -1,6 +1,7 @@
 package perslot
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -20,14 +21,19 @@ import (
 // plan (a change of Cycle or Seed, or nodes of a rolling deploy that
 // disagree) or of the same plan on another grid (a TriggerOffset change, a
 // cycle started by riverslot demo or EnqueueCycle off the node's grid).
-// Regular neighbours on the same grid are left out: their syncs are a whole
-// cycle away.
+// Regular neighbours on the same grid are kept for the replay only: their
+// syncs are a whole cycle away.
 type overlap struct {
 	plan       slotplan.Plan
 	seed       uint64
 	shift      int
 	cycleStart time.Time
-	createdAt  time.Time    // when its bootstrap recorded it: older first
+	createdAt  time.Time // when its bootstrap recorded it: older first
+	planID     string
+	// replayOnly: a regular neighbour of this job's cycle (same plan and
+	// grid), whose syncs are a whole cycle away: it takes part in
+	// replaying the older cycles' decisions, never in the final one.
+	replayOnly bool
 	slots      map[int]bool // the other cycle's slots whose per-slot job is not cancelled or discarded
 	// pins is what the other cycle follows (nil: hash placement), and
 	// pinned the slots (in the pins' own task) of the current page's
@@ -75,9 +81,11 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 	var out []*overlap
 	for _, r := range found {
 		c := r.Cycle
-		if c.Plan == spec.PlanID && sameGrid(spec, start, c.Start) {
-			continue // a regular neighbour: its syncs are a whole cycle away
-		}
+		// A regular neighbour (same plan, same grid): its syncs are a
+		// whole cycle away, so it never keeps this cycle from an account;
+		// it is kept for the replay only, where it may have kept a cycle
+		// of another plan from one (a rollback: A, B, then A again).
+		neighbour := c.Plan == spec.PlanID && sameGrid(spec, start, c.Start)
 		if !r.Done {
 			// A slot not finished syncs its accounts only while its job
 			// can still run: one River deleted, cancelled or discarded
@@ -101,7 +109,8 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			if err != nil {
 				continue // its own jobs are cancelled
 			}
-			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, createdAt: c.CreatedAt, slots: map[int]bool{}, pins: pins}
+			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, createdAt: c.CreatedAt, planID: c.Plan,
+				replayOnly: neighbour, slots: map[int]bool{}, pins: pins}
 			if pins != nil {
 				o.pinRead = spec.PinRead(pins.Schema)
 			}
@@ -111,7 +120,9 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 		o.slots[r.Slot] = true
 	}
 	// Oldest first: syncedByOlderCycle replays their decisions in order.
-	slices.SortStableFunc(out, func(a, b *overlap) int { return a.createdAt.Compare(b.createdAt) })
+	slices.SortStableFunc(out, func(a, b *overlap) int {
+		return cmp.Or(a.createdAt.Compare(b.createdAt), cmp.Compare(a.planID, b.planID), a.cycleStart.Compare(b.cycleStart))
+	})
 	return out, nil
 }
 
@@ -188,15 +199,18 @@ func (o *overlap) target(id uuid.UUID) (time.Time, bool) {
 // change and a rollback (plan A, then B, then A again), B's cycle that
 // left an account to A's first cycle does not make A's next cycle skip it.
 func syncedByOlderCycle(overlaps []*overlap, id uuid.UUID, target, cycleStart time.Time, cycle time.Duration) bool {
-	var synced []time.Time // the older cycles' syncs of the account
+	var synced, others []time.Time // the older cycles' syncs of the account; those of other plans or grids
 	for _, o := range overlaps {
 		old, ok := o.target(id)
 		if !ok || covered(synced, old, o.cycleStart, o.plan.Cycle) {
 			continue // it does not sync the account, or left it to an older cycle
 		}
 		synced = append(synced, old)
+		if !o.replayOnly {
+			others = append(others, old)
+		}
 	}
-	return covered(synced, target, cycleStart, cycle)
+	return covered(others, target, cycleStart, cycle)
 }
 
 // covered reports whether one of synced falls inside the cycle

@@ -201,6 +201,13 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 				default:
 					states[i][slot] = SlotScheduled
 				}
+				// What its committed batches did, as they recorded it (as
+				// Status counts it): their sync jobs exist.
+				c.Enqueued += r.Inserted
+				c.SkippedLate += r.LateSkipped
+				c.Covered += max(r.Skipped-r.LateSkipped, 0)
+				c.Selected += r.Accounts
+				selected[i][slot] = r.Accounts
 				continue
 			}
 			sel := max(r.Accounts, r.Inserted+r.Skipped)

@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
@@ -153,11 +154,12 @@ func TestMigrateLedgerUpgrade(t *testing.T) {
 			FROM unnest(ARRAY[$2::text, $3::text]) c`, []any{info.PlanID, key(start), key(skipped)}},
 		// Slots 0-9 done, 10-15 still scheduled, placement recorded.
 		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, finalized_at, metadata)
-			SELECT jsonb_build_object('task', 'transactions', 'cycle_start', $2::text, 'slot', s, 'plan', $1::text, 'placement', 'hash', 'cycle_end', $3::text),
+			SELECT jsonb_build_object('task', 'transactions', 'cycle_start', $2::text, 'slot', s, 'plan', $1::text, 'placement', 'pinned',
+					'pins', jsonb_build_object('task', 'transactions', 'plan', $1::text, 'schema', $4::text), 'cycle_end', $3::text),
 				'riverslot_perslot', 25, 1, 'default', (CASE WHEN s < 10 THEN 'completed' ELSE 'scheduled' END)::` + pgx.Identifier{schema, "river_job_state"}.Sanitize() + `,
 				now(), CASE WHEN s < 10 THEN now() END,
 				CASE WHEN s < 10 THEN '{"output": {"accounts": 7, "inserted": 6, "skipped": 1, "batches": 1}}'::jsonb ELSE '{}'::jsonb END
-			FROM generate_series(0, 15) s`, []any{info.PlanID, key(start), key(start.Add(info.Plan.Cycle))}},
+			FROM generate_series(0, 15) s`, []any{info.PlanID, key(start), key(start.Add(info.Plan.Cycle)), schema}},
 	} {
 		_, err := pool.Exec(ctx, stmt.sql, stmt.args...)
 		require.NoError(t, err)
@@ -165,9 +167,19 @@ func TestMigrateLedgerUpgrade(t *testing.T) {
 
 	require.NoError(t, riverutil.Migrate(ctx, pool, schema))
 	require.NoError(t, s.Check(ctx))
-	var placement string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT placement FROM "+led+" WHERE cycle_start = $1 AND slot = -1", start).Scan(&placement))
-	require.Equal(t, "hash", placement)
+	for _, ddl := range taskspec.PinsDDL(schema) { // the pins the cycle follows, empty
+		_, err := pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+	}
+	var (
+		placement, pinsTask string
+		cycleEnd            time.Time
+	)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT placement, pins->>'task', cycle_end FROM "+led+" WHERE cycle_start = $1 AND slot = -1", start).
+		Scan(&placement, &pinsTask, &cycleEnd))
+	require.Equal(t, "pinned", placement, "the placement its per-slot jobs carry")
+	require.Equal(t, "transactions", pinsTask)
+	require.True(t, cycleEnd.Equal(start.Add(info.Plan.Cycle)), "cycle_end %s", cycleEnd)
 	require.EqualValues(t, 10, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+led+" WHERE cycle_start = $1 AND slot >= 0 AND finished_at IS NOT NULL AND inserted = 6 AND skipped = 1 AND accounts = 7", start))
 	require.EqualValues(t, 6, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+led+" WHERE cycle_start = $1 AND slot >= 0 AND finished_at IS NULL AND job_id IS NOT NULL", start))
 	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+led+" WHERE cycle_start = $1", skipped), "a bootstrap without per-slot jobs made no cycle")

@@ -398,6 +398,12 @@ func TestDemoJSON(t *testing.T) {
 	code, _, errOut = runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", "no_such_schema", "--task", "demo")
 	require.Equal(t, 2, code, "a schema without River's tables is bad input: %s", errOut)
 	require.Contains(t, errOut, `--schema "no_such_schema" has no river_job table; give the schema of the app's River tables`)
+	outdated := riverslottest.Schema(ctx, t, pool)
+	_, err := pool.Exec(ctx, "ALTER TABLE "+pgx.Identifier{outdated, "riverslot_ledger"}.Sanitize()+" DROP COLUMN first_cycle")
+	require.NoError(t, err)
+	code, _, errOut = runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", outdated, "--task", "demo")
+	require.Equal(t, 2, code, "a ledger of an older version is bad input: %s", errOut)
+	require.Contains(t, errOut, "was made by an older riverslot and lacks columns this version records; run riverutil.Migrate")
 
 	// Accounts per slot, from the seeded ids (slot = last byte / 4).
 	rows, err := pool.Query(ctx, "SELECT id FROM "+pgx.Identifier{schema, "accounts"}.Sanitize())
