@@ -41,7 +41,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
 	tf := addTaskFlags(fs)
 	schema, task := tf.schema, tf.task
-	cycleStart := fs.String("cycle-start", "", "RFC 3339 start of the cycle to show (default: the latest cycle with a bootstrap job)")
+	cycleStart := fs.String("cycle-start", "", "RFC 3339 start of the cycle to show (default: the latest cycle the ledger records)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the view")
 	watch := fs.Duration("watch", 0, "redraw every interval until interrupted (e.g. 2s)")
 	svg := fs.String("svg", "", "also draw the cycle (slots by state, accounts enqueued against expected, lateness) into this .svg file, rewritten on every --watch redraw")

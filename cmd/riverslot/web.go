@@ -23,7 +23,7 @@ import (
 )
 
 const webAbout = `Serves the operator's page and its JSON API (riverutil.Scheduler.Handler)
-for the riverslot tasks it finds in River's job table of --schema: each
+for the riverslot tasks whose cycles the ledger of --schema records: each
 task's current cycle (per-slot bars, slot circle, verdict, next slot), the
 coverage and lateness of its last cycles, failures with their last error, and
 an account search. The page refreshes itself and needs no network access
