@@ -437,3 +437,62 @@ func TestRollbackAfterPlanChange(t *testing.T) {
 		require.True(t, ts[1].Equal(regular(infoA, next, id)), "account %s: A's next cycle at its regular time", id)
 	}
 }
+
+// TestPlanChangesShortRetention changes each part of a task's plan between
+// two cycles with River's finished jobs deleted in between, with real
+// bootstraps and fan-outs (syncs parked at their times): Seed, Buckets,
+// Phase and TriggerOffset. The new plan's cycle knows the old one's from
+// the ledger alone: no account is synced twice less than half a cycle
+// apart, and every account is synced.
+func TestPlanChangesShortRetention(t *testing.T) {
+	t.Parallel()
+
+	const (
+		accounts = 800
+		cycle    = 48 * time.Second
+	)
+	for _, tt := range []struct {
+		name   string
+		change func(*riverutil.Task)
+		shift  time.Duration // of the new plan's cycle start
+	}{
+		{"Seed", func(x *riverutil.Task) { x.Seed = 12345 }, 0},
+		{"Buckets", func(x *riverutil.Task) { x.Buckets = 65536 }, 0},
+		{"Phase", func(x *riverutil.Task) { x.Phase = 0.25 }, 0},
+		{"TriggerOffset", func(x *riverutil.Task) { x.TriggerOffset = 12 * time.Second }, 12 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, b := setup(t, accounts)
+			oldTask := riverutil.Task{Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active",
+				Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
+			newTask := oldTask
+			tt.change(&newTask)
+			old, changed := newScheduler(t, b, oldTask), newScheduler(t, b, newTask)
+			if tt.shift == 0 { // a TriggerOffset change keeps the plan and moves its grid
+				require.NotEqual(t, taskInfo(t, old, "transactions").PlanID, taskInfo(t, changed, "transactions").PlanID)
+			}
+			client := startClient(ctx, t, b, old, false, river.QueueDefault)
+			start := taskInfo(t, old, "transactions").Schedule.Next(time.Now().Add(time.Hour))
+
+			b.runCycles(ctx, t, client, cycleRun{old, "transactions", start})
+			_, err := b.pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+" WHERE state IN ('completed', 'cancelled', 'discarded')")
+			require.NoError(t, err)
+			b.runCycles(ctx, t, client, cycleRun{changed, "transactions", start.Add(tt.shift)})
+
+			syncs := b.parkedSyncs(ctx, t)["transactions"]
+			var twice int
+			for _, id := range b.ids {
+				ts := syncs[id]
+				require.NotEmpty(t, ts, "account %s never synced", id)
+				for i := 1; i < len(ts); i++ {
+					require.GreaterOrEqual(t, ts[i].Sub(ts[i-1]), cycle/2, "account %s synced twice %s apart: %v", id, ts[i].Sub(ts[i-1]), ts)
+				}
+				if len(ts) > 1 {
+					twice++
+				}
+			}
+			t.Logf("%s: %d of %d accounts synced by both cycles, at least half a cycle apart", tt.name, twice, accounts)
+		})
+	}
+}
