@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/riverslot/riverslot/internal/ledger"
@@ -106,6 +107,7 @@ func (s *Scheduler) checkRowBudget(ctx context.Context, spec *taskspec.Spec) err
 	if err != nil {
 		return err
 	}
+	s.checkStartRate(ctx, spec, info, int64(estimate))
 	rows := RowBudget(int64(estimate), info, retention)
 	if rows >= 0 && rows <= RowBudgetWarn {
 		return nil
@@ -114,4 +116,31 @@ func (s *Scheduler) checkRowBudget(ctx context.Context, spec *taskspec.Spec) err
 		slog.String("task", spec.Name), slog.Int64("accounts_estimate", int64(estimate)),
 		slog.Duration("completed_retention", retention), slog.Int64("river_job_rows", rows), slog.Int64("warn_above", RowBudgetWarn))
 	return nil
+}
+
+// FetchRatePerWorker is how many jobs a second one worker slot of a River
+// queue can start at most, however short the jobs: a producer fetches at
+// most its free workers per fetch, and waits River's 100 ms fetch cooldown
+// between fetches. A queue of MaxWorkers starts at most MaxWorkers x 10
+// jobs a second (fewer when jobs take longer than the cooldown).
+const FetchRatePerWorker = 10
+
+// checkStartRate warns when the task's sync queue, as this client works
+// it (MaxWorkers of river.Config.Queues), cannot start the cycle's syncs
+// as fast as the cycle asks: accounts / Cycle on average (a node; a
+// cluster of N nodes has N times the workers).
+func (s *Scheduler) checkStartRate(ctx context.Context, spec *taskspec.Spec, info TaskInfo, accounts int64) {
+	workers, ok := s.queueWorkers[spec.SyncOpts.Queue]
+	if !ok || workers <= 0 || accounts <= 0 {
+		return
+	}
+	need := float64(accounts) / info.Plan.Cycle.Seconds()
+	capacity := float64(workers * FetchRatePerWorker)
+	if need <= 0.7*capacity {
+		return
+	}
+	s.log().WarnContext(ctx, "riverslot: the task's sync queue cannot start its syncs as fast as the cycle asks on one node: a River queue starts at most MaxWorkers x 10 jobs a second (it fetches at most MaxWorkers per 100 ms fetch cooldown), fewer with longer syncs; raise MaxWorkers, lengthen Cycle, or run more nodes (see docs/simulate.md)",
+		slog.String("task", spec.Name), slog.String("queue", spec.SyncOpts.Queue), slog.Int("max_workers", workers),
+		slog.Int64("accounts_estimate", accounts), slog.Float64("syncs_per_second_needed", math.Round(need)),
+		slog.Int("starts_per_second_at_most", int(capacity)), slog.Int("max_workers_suggested", int(math.Ceil(need/(0.7*FetchRatePerWorker)))))
 }

@@ -196,3 +196,42 @@ func TestMigrateLedgerUpgrade(t *testing.T) {
 	require.Equal(t, 10, st.Current.SlotsDone)
 	require.EqualValues(t, 60, st.Current.Enqueued)
 }
+
+// TestCheckStartRate: Check warns when the sync queue's MaxWorkers cannot
+// start the cycle's syncs as fast as the cycle asks (1,000 accounts on a
+// 16 s cycle: 62.5 a second; a queue starts at most MaxWorkers x 10 a
+// second, and the warning comes above 70% of that), and names the
+// MaxWorkers that would do.
+func TestCheckStartRate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 1000)
+	_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, "accounts"}.Sanitize())
+	require.NoError(t, err)
+	const warning = "riverslot: the task's sync queue cannot start its syncs as fast as the cycle asks on one node: a River queue starts at most MaxWorkers x 10 jobs a second (it fetches at most MaxWorkers per 100 ms fetch cooldown), fewer with longer syncs; raise MaxWorkers, lengthen Cycle, or run more nodes (see docs/simulate.md)"
+
+	for _, tt := range []struct {
+		workers int
+		warn    bool
+	}{{5, true}, {8, true}, {9, false}, {50, false}} {
+		logger, records := riverslottest.RecordingLogger(slog.LevelWarn)
+		s, err := riverutil.New(pool, &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{{
+			Name: "transactions", Cycle: 16 * time.Second, Schema: schema, Table: "accounts", Sync: noopSync,
+		}}})
+		require.NoError(t, err)
+		require.NoError(t, s.Configure(&river.Config{Schema: schema, CompletedJobRetentionPeriod: time.Minute,
+			Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: tt.workers}}}))
+		require.NoError(t, s.Check(ctx))
+		warned := records.Find(warning)
+		if !tt.warn {
+			require.Empty(t, warned, "MaxWorkers %d starts up to %d a second", tt.workers, tt.workers*10)
+			continue
+		}
+		require.Len(t, warned, 1, "MaxWorkers %d", tt.workers)
+		require.EqualValues(t, 63, warned[0]["syncs_per_second_needed"].Float64(), "1,000 accounts / 16 s, rounded")
+		require.EqualValues(t, tt.workers*10, warned[0]["starts_per_second_at_most"].Int64())
+		require.EqualValues(t, 9, warned[0]["max_workers_suggested"].Int64(), "62.5 / (0.7 x 10), rounded up")
+	}
+}

@@ -64,11 +64,15 @@ type Scheduler struct {
 	// completedRetention is river.Config.CompletedJobRetentionPeriod as
 	// Configure found it (0: River's default).
 	completedRetention time.Duration
-	logger             *slog.Logger // nil until Configure when Config.Logger is nil
-	pool               *pgxpool.Pool
-	specs              []*taskspec.Spec
-	syncs              []SyncFunc // by spec index
-	byName             map[string]*taskspec.Spec
+	// queueWorkers is MaxWorkers of each queue of river.Config.Queues as
+	// Configure found them (nil before Configure; a queue missing: this
+	// client does not work it).
+	queueWorkers map[string]int
+	logger       *slog.Logger // nil until Configure when Config.Logger is nil
+	pool         *pgxpool.Pool
+	specs        []*taskspec.Spec
+	syncs        []SyncFunc // by spec index
+	byName       map[string]*taskspec.Spec
 
 	expectedMu sync.Mutex
 	expected   map[string]expectedCount // Status's accounts per slot, by task
@@ -272,6 +276,10 @@ func (s *Scheduler) Configure(config *river.Config) error {
 			config.RescueStuckJobsAfter, s.longestNonIdempotentTimeout(), rescue)
 	}
 	s.completedRetention = config.CompletedJobRetentionPeriod
+	s.queueWorkers = make(map[string]int, len(config.Queues))
+	for name, q := range config.Queues {
+		s.queueWorkers[name] = q.MaxWorkers
+	}
 	if s.logger == nil {
 		s.logger = cmp.Or(config.Logger, slog.Default())
 	}
