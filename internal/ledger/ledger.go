@@ -238,10 +238,12 @@ func (l Ledger) RecordProgress(ctx context.Context, tx pgx.Tx, task, plan string
 // still running. Rows made before keep_until was recorded are kept until
 // cutoff (the pruning node's own horizon, PruneCutoff), as before.
 func (l Ledger) Prune(ctx context.Context, tx pgx.Tx, task string, cutoff, now time.Time) (int64, error) {
-	tag, err := tx.Exec(ctx, "WITH gone AS (DELETE FROM "+l.table+" c WHERE c.task = $1 AND c.slot = $4"+
-		" AND coalesce(c.keep_until < $3, c.cycle_start < $2) RETURNING c.cycle_start, c.plan)"+
-		" DELETE FROM "+l.table+" s USING gone g WHERE s.task = $1 AND s.cycle_start = g.cycle_start AND s.plan = g.plan",
-		task, cutoff, now, BootstrapSlot)
+	var cycles int64
+	err := tx.QueryRow(ctx, "WITH gone AS (DELETE FROM "+l.table+" c WHERE c.task = $1 AND c.slot = $4"+
+		" AND coalesce(c.keep_until < $3, c.cycle_start < $2) RETURNING c.cycle_start, c.plan),"+
+		" slots AS (DELETE FROM "+l.table+" s USING gone g WHERE s.task = $1 AND s.cycle_start = g.cycle_start AND s.plan = g.plan AND s.slot >= 0 RETURNING 1)"+
+		" SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM slots)",
+		task, cutoff, now, BootstrapSlot).Scan(&cycles)
 	if err != nil {
 		return 0, wrap(err, "pruning the ledger")
 	}
@@ -253,7 +255,7 @@ func (l Ledger) Prune(ctx context.Context, tx pgx.Tx, task string, cutoff, now t
 	if err != nil {
 		return 0, wrap(err, "pruning the ledger")
 	}
-	return tag.RowsAffected() + orphans.RowsAffected(), nil
+	return cycles + orphans.RowsAffected(), nil
 }
 
 // Cycle is what a cycle's bootstrap decided, as the cycle's row records
