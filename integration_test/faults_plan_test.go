@@ -22,8 +22,15 @@ import (
 // about a second of it).
 func (b *testBundle) syncTimes(ctx context.Context, t *testing.T) map[uuid.UUID][]time.Time {
 	t.Helper()
-	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+
+	return b.accountTimes(ctx, t, "SELECT (args->>'account_id')::uuid, scheduled_at FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+
 		" WHERE kind = $1 AND state = 'completed' ORDER BY scheduled_at", syncjob.Kind)
+}
+
+// accountTimes runs query, whose rows are (account id, time) in time
+// order, and returns each account's times.
+func (b *testBundle) accountTimes(ctx context.Context, t *testing.T, query string, args ...any) map[uuid.UUID][]time.Time {
+	t.Helper()
+	rows, err := b.pool.Query(ctx, query, args...)
 	require.NoError(t, err)
 	out := map[uuid.UUID][]time.Time{}
 	var (

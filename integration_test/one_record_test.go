@@ -64,19 +64,7 @@ func (b *testBundle) recordScheduled() riverutil.SyncFunc {
 // calls returns the times each account's Sync was called for, in order.
 func (b *testBundle) calls(ctx context.Context, t *testing.T) map[uuid.UUID][]time.Time {
 	t.Helper()
-	rows, err := b.pool.Query(ctx, "SELECT account_id, synced_at FROM "+pgx.Identifier{b.schema, "synced"}.Sanitize()+" ORDER BY synced_at")
-	require.NoError(t, err)
-	out := map[uuid.UUID][]time.Time{}
-	var (
-		id uuid.UUID
-		at time.Time
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error {
-		out[id] = append(out[id], at)
-		return nil
-	})
-	require.NoError(t, err)
-	return out
+	return b.accountTimes(ctx, t, "SELECT account_id, synced_at FROM "+pgx.Identifier{b.schema, "synced"}.Sanitize()+" ORDER BY synced_at")
 }
 
 // TestPlanChangeShortRetention is TestPlanChange with River deleting

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -68,12 +69,7 @@ func TestCheckShortSlots(t *testing.T) {
 // Migrate (run twice: idempotent) creates.
 func TestCheckLedgerAndRowBudget(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := riverslottest.Pool(t)
-	schema := riverslottest.Schema(ctx, t, pool)
-	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 1000)
-	_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, "accounts"}.Sanitize())
-	require.NoError(t, err)
+	ctx, pool, schema := analyzedAccounts(t, 1000)
 	const warning = "riverslot: this configuration keeps more rows in river_job than RowBudgetWarn; shorten River's CompletedJobRetentionPeriod (riverslot does not need it: its ledger keeps cycles unique) or see docs/scale.md"
 
 	check := func(t *testing.T, retention time.Duration) ([]map[string]slog.Value, error) {
@@ -204,12 +200,7 @@ func TestMigrateLedgerUpgrade(t *testing.T) {
 // MaxWorkers that would do.
 func TestCheckStartRate(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := riverslottest.Pool(t)
-	schema := riverslottest.Schema(ctx, t, pool)
-	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 1000)
-	_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, "accounts"}.Sanitize())
-	require.NoError(t, err)
+	ctx, pool, schema := analyzedAccounts(t, 1000)
 	const warning = "riverslot: the task's sync queue cannot start its syncs as fast as the cycle asks on one node: a River queue starts at most MaxWorkers x 10 jobs a second (it fetches at most MaxWorkers per 100 ms fetch cooldown), fewer with longer syncs; raise MaxWorkers, lengthen Cycle, or run more nodes (see docs/simulate.md)"
 
 	for _, tt := range []struct {
@@ -234,4 +225,17 @@ func TestCheckStartRate(t *testing.T) {
 		require.EqualValues(t, tt.workers*10, warned[0]["starts_per_second_at_most"].Int64())
 		require.EqualValues(t, 9, warned[0]["max_workers_suggested"].Int64(), "62.5 / (0.7 x 10), rounded up")
 	}
+}
+
+// analyzedAccounts makes a schema with River's tables and n accounts,
+// analyzed so that the planner's estimate (what Check reads) is n.
+func analyzedAccounts(t *testing.T, n int) (context.Context, *pgxpool.Pool, string) {
+	t.Helper()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", n)
+	_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, "accounts"}.Sanitize())
+	require.NoError(t, err)
+	return ctx, pool, schema
 }
