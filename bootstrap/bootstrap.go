@@ -192,15 +192,26 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	// the latest pins computed before it, else to hash placement (see
 	// pinning.Place): the cycle is never lost.
 	var (
-		pins  pinning.Outcome
-		owner = spec
-		ref   = spec.PinsRef()
+		pins        pinning.Outcome
+		owner       = spec
+		ref         = spec.PinsRef()
+		unreachable bool // the accounts database was: logged where decided
 	)
 	if spec.PinsFrom != nil {
 		owner = spec.PinsFrom
 	}
 	if ref != nil {
-		if pins, err = place(ctx, tx, w.pool, owner, client.Schema(), job.Args.CycleStart); err != nil {
+		pins, err = place(ctx, tx, w.pool, owner, client.Schema(), job.Args.CycleStart)
+		switch {
+		case err != nil && owner.SeparateAccounts() && taskspec.Unreachable(err):
+			// The accounts database (where the weights and pins live) is
+			// unreachable: the cycle falls back to hash placement, as on a
+			// PinsTimeout with no earlier pins, and is not lost. Its
+			// per-slot jobs wait for the database (see perslot).
+			w.logger.WarnContext(ctx, "riverslot: the accounts database is unreachable, so the cycle's pins cannot be computed or read; the cycle places every account by hash (its per-slot jobs wait for the database)",
+				slog.String("task", spec.Name), slog.String("pins_task", owner.Name), slog.Time("cycle_start", cycleStart), slog.String("error", err.Error()))
+			pins, unreachable = pinning.Outcome{Fallback: pinning.FallbackHash, Direct: true}, true
+		case err != nil:
 			return err
 		}
 		ref = pins.Ref(ref)
@@ -264,7 +275,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return fmt.Errorf("error committing per-slot jobs: %w", err)
 	}
 
-	if spec.PinsRef() != nil {
+	if spec.PinsRef() != nil && !unreachable {
 		pinning.Log(ctx, w.logger, owner, job.Args.CycleStart, pins)
 	}
 	if pins.Fallback != "" && pins.Reused && owner != spec {

@@ -490,3 +490,51 @@ func weightedAccounts(ctx context.Context, t *testing.T) (*pgxpool.Pool, string)
 	}
 	return pool, schema
 }
+
+// TestWeightedAccountsDatabaseUnreachable: a weighted task whose accounts
+// (and pins) live in a database that is down (a pool to a port nothing
+// listens on) still gets its cycle: the bootstrap falls back to hash
+// placement, as on a PinsTimeout with no earlier pins, records it in its
+// output and in the cycle's ledger row, and inserts every per-slot job.
+func TestWeightedAccountsDatabaseUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := weightedAccounts(ctx, t)
+	down, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/none?connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(down.Close)
+	spec := riverslottest.Spec(t, "transactions", schema, "accounts", "", 16*time.Second, 100)
+	spec.Weight, spec.WeightEpsilon = "weight", 0.1
+	spec.PinsTimeout, spec.BootstrapTimeout = 5*time.Second, 10*time.Second
+	spec.AccountsPool = down
+	spec.BuildSQL()
+
+	w := bootstrap.NewWorker(pool, riverslottest.Logger(t))
+	w.AddTask(spec)
+	workers := river.NewWorkers()
+	require.NoError(t, w.Register(workers))
+	client, _ := riverslottest.StartClient(ctx, t, pool, &river.Config{
+		Schema:              schema,
+		SkipUnknownJobCheck: true, // per-slot jobs are inserted but not worked here
+		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		Workers:             workers,
+	})
+	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	start := spec.Schedule.Next(time.Now().Add(time.Hour))
+	res, err := client.Insert(ctx, bootstrap.NewArgs(spec, start), spec.BootstrapOpts())
+	require.NoError(t, err)
+	riverslottest.WaitFor(t, 60*time.Second, "the bootstrap to complete", func() bool {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND state = 'completed'", res.Job.ID) == 1
+	})
+	var (
+		out bootstrap.Output
+		raw []byte
+	)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT metadata->'output' FROM "+jobs+" WHERE id = $1", res.Job.ID).Scan(&raw))
+	require.NoError(t, json.Unmarshal(raw, &out))
+	require.Equal(t, perslot.PlacementHash, out.Placement)
+	require.Equal(t, "hash", out.Fallback)
+	require.EqualValues(t, spec.Plan.Slots, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND args->>'placement' = 'hash'", perslot.Kind))
+	require.EqualValues(t, 1, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pgx.Identifier{schema, "riverslot_ledger"}.Sanitize()+
+		" WHERE slot = -1 AND placement = 'hash' AND fallback = 'hash'"))
+}
