@@ -169,6 +169,11 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 				w.logger.WarnContext(ctx, "riverslot: the accounts database is unreachable; the per-slot job waits for it (snoozed, no attempt used) until its slot's late window ends",
 					slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
 					slog.Time("late_window_end", deadline), slog.Duration("wait", wait), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+				// Status says why the slot waits.
+				if lerr := led.SlotWaiting(context.WithoutCancel(ctx), w.pool, spec.Name, spec.PlanID, job.Args.CycleStart, job.Args.Slot, job.ID,
+					"waiting for the accounts database (unreachable) until "+deadline.UTC().Format(time.RFC3339)+": "+err.Error()); lerr != nil {
+					w.logger.WarnContext(ctx, "riverslot: could not record why the slot waits in the ledger", slog.String("error", lerr.Error()))
+				}
 				return river.JobSnooze(wait)
 			}
 		}

@@ -367,9 +367,9 @@ func TestFanOutAccountsDatabaseUnreachable(t *testing.T) {
 	t.Cleanup(down.Close)
 	ctx, b := setup(t, 50, 20, func(s *taskspec.Spec) { s.AccountsPool = down })
 
-	// Slot 0 of a cycle that started 56 s ago: its late window (half the
-	// 2 min cycle after its start) ends 4 s from now.
-	start := time.Now().Add(-56 * time.Second).Truncate(time.Millisecond).UTC()
+	// Slot 0 of a cycle that started 50 s ago: its late window (half the
+	// 2 min cycle after its start) ends 10 s from now.
+	start := time.Now().Add(-50 * time.Second).Truncate(time.Millisecond).UTC()
 	deadline := start.Add(b.spec.Plan.Cycle / 2)
 	led := b.table("riverslot_ledger")
 	_, err = b.pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot) VALUES ($1, $2, $3, -1), ($1, $2, $3, 0)", b.spec.Name, start, b.spec.PlanID)
@@ -379,6 +379,10 @@ func TestFanOutAccountsDatabaseUnreachable(t *testing.T) {
 	_, err = b.pool.Exec(ctx, "UPDATE "+led+" SET job_id = $1 WHERE slot = 0", res.Job.ID)
 	require.NoError(t, err)
 
+	// While it waits, the ledger says why (Status shows it).
+	riverslottest.WaitFor(t, 30*time.Second, "the slot's wait recorded", func() bool {
+		return riverslottest.Count(ctx, t, b.pool, "SELECT count(*) FROM "+led+" WHERE slot = 0 AND failed_at IS NULL AND error LIKE 'waiting for the accounts database (unreachable)%'") == 1
+	})
 	var ev *river.Event
 	select {
 	case ev = <-b.events:

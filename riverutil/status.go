@@ -148,6 +148,10 @@ type CycleStatus struct {
 	OffSlot     int
 	FailedSlot  int    // -1 when none failed
 	FailedError string // River's last error of FailedSlot's per-slot job
+	// WaitingError is why a slot not finished waits, as its fan-out
+	// recorded it in the ledger (the accounts database unreachable); ""
+	// when none does.
+	WaitingError string
 }
 
 // Placements of a cycle in CycleStatus.Placement.
@@ -696,9 +700,14 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 		case j.state == "discarded" || j.state == "cancelled":
 			p.State, p.Error = SlotFailed, cmp.Or(j.err, r.Error)
 		case j.state == "running" || j.state == "retryable":
-			p.State, p.Error = SlotRunning, j.err
+			p.State, p.Error = SlotRunning, cmp.Or(j.err, r.Error)
 		default:
-			p.State = SlotScheduled
+			// Scheduled, or snoozed while it waits for the accounts
+			// database: the ledger says why.
+			p.State, p.Error = SlotScheduled, r.Error
+		}
+		if p.State != SlotFailed && r.Error != "" && c.WaitingError == "" {
+			c.WaitingError = r.Error
 		}
 		if ok {
 			p.Attempts = j.attempt
@@ -793,6 +802,8 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	switch {
 	case c.FailedSlot >= 0:
 		c.Verdict = fmt.Sprintf("failed slot %d: %s", c.FailedSlot, c.FailedError)
+	case c.BehindSlots > 0 && c.WaitingError != "":
+		c.Verdict = fmt.Sprintf("behind by %d slots: %s", c.BehindSlots, c.WaitingError)
 	case c.BehindSlots > 0:
 		c.Verdict = fmt.Sprintf("behind by %d slots", c.BehindSlots)
 	case c.OffSlots > 0:

@@ -320,6 +320,18 @@ func (l Ledger) SlotFailed(ctx context.Context, q Execer, task, plan string, cyc
 	return wrap(err, "recording the slot's failure in the ledger")
 }
 
+// SlotWaiting records why job's fan-out of the slot waits (the accounts
+// database unreachable), for Status; the slot is not failed.
+func (l Ledger) SlotWaiting(ctx context.Context, q Execer, task, plan string, cycleStart time.Time, slot int, jobID int64, reason string) error {
+	if len(reason) > 2000 {
+		reason = strings.ToValidUTF8(reason[:2000], "")
+	}
+	_, err := q.Exec(ctx, "UPDATE "+l.table+" SET error = $6"+
+		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4 AND job_id = $5 AND finished_at IS NULL AND failed_at IS NULL",
+		task, cycleStart, plan, slot, jobID, reason)
+	return wrap(err, "recording why the slot waits in the ledger")
+}
+
 // Execer runs a statement: a pool, connection or transaction.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
