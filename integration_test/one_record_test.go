@@ -484,3 +484,55 @@ func TestPlanChangesShortRetention(t *testing.T) {
 		})
 	}
 }
+
+// TestRollingDeployBothPlans: a rolling deploy from a 24 s to a 48 s cycle
+// leaves nodes of both plans running their triggers for a while, with
+// River deleting finished jobs as they go. The cycles the two plans make,
+// in the order two nodes' triggers make them (real bootstraps and
+// fan-outs, syncs parked at their times), sync every account in each 48 s
+// window and never twice less than half the shorter cycle apart.
+func TestRollingDeployBothPlans(t *testing.T) {
+	t.Parallel()
+
+	const accounts = 1000
+	ctx, b := setup(t, accounts)
+	clean := func() {
+		_, err := b.pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+" WHERE state IN ('completed', 'cancelled', 'discarded')")
+		require.NoError(t, err)
+	}
+	taskA := riverutil.Task{Name: "transactions", Cycle: 24 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
+		Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
+	taskB := taskA
+	taskB.Cycle = 48 * time.Second
+	a, bb := newScheduler(t, b, taskA), newScheduler(t, b, taskB)
+	client := startClient(ctx, t, b, a, false, river.QueueDefault)
+	start := taskInfo(t, bb, "transactions").Schedule.Next(time.Now().Add(time.Hour))
+
+	for _, c := range []cycleRun{
+		{a, "transactions", start}, {bb, "transactions", start},
+		{a, "transactions", start.Add(24 * time.Second)},
+		{a, "transactions", start.Add(48 * time.Second)}, {bb, "transactions", start.Add(48 * time.Second)},
+		{a, "transactions", start.Add(72 * time.Second)},
+	} {
+		b.runCycles(ctx, t, client, c)
+		clean()
+	}
+
+	syncs := b.parkedSyncs(ctx, t)["transactions"]
+	for _, id := range b.ids {
+		ts := syncs[id]
+		for w := range 2 {
+			from := start.Add(time.Duration(w) * 48 * time.Second)
+			var in int
+			for _, at := range ts {
+				if !at.Before(from) && at.Before(from.Add(48*time.Second)) {
+					in++
+				}
+			}
+			require.Positive(t, in, "account %s: no sync in the 48 s window from %s: %v", id, from.Sub(start), ts)
+		}
+		for i := 1; i < len(ts); i++ {
+			require.GreaterOrEqual(t, ts[i].Sub(ts[i-1]), 12*time.Second, "account %s synced twice %s apart: %v", id, ts[i].Sub(ts[i-1]), ts)
+		}
+	}
+}
