@@ -308,19 +308,7 @@ func TestWeightedFallbackThenCensusJob(t *testing.T) {
 	spec.PinsTimeout, spec.BootstrapTimeout = 5*time.Second, 10*time.Second
 	spec.BuildSQL()
 
-	w := bootstrap.NewWorker(pool, riverslottest.Logger(t))
-	w.AddTask(spec)
-	census := bootstrap.NewCensusWorker(pool, riverslottest.Logger(t))
-	census.AddTask(spec)
-	workers := river.NewWorkers()
-	require.NoError(t, w.Register(workers))
-	require.NoError(t, census.Register(workers))
-	client, _ := riverslottest.StartClient(ctx, t, pool, &river.Config{
-		Schema:              schema,
-		SkipUnknownJobCheck: true, // per-slot jobs are inserted but not worked here
-		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
-		Workers:             workers,
-	})
+	client := bootstrapClient(ctx, t, pool, schema, true, spec)
 	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
 	censusTable := pgx.Identifier{schema, taskspec.PinCensusTable}.Sanitize()
 	first := spec.Schedule.Next(time.Now().Add(time.Hour))
@@ -440,29 +428,13 @@ func TestWeightedSmallFleetNoCensusJob(t *testing.T) {
 		return spec
 	}
 	small, large := newSpec("small", 2060), newSpec("large", 2059)
-	w := bootstrap.NewWorker(pool, riverslottest.Logger(t))
-	w.AddTask(small)
-	w.AddTask(large)
-	workers := river.NewWorkers()
-	require.NoError(t, w.Register(workers))
-	client, _ := riverslottest.StartClient(ctx, t, pool, &river.Config{
-		Schema:              schema,
-		SkipUnknownJobCheck: true, // per-slot and census jobs are inserted but not worked here
-		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
-		Workers:             workers,
-	})
+	client := bootstrapClient(ctx, t, pool, schema, false, small, large)
 	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
 	first := small.Schedule.Next(time.Now().Add(time.Hour))
 	for _, spec := range []*taskspec.Spec{small, large} {
 		res, err := client.Insert(ctx, bootstrap.NewArgs(spec, first), spec.BootstrapOpts())
 		require.NoError(t, err)
-		riverslottest.WaitFor(t, 60*time.Second, "the bootstrap to complete", func() bool {
-			return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND state = 'completed'", res.Job.ID) == 1
-		})
-		var out bootstrap.Output
-		var raw []byte
-		require.NoError(t, pool.QueryRow(ctx, "SELECT metadata->'output' FROM "+jobs+" WHERE id = $1", res.Job.ID).Scan(&raw))
-		require.NoError(t, json.Unmarshal(raw, &out))
+		out := completedOutput(ctx, t, pool, schema, res.Job.ID)
 		require.Empty(t, out.Fallback, spec.Name)
 		require.Equal(t, 60, out.Pinned, spec.Name)
 	}
@@ -470,6 +442,48 @@ func TestWeightedSmallFleetNoCensusJob(t *testing.T) {
 	require.Zero(t, riverslottest.Count(ctx, t, pool, census, bootstrap.CensusKind, "small"), "2,060 accounts, DirectMax 2,060: no census job")
 	require.EqualValues(t, 1, riverslottest.Count(ctx, t, pool, census+" AND (args->>'cycle_start')::timestamptz = $3",
 		bootstrap.CensusKind, "large", large.Schedule.Next(first)), "DirectMax 2,059: the next cycle's census job")
+}
+
+// bootstrapClient starts a River client in schema that works the
+// bootstrap jobs of specs (and their census jobs when census); per-slot
+// jobs are inserted but not worked.
+func bootstrapClient(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, census bool, specs ...*taskspec.Spec) *river.Client[pgx.Tx] {
+	t.Helper()
+	w := bootstrap.NewWorker(pool, riverslottest.Logger(t))
+	c := bootstrap.NewCensusWorker(pool, riverslottest.Logger(t))
+	for _, spec := range specs {
+		w.AddTask(spec)
+		c.AddTask(spec)
+	}
+	workers := river.NewWorkers()
+	require.NoError(t, w.Register(workers))
+	if census {
+		require.NoError(t, c.Register(workers))
+	}
+	client, _ := riverslottest.StartClient(ctx, t, pool, &river.Config{
+		Schema:              schema,
+		SkipUnknownJobCheck: true, // per-slot (and census) jobs are inserted but not worked here
+		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		Workers:             workers,
+	})
+	return client
+}
+
+// completedOutput waits for the bootstrap job id to complete and returns
+// its output.
+func completedOutput(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, id int64) bootstrap.Output {
+	t.Helper()
+	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	riverslottest.WaitFor(t, 60*time.Second, "the bootstrap to complete", func() bool {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND state = 'completed'", id) == 1
+	})
+	var (
+		out bootstrap.Output
+		raw []byte
+	)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT metadata->'output' FROM "+jobs+" WHERE id = $1", id).Scan(&raw))
+	require.NoError(t, json.Unmarshal(raw, &out))
+	return out
 }
 
 // weightedAccounts creates a schema with River's tables, an accounts table
@@ -509,29 +523,12 @@ func TestWeightedAccountsDatabaseUnreachable(t *testing.T) {
 	spec.AccountsPool = down
 	spec.BuildSQL()
 
-	w := bootstrap.NewWorker(pool, riverslottest.Logger(t))
-	w.AddTask(spec)
-	workers := river.NewWorkers()
-	require.NoError(t, w.Register(workers))
-	client, _ := riverslottest.StartClient(ctx, t, pool, &river.Config{
-		Schema:              schema,
-		SkipUnknownJobCheck: true, // per-slot jobs are inserted but not worked here
-		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
-		Workers:             workers,
-	})
+	client := bootstrapClient(ctx, t, pool, schema, false, spec)
 	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
 	start := spec.Schedule.Next(time.Now().Add(time.Hour))
 	res, err := client.Insert(ctx, bootstrap.NewArgs(spec, start), spec.BootstrapOpts())
 	require.NoError(t, err)
-	riverslottest.WaitFor(t, 60*time.Second, "the bootstrap to complete", func() bool {
-		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND state = 'completed'", res.Job.ID) == 1
-	})
-	var (
-		out bootstrap.Output
-		raw []byte
-	)
-	require.NoError(t, pool.QueryRow(ctx, "SELECT metadata->'output' FROM "+jobs+" WHERE id = $1", res.Job.ID).Scan(&raw))
-	require.NoError(t, json.Unmarshal(raw, &out))
+	out := completedOutput(ctx, t, pool, schema, res.Job.ID)
 	require.Equal(t, perslot.PlacementHash, out.Placement)
 	require.Equal(t, "hash", out.Fallback)
 	require.EqualValues(t, spec.Plan.Slots, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND args->>'placement' = 'hash'", perslot.Kind))

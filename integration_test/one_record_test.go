@@ -48,6 +48,14 @@ func (b *testBundle) shortRetention(ctx context.Context, t *testing.T) (clean fu
 	return clean
 }
 
+// deleteFinished deletes every finished job at once, as River's cleaner
+// does with a retention shorter than the time since they finished.
+func (b *testBundle) deleteFinished(ctx context.Context, t *testing.T) {
+	t.Helper()
+	_, err := b.pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+" WHERE state IN ('completed', 'cancelled', 'discarded')")
+	require.NoError(t, err)
+}
+
 // recordScheduled returns a SyncFunc that records each call in the synced
 // table at the time riverslot scheduled it (the job's ScheduledAt), the
 // app's own record of what ran: River's job table forgets it a second
@@ -387,12 +395,8 @@ func TestRollbackAfterPlanChange(t *testing.T) {
 
 	const accounts = 1000
 	ctx, b := setup(t, accounts)
-	// River's retention between the runs: every finished job deleted
-	// (the parked sync jobs are not finished).
-	clean := func() {
-		_, err := b.pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+" WHERE state IN ('completed', 'cancelled', 'discarded')")
-		require.NoError(t, err)
-	}
+	// River's retention between the runs (the parked syncs are not finished).
+	clean := func() { b.deleteFinished(ctx, t) }
 	taskA := riverutil.Task{Name: "transactions", Cycle: 24 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
 		Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
 	taskB := taskA
@@ -464,8 +468,7 @@ func TestPlanChangesShortRetention(t *testing.T) {
 			start := taskInfo(t, old, "transactions").Schedule.Next(time.Now().Add(time.Hour))
 
 			b.runCycles(ctx, t, client, cycleRun{old, "transactions", start})
-			_, err := b.pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+" WHERE state IN ('completed', 'cancelled', 'discarded')")
-			require.NoError(t, err)
+			b.deleteFinished(ctx, t)
 			b.runCycles(ctx, t, client, cycleRun{changed, "transactions", start.Add(tt.shift)})
 
 			syncs := b.parkedSyncs(ctx, t)["transactions"]
@@ -496,10 +499,7 @@ func TestRollingDeployBothPlans(t *testing.T) {
 
 	const accounts = 1000
 	ctx, b := setup(t, accounts)
-	clean := func() {
-		_, err := b.pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{b.schema, "river_job"}.Sanitize()+" WHERE state IN ('completed', 'cancelled', 'discarded')")
-		require.NoError(t, err)
-	}
+	clean := func() { b.deleteFinished(ctx, t) }
 	taskA := riverutil.Task{Name: "transactions", Cycle: 24 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
 		Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
 	taskB := taskA

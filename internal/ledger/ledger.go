@@ -311,25 +311,26 @@ func (l Ledger) SlotStarted(ctx context.Context, q Execer, task, plan string, cy
 // SlotFailed records that job's fan-out of the slot ended without
 // finishing (its last attempt failed, or it was cancelled), with why.
 func (l Ledger) SlotFailed(ctx context.Context, q Execer, task, plan string, cycleStart time.Time, slot int, jobID int64, reason string) error {
-	if len(reason) > 2000 {
-		reason = strings.ToValidUTF8(reason[:2000], "")
-	}
-	_, err := q.Exec(ctx, "UPDATE "+l.table+" SET failed_at = now(), error = $6"+
-		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4 AND job_id = $5 AND finished_at IS NULL",
-		task, cycleStart, plan, slot, jobID, reason)
-	return wrap(err, "recording the slot's failure in the ledger")
+	return l.slotError(ctx, q, task, plan, cycleStart, slot, jobID, reason, true)
 }
 
 // SlotWaiting records why job's fan-out of the slot waits (the accounts
 // database unreachable), for Status; the slot is not failed.
 func (l Ledger) SlotWaiting(ctx context.Context, q Execer, task, plan string, cycleStart time.Time, slot int, jobID int64, reason string) error {
+	return l.slotError(ctx, q, task, plan, cycleStart, slot, jobID, reason, false)
+}
+
+// slotError records reason (cut to 2,000 bytes on a UTF-8 boundary) on the
+// slot's row while job owns it and has not finished: failed sets
+// failed_at; a wait leaves a failed slot as it is.
+func (l Ledger) slotError(ctx context.Context, q Execer, task, plan string, cycleStart time.Time, slot int, jobID int64, reason string, failed bool) error {
 	if len(reason) > 2000 {
 		reason = strings.ToValidUTF8(reason[:2000], "")
 	}
-	_, err := q.Exec(ctx, "UPDATE "+l.table+" SET error = $6"+
-		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4 AND job_id = $5 AND finished_at IS NULL AND failed_at IS NULL",
-		task, cycleStart, plan, slot, jobID, reason)
-	return wrap(err, "recording why the slot waits in the ledger")
+	_, err := q.Exec(ctx, "UPDATE "+l.table+" SET error = $6, failed_at = CASE WHEN $7 THEN now() ELSE failed_at END"+
+		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4 AND job_id = $5 AND finished_at IS NULL AND ($7 OR failed_at IS NULL)",
+		task, cycleStart, plan, slot, jobID, reason, failed)
+	return wrap(err, "recording the slot's error in the ledger")
 }
 
 // Execer runs a statement: a pool, connection or transaction.
