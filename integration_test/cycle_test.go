@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/syncjob"
@@ -116,25 +117,29 @@ func TestTwoFullCycles(t *testing.T) {
 		// Each sync job is scheduled inside its account's slot window, at
 		// the same offset from the cycle start every cycle.
 		// Its NotAfter is half a cycle after its time, and a sync called
-		// Sync exactly when it started by then.
+		// Sync exactly when it started by then. The fan-out writes it into
+		// the args of late-spread syncs only; the worker derives the
+		// others' and records it in a stale sync's output.
+		// Every sync job is tagged with its plan, from which the worker
+		// derives a NotAfter the args do not carry.
+		var untagged int64
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2 AND NOT $3 = ANY(tags)",
+			syncjob.Kind, start, taskspec.PlanTag(info.PlanID)).Scan(&untagged))
+		require.Zero(t, untagged, "sync jobs without their plan's tag")
 		rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at, args->>'not_after', attempted_at, "+
-			"coalesce(metadata->'output' ? '"+syncjob.OutputSkipped+"', false) FROM "+jobs+
+			"coalesce(metadata->'output' ? '"+syncjob.OutputSkipped+"', false), metadata->'output'->>'"+syncjob.OutputNotAfter+"' FROM "+jobs+
 			" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.Kind, start)
 		require.NoError(t, err)
 		offsets[i] = map[uuid.UUID]time.Duration{}
 		for rows.Next() {
 			var (
-				id                    uuid.UUID
-				scheduledAt, notAfter time.Time
-				notAfterText          string
-				attemptedAt           *time.Time
-				skipped               bool
+				id                        uuid.UUID
+				scheduledAt               time.Time
+				argsNotAfter, outNotAfter *string
+				attemptedAt               *time.Time
+				skipped                   bool
 			)
-			require.NoError(t, rows.Scan(&id, &scheduledAt, &notAfterText, &attemptedAt, &skipped))
-			// As the worker reads it: to the nanosecond, not rounded by a
-			// cast to timestamptz.
-			notAfter, err = time.Parse(time.RFC3339Nano, notAfterText)
-			require.NoError(t, err)
+			require.NoError(t, rows.Scan(&id, &scheduledAt, &argsNotAfter, &attemptedAt, &skipped, &outNotAfter))
 			// Its regular time: slot start + offset, by definition.
 			slot := int(id[15]) / (256 / plan.Slots) // bucket → slot
 			windowStart := start.Add(time.Duration(slot) * (cycle / time.Duration(plan.Slots)))
@@ -148,10 +153,22 @@ func TestTwoFullCycles(t *testing.T) {
 			if grace := scheduledAt.Add(plan.SlotDuration); grace.After(wantNotAfter) {
 				wantNotAfter = grace
 			}
-			require.WithinDuration(t, wantNotAfter, notAfter, time.Microsecond, "account %s: NotAfter, regular %s, scheduled %s", id, regular, scheduledAt)
+			onTime := scheduledAt.Sub(regular).Abs() <= time.Microsecond
+			require.Equal(t, onTime, argsNotAfter == nil, "account %s: a NotAfter in the args of a sync %s", id, map[bool]string{true: "at its regular time", false: "moved by the late policy"}[onTime])
+			if argsNotAfter != nil {
+				notAfter, err := time.Parse(time.RFC3339Nano, *argsNotAfter) // as the worker reads it: to the nanosecond
+				require.NoError(t, err)
+				require.WithinDuration(t, wantNotAfter, notAfter, time.Microsecond, "account %s: NotAfter, regular %s, scheduled %s", id, regular, scheduledAt)
+			}
 			require.NotNil(t, attemptedAt, "account %s: completed sync job never attempted", id)
-			require.Equal(t, attemptedAt.After(notAfter), skipped, "account %s started %s, NotAfter %s: skipped %t", id, *attemptedAt, notAfter, skipped)
-			if scheduledAt.Sub(regular).Abs() <= time.Microsecond {
+			require.Equal(t, attemptedAt.After(wantNotAfter), skipped, "account %s started %s, NotAfter %s: skipped %t", id, *attemptedAt, wantNotAfter, skipped)
+			if skipped {
+				require.NotNil(t, outNotAfter, "account %s: a stale sync records its NotAfter", id)
+				notAfter, err := time.Parse(time.RFC3339Nano, *outNotAfter)
+				require.NoError(t, err)
+				require.WithinDuration(t, wantNotAfter, notAfter, time.Microsecond, "account %s: NotAfter judged by", id)
+			}
+			if onTime {
 				offsets[i][id] = scheduledAt.Sub(start) // on time: at its regular time
 				continue
 			}

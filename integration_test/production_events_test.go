@@ -203,7 +203,7 @@ func runningSyncs(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema 
 func skippedSyncs(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, cycleStart time.Time, ids []int64) string {
 	t.Helper()
 	rows, err := pool.Query(ctx, `SELECT metadata->'output'->>'riverslot_skipped', count(*),
-			count(*) FILTER (WHERE scheduled_at <= (args->>'not_after')::timestamptz AND attempted_at > (args->>'not_after')::timestamptz),
+			count(*) FILTER (WHERE scheduled_at <= coalesce(args->>'not_after', metadata->'output'->>'not_after')::timestamptz AND attempted_at > coalesce(args->>'not_after', metadata->'output'->>'not_after')::timestamptz),
 			coalesce(max(extract(epoch FROM attempted_at - scheduled_at)), 0)::float8
 		FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2
 			AND metadata->'output' ? 'riverslot_skipped' AND id <> ALL($3) GROUP BY 1 ORDER BY 1`, syncjob.Kind, cycleStart, ids)
@@ -303,7 +303,7 @@ func TestDemoWeightedCycleFinishedByUnweightedWorker(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `WITH j AS (
 			SELECT id AS job_id, (args->>'account_id')::uuid AS id, (args->>'slot')::int AS slot, state,
 				metadata->'output'->>'riverslot_skipped' AS skipped,
-				coalesce(scheduled_at <= (args->>'not_after')::timestamptz AND attempted_at > (args->>'not_after')::timestamptz, false) AS started_past_not_after
+				coalesce(scheduled_at <= coalesce(args->>'not_after', metadata->'output'->>'not_after')::timestamptz AND attempted_at > coalesce(args->>'not_after', metadata->'output'->>'not_after')::timestamptz, false) AS started_past_not_after
 			FROM `+jobs+` WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2),
 		a AS (
 			SELECT a.id, get_byte(uuid_send(a.id), 15) / $3 AS hash_slot, p.slot AS pinned_slot
@@ -407,7 +407,7 @@ func TestUnweightedCycleFinishedByWeightedWorker(t *testing.T) {
 	var syncJobs, misplaced, skipped, startedLate, calls, distinctCalls, slotsByWeighted int64
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE (args->>'slot')::int <> get_byte(uuid_send((args->>'account_id')::uuid), 15) / $3),
 			count(*) FILTER (WHERE metadata->'output' ? 'riverslot_skipped'),
-			count(*) FILTER (WHERE metadata->'output' ? 'riverslot_skipped' AND scheduled_at <= (args->>'not_after')::timestamptz AND attempted_at > (args->>'not_after')::timestamptz)
+			count(*) FILTER (WHERE metadata->'output' ? 'riverslot_skipped' AND scheduled_at <= coalesce(args->>'not_after', metadata->'output'->>'not_after')::timestamptz AND attempted_at > coalesce(args->>'not_after', metadata->'output'->>'not_after')::timestamptz)
 		FROM `+jobs+` WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2`, syncjob.Kind, start, plan.BucketsPerSlot).Scan(&syncJobs, &misplaced, &skipped, &startedLate))
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT account_id) FROM "+synced+" WHERE cycle_start = $1", start).Scan(&calls, &distinctCalls))
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND 'weighted' = ANY(attempted_by)", perslot.Kind).Scan(&slotsByWeighted))
@@ -641,13 +641,14 @@ func TestStaleQueuedSyncsSkippedAfterOutage(t *testing.T) {
 	// A sync of the next cycle may still complete as stale when this
 	// machine starts it more than its slack late (a loaded CI run: 11 of
 	// 2,000, 3.6 s past). What must hold is the slack: every sync's
-	// not_after is at least LateGrace (the slot, 3 s) after its scheduled
+	// not_after (in the args of a late-spread sync, in the output of a
+	// stale one) is at least LateGrace (the slot, 3 s) after its scheduled
 	// time, so one spread near its window's end is not stale a moment late
 	// (the bug this test found), and every account is either synced once or
 	// skipped that way, never lost to a sync that did neither.
 	var slackless int64
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2"+
-		" AND (args->>'not_after')::timestamptz < scheduled_at + make_interval(secs => $3)", syncjob.Kind, next, plan.SlotDuration.Seconds()).Scan(&slackless))
+		" AND coalesce(args->>'not_after', metadata->'output'->>'not_after')::timestamptz < scheduled_at + make_interval(secs => $3)", syncjob.Kind, next, plan.SlotDuration.Seconds()).Scan(&slackless))
 	require.Zero(t, slackless, "sync jobs of the next cycle whose not_after leaves less than LateGrace after their scheduled time")
 	require.LessOrEqual(t, nextSkipped, int64(accounts/10), "most syncs of the next cycle call Sync: %s", nextWhy)
 	require.EqualValues(t, accounts, inNext+nextSkipped, "one Sync call per account in the next cycle, or a stale skip")

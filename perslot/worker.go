@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -224,6 +225,7 @@ type batch struct {
 	fenceSQL                        string
 	params                          []river.InsertManyParams
 	opts                            []river.InsertOpts
+	syncTags                        []string // the sync jobs' tags: the task's own and the plan's (taskspec.PlanTag)
 	overlaps                        []*overlap
 	// pins is what the cycle follows (nil: hash placement), pinRead its
 	// queries and pinArgs their leading (task, plan, cycle start): a
@@ -252,6 +254,7 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 		fenceSQL:   "SELECT attempt, state FROM " + sqlbucket.QualifiedTable(client.Schema(), "river_job") + " WHERE id = $1 FOR UPDATE",
 		params:     make([]river.InsertManyParams, 0, spec.BatchSize),
 		opts:       make([]river.InsertOpts, spec.BatchSize),
+		syncTags:   append(slices.Clip(spec.SyncOpts.Tags), taskspec.PlanTag(spec.PlanID)),
 	}
 	if b.cycleEnd.IsZero() {
 		b.cycleEnd = spec.CycleEnd(b.cycleStart)
@@ -446,10 +449,16 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		}
 		opts := &b.opts[i]
 		*opts = spec.SyncOpts
+		opts.Tags = b.syncTags
 		opts.ScheduledAt = p.target
 		args := syncjob.NewArgs(spec.Name, a.ID, b.cycleStart, job.Args.Slot)
-		regular := b.slotStart.Add(slotplan.OffsetIn(hash, spec.Plan.SlotDuration))
-		args.NotAfter = spec.NotAfter(b.cycleStart, b.cycleEnd, regular, p.target).UTC()
+		if p.late {
+			// Moved from its regular time: the worker could not derive
+			// its NotAfter, as it does the regular syncs' from the plan
+			// in their tags.
+			regular := b.slotStart.Add(slotplan.OffsetIn(hash, spec.Plan.SlotDuration))
+			args.NotAfter = spec.NotAfter(b.cycleStart, b.cycleEnd, regular, p.target).UTC()
+		}
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
 	if len(params) > 0 {

@@ -11,7 +11,10 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/syncjob"
 )
 
@@ -75,25 +78,7 @@ func TestSkippedSyncs(t *testing.T) {
 		require.NoError(t, err)
 		return res.Job.ID
 	}
-	waitDone := func(ids ...int64) {
-		t.Helper()
-		want := map[int64]bool{}
-		for _, id := range ids {
-			want[id] = true
-		}
-		timeout := time.After(60 * time.Second)
-		for len(want) > 0 {
-			select {
-			case ev := <-events:
-				if want[ev.Job.ID] {
-					require.Equal(t, river.EventKindJobCompleted, ev.Kind, "job %d", ev.Job.ID)
-					delete(want, ev.Job.ID)
-				}
-			case <-timeout:
-				t.Fatalf("jobs %v unfinished after 60s", want)
-			}
-		}
-	}
+	waitDone := func(ids ...int64) { t.Helper(); waitCompleted(t, events, ids...) }
 	skipped := func(id int64) string {
 		t.Helper()
 		var reason *string
@@ -150,4 +135,117 @@ func TestSkippedSyncs(t *testing.T) {
 		"billing/" + twice.String():    1,
 		"reports/" + together.String(): 1,
 	}, calls)
+}
+
+// TestDerivedNotAfter runs sync jobs that are tagged with their plan and
+// carry no NotAfter, as the fan-out makes every sync at its regular time: the worker
+// derives the NotAfter from the plan, the slot and the account's offset,
+// with the cycle's end from its ledger record, and a sync that starts past
+// it completes as stale, recording the NotAfter it was judged by. A
+// late-spread sync's own NotAfter wins.
+func TestDerivedNotAfter(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 4)
+	old, current, recorded, spread := ids[0], ids[1], ids[2], ids[3]
+
+	const cycle = 2 * time.Minute
+	spec := riverslottest.Spec(t, "reports", schema, "accounts", "active", cycle, 100)
+	var (
+		mu     sync.Mutex
+		synced = map[uuid.UUID]bool{}
+	)
+	w := syncjob.NewWorker(pool, riverslottest.Logger(t))
+	w.AddTask(spec, func(_ context.Context, id uuid.UUID, _ *river.Job[syncjob.Args]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		synced[id] = true
+		return nil
+	})
+	workers := river.NewWorkers()
+	require.NoError(t, w.Register(workers))
+	client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
+		Schema:  schema,
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
+		Workers: workers,
+	})
+	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+
+	// The regular time of an account in slot 3 of the cycle at start: the
+	// slot's start plus the account's seeded offset in the slot.
+	const slot = 3
+	plan := spec.Plan
+	regular := func(start time.Time, id uuid.UUID) time.Time {
+		return start.Add(time.Duration(slot)*plan.SlotDuration + slotplan.OffsetIn(slotplan.Hash(spec.Seed, id), plan.SlotDuration))
+	}
+	now := time.Now().Truncate(cycle)
+	oldStart := now.Add(-3 * cycle)      // its syncs' NotAfter passed 1.5 cycles ago
+	currentStart := now.Add(cycle)       // the next cycle: not stale
+	recordedStart := now.Add(-2 * cycle) // on its own grid, its record says it ended 5 cycles later
+	recordedEnd := recordedStart.Add(5 * cycle)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	led := ledger.New(schema)
+	_, err = led.ClaimBootstrap(ctx, tx, spec.Name, spec.PlanID, recordedStart, 1)
+	require.NoError(t, err)
+	require.NoError(t, led.RecordCycle(ctx, tx, ledger.Cycle{Task: spec.Name, Plan: spec.PlanID, Start: recordedStart, End: recordedEnd,
+		Deadline: recordedEnd.Add(cycle), KeepUntil: recordedEnd.Add(cycle), Placement: "hash"}))
+	require.NoError(t, tx.Commit(ctx))
+
+	args := func(start time.Time, id uuid.UUID) syncjob.Args {
+		return syncjob.NewArgs(spec.Name, id, start, slot)
+	}
+	lateSpread := args(oldStart, spread)
+	lateSpread.NotAfter = time.Now().Add(time.Hour)
+	var ids64 []int64
+	for _, a := range []syncjob.Args{args(oldStart, old), args(currentStart, current), args(recordedStart, recorded), lateSpread} {
+		// Tagged with the plan, as the fan-out tags every sync job.
+		res, err := client.Insert(ctx, a, &river.InsertOpts{MaxAttempts: 1, Tags: []string{"app-tag", taskspec.PlanTag(spec.PlanID)}})
+		require.NoError(t, err)
+		ids64 = append(ids64, res.Job.ID)
+	}
+	waitCompleted(t, events, ids64...)
+
+	var reason, notAfter *string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT metadata->'output'->>'"+syncjob.OutputSkipped+"', metadata->'output'->>'"+syncjob.OutputNotAfter+"' FROM "+jobs+" WHERE id = $1", ids64[0]).Scan(&reason, &notAfter))
+	require.NotNil(t, reason, "the old cycle's sync started past its derived NotAfter")
+	require.Equal(t, syncjob.SkippedStale, *reason)
+	// Half a cycle before the account's regular time in the next cycle.
+	want := regular(oldStart, old).Add(cycle - cycle/2)
+	require.NotNil(t, notAfter)
+	got, err := time.Parse(time.RFC3339Nano, *notAfter)
+	require.NoError(t, err)
+	require.True(t, want.Equal(got), "recorded NotAfter %s, want %s", got, want)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.False(t, synced[old])
+	require.True(t, synced[current], "a sync of the current cycle runs")
+	require.True(t, synced[recorded], "the cycle's record (a cycle 5 times as long) gives the NotAfter, not the plan's length")
+	require.True(t, synced[spread], "a late-spread sync's own NotAfter wins over the derived one")
+}
+
+// waitCompleted waits for the jobs' events, each of which must be a
+// completion, for at most a minute.
+func waitCompleted(t *testing.T, events <-chan *river.Event, ids ...int64) {
+	t.Helper()
+	want := map[int64]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	timeout := time.After(60 * time.Second)
+	for len(want) > 0 {
+		select {
+		case ev := <-events:
+			if want[ev.Job.ID] {
+				require.Equal(t, river.EventKindJobCompleted, ev.Kind, "job %d", ev.Job.ID)
+				delete(want, ev.Job.ID)
+			}
+		case <-timeout:
+			t.Fatalf("jobs %v unfinished after 60s", want)
+		}
+	}
 }

@@ -13,7 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
@@ -32,6 +34,11 @@ const (
 
 // OutputSkipped is the key of a skipped sync job's output.
 const OutputSkipped = "riverslot_skipped"
+
+// OutputNotAfter is the key, in a stale sync job's output, of the NotAfter
+// it was judged by (RFC 3339): the fan-out writes it into the args of
+// late-spread syncs only, the worker derives the others' (Args.NotAfter).
+const OutputNotAfter = "not_after"
 
 // apartSnooze is how long a sync job waits when another sync of its account
 // is running (it then completes as too_soon, or runs if that one failed).
@@ -54,6 +61,21 @@ type Worker struct {
 	// logged: once per slot, not per account.
 	loggedMu sync.Mutex
 	logged   map[string]bool
+
+	// cycles caches, per task, plan and cycle start, what the cycle's
+	// record gives a sync's NotAfter: one ledger read per cycle and node.
+	cyclesMu sync.Mutex
+	cycles   map[cycleKey]cycleInfo
+}
+
+type cycleKey struct {
+	task, plan string
+	start      time.Time
+}
+
+type cycleInfo struct {
+	spec     *taskspec.Spec // the plan's spec, nil when the plan is unreadable
+	cycleEnd time.Time
 }
 
 type workerTask struct {
@@ -63,7 +85,7 @@ type workerTask struct {
 
 // NewWorker returns a sync worker. riverutil builds it.
 func NewWorker(pool *pgxpool.Pool, logger *slog.Logger) *Worker {
-	return &Worker{logger: logger, pool: pool, tasks: make(map[string]workerTask), logged: make(map[string]bool)}
+	return &Worker{logger: logger, pool: pool, tasks: make(map[string]workerTask), logged: make(map[string]bool), cycles: make(map[cycleKey]cycleInfo)}
 }
 
 // AddTask makes the worker serve the task of spec with sync.
@@ -102,13 +124,19 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		t.spec.Metrics.SyncStarted(ctx, t.spec.Name, job.ScheduledAt, *job.AttemptedAt)
 	}
 
-	// Stale first: it needs no query.
+	// Stale first: it needs no query but, once per cycle and node, the
+	// cycle's record.
 	started := time.Now()
 	if job.AttemptedAt != nil {
 		started = *job.AttemptedAt
 	}
-	if !job.Args.NotAfter.IsZero() && started.After(job.Args.NotAfter) {
-		return w.skip(ctx, t.spec, job, SkippedStale, "riverslot: stale sync jobs completed without calling Sync: they started less than half a cycle before their accounts' next regular sync, which covers them")
+	notAfter, err := w.notAfter(ctx, t.spec, job)
+	if err != nil {
+		return err
+	}
+	if !notAfter.IsZero() && started.After(notAfter) {
+		return w.skip(ctx, t.spec, job, SkippedStale, "riverslot: stale sync jobs completed without calling Sync: they started less than half a cycle before their accounts' next regular sync, which covers them",
+			OutputNotAfter, notAfter.UTC().Format(time.RFC3339Nano))
 	}
 
 	var exists bool
@@ -118,8 +146,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			// attempt, until the sync would be stale (then the next cycle
 			// covers the account, as for any stale sync).
 			wait := taskspec.UnreachableWaitFor(taskspec.Snoozes(job.Metadata))
-			if !job.Args.NotAfter.IsZero() {
-				if left := time.Until(job.Args.NotAfter); left < wait {
+			if !notAfter.IsZero() {
+				if left := time.Until(notAfter); left < wait {
 					wait = max(left, 0) + 100*time.Millisecond
 				}
 			}
@@ -147,6 +175,67 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		}
 	}
 	return t.sync(ctx, job.Args.AccountID, job)
+}
+
+// notAfter returns the job's NotAfter: its own when the fan-out wrote one
+// (a late-spread sync), else, for a job tagged with its plan, the one the
+// fan-out would have written for a sync at its regular time (the account's
+// offset in its slot), with the cycle's end from the cycle's ledger record;
+// zero (no limit) for a job with neither.
+func (w *Worker) notAfter(ctx context.Context, nodeSpec *taskspec.Spec, job *river.Job[Args]) (time.Time, error) {
+	if !job.Args.NotAfter.IsZero() {
+		return job.Args.NotAfter, nil
+	}
+	plan, ok := taskspec.PlanFromTags(job.Tags)
+	if !ok {
+		return time.Time{}, nil
+	}
+	info, err := w.cycle(ctx, nodeSpec, job, plan)
+	if err != nil || info.spec == nil {
+		return time.Time{}, err
+	}
+	spec, start := info.spec, job.Args.CycleStart
+	regular := spec.Plan.SlotStart(start, job.Args.Slot).Add(slotplan.OffsetIn(slotplan.Hash(spec.Seed, job.Args.AccountID), spec.Plan.SlotDuration))
+	return spec.NotAfter(start, info.cycleEnd, regular, regular), nil
+}
+
+// cycle returns the cached cycleInfo of the job's cycle, reading the
+// cycle's ledger record on a miss.
+func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.Job[Args], plan string) (cycleInfo, error) {
+	key := cycleKey{task: job.Args.Task, plan: plan, start: job.Args.CycleStart.UTC()}
+	w.cyclesMu.Lock()
+	info, ok := w.cycles[key]
+	w.cyclesMu.Unlock()
+	if ok {
+		return info, nil
+	}
+	spec, err := nodeSpec.ForPlan(key.plan, key.start)
+	if err != nil {
+		// Not a plan this version reads: no limit, as for a job without
+		// one (the sync runs; Apart, when set, still keeps it apart).
+		w.warnOnce(ctx, nodeSpec, job, "plan", "riverslot: sync jobs name a plan this node cannot read; they run without a NotAfter", slog.String("plan", key.plan), slog.String("error", err.Error()))
+	} else {
+		info.spec = spec
+		info.cycleEnd = spec.CycleEnd(key.start)
+		client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+		if err != nil {
+			return cycleInfo{}, err
+		}
+		rec, found, err := ledger.New(client.Schema()).CycleRecord(ctx, w.pool, key.task, key.plan, key.start)
+		if err != nil {
+			return cycleInfo{}, fmt.Errorf("error reading the record of the cycle of sync job %d (task %q): %w", job.ID, key.task, err)
+		}
+		if found && !rec.End.IsZero() {
+			info.cycleEnd = rec.End
+		}
+	}
+	w.cyclesMu.Lock()
+	if len(w.cycles) >= 1_000 {
+		clear(w.cycles)
+	}
+	w.cycles[key] = info
+	w.cyclesMu.Unlock()
+	return info, nil
 }
 
 type apartVerdict int
@@ -207,10 +296,15 @@ func (w *Worker) apart(ctx context.Context, job *river.Job[Args], started time.T
 
 // skip completes the job without calling Sync: it records the reason as
 // the job's output and in the metrics, and logs once per slot and reason.
-func (w *Worker) skip(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args], reason, msg string) error {
+// kv are extra key-value pairs of the output.
+func (w *Worker) skip(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args], reason, msg string, kv ...string) error {
 	spec.Metrics.SyncSkipped(ctx, spec.Name, reason)
 	w.warnOnce(ctx, spec, job, reason, msg, slog.String("reason", reason))
-	return river.RecordOutput(ctx, map[string]string{OutputSkipped: reason})
+	out := map[string]string{OutputSkipped: reason}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return river.RecordOutput(ctx, out)
 }
 
 // warnOnce logs msg at warn once per task, cycle, slot and key.
@@ -229,7 +323,7 @@ func (w *Worker) warnOnce(ctx context.Context, spec *taskspec.Spec, job *river.J
 		return
 	}
 	args := []any{slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart),
-		slog.Int("slot", job.Args.Slot), slog.Time("not_after", job.Args.NotAfter),
+		slog.Int("slot", job.Args.Slot),
 		slog.String("first_account_id", job.Args.AccountID.String())}
 	for _, a := range attrs {
 		args = append(args, a)

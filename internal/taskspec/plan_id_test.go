@@ -1,6 +1,7 @@
 package taskspec_test
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -75,4 +76,23 @@ func TestForPlanBuckets(t *testing.T) {
 
 	_, err = fine.ForPlan("64s/64/000000000000002a/b65536", start)
 	require.ErrorContains(t, err, "a 1m4s cycle of 65536 buckets has 512 slots, not 64")
+}
+
+// TestPlanTag checks that every form of plan id survives the round trip
+// through a River tag, and that the tag is one River accepts (word
+// characters and '-', at most 255 characters).
+func TestPlanTag(t *testing.T) {
+	t.Parallel()
+
+	riverTag := regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
+	for _, id := range []string{"86400s/128/0123456789abcdef", "86400s/128/ffffffffffffffff/b65536", "3600s/16/00000000000000a0/+3", "16s/16/0000000000000001/b65536/+15"} {
+		tag := taskspec.PlanTag(id)
+		require.Regexp(t, riverTag, tag)
+		require.LessOrEqual(t, len(tag), 255)
+		got, ok := taskspec.PlanFromTags([]string{"app", tag, "other"})
+		require.True(t, ok, id)
+		require.Equal(t, id, got)
+	}
+	_, ok := taskspec.PlanFromTags([]string{"app"})
+	require.False(t, ok)
 }

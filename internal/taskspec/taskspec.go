@@ -156,6 +156,35 @@ func PlanID(plan slotplan.Plan, seed uint64, shift int) string {
 	return id
 }
 
+// planTagPrefix starts the River tag that names a sync job's plan.
+const planTagPrefix = "riverslot-plan-"
+
+// planTagReplacer turns a plan id into the characters River allows in a
+// tag (word characters and '-'); planTagReverse undoes it ('_' and 'p'
+// appear in no plan id).
+var (
+	planTagReplacer = strings.NewReplacer("/", "_", "+", "p")
+	planTagReverse  = strings.NewReplacer("_", "/", "p", "+")
+)
+
+// PlanTag returns the River tag that names planID in the sync jobs of its
+// cycles. The plan travels in the job's tags, which River stores but does
+// not index, instead of its args, which River indexes with a GIN index:
+// one more key and value per row made the fan-out 4% slower against
+// River's own insert (0.88 against 0.92 of it, 1M accounts).
+func PlanTag(planID string) string { return planTagPrefix + planTagReplacer.Replace(planID) }
+
+// PlanFromTags returns the plan id of PlanTag among tags, and false when
+// none is there.
+func PlanFromTags(tags []string) (string, bool) {
+	for _, t := range tags {
+		if rest, ok := strings.CutPrefix(t, planTagPrefix); ok {
+			return planTagReverse.Replace(rest), true
+		}
+	}
+	return "", false
+}
+
 // PinsRef returns the pins a cycle of this task follows: its own for a
 // weighted task, the task's it is OppositeOf (shifted by the difference of
 // their shifts, half the slots) when that one is weighted, else nil (hash

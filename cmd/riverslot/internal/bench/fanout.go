@@ -255,10 +255,10 @@ func (r *Runner) rawInsert(ctx context.Context, n int) (time.Duration, error) {
 		id := uuid.New()
 		id[15] &= 0x7f
 		opts[i] = river.InsertOpts{Queue: "parked", Priority: 2, MaxAttempts: 5, ScheduledAt: plan.Target(cycleStart, 1, id)}
-		// The same args the fan-out writes, NotAfter included (River's GIN
-		// index on args indexes each key).
+		// River's own insert of the four fields a sync must carry (task,
+		// account, cycle, slot): the fan-out adds the plan, the same
+		// string in every row, and a NotAfter only to late-spread syncs.
 		args := syncjob.NewArgs("bench", id, cycleStart, 0)
-		args.NotAfter = opts[i].ScheduledAt.Add(plan.Cycle / 2).UTC()
 		params[i] = river.InsertManyParams{Args: args, InsertOpts: &opts[i]}
 	}
 
