@@ -125,6 +125,21 @@ func (s *Scheduler) checkRowBudget(ctx context.Context, spec *taskspec.Spec) err
 // jobs a second (fewer when jobs take longer than the cooldown).
 const FetchRatePerWorker = 10
 
+// MaxWorkersFor returns the MaxWorkers that lets one node's sync queue start
+// accounts syncs every cycle at no more than 70% of what River allows it: a
+// River queue fetches at most MaxWorkers jobs per 100 ms fetch cooldown, so
+// it starts at most MaxWorkers x FetchRatePerWorker jobs a second, however
+// short the jobs (fewer when they take longer than the cooldown). Split it
+// over the nodes of a cluster; add the accounts of every task that shares
+// the queue. At least 1.
+func MaxWorkersFor(accounts int64, cycle time.Duration) int {
+	if accounts <= 0 || cycle <= 0 {
+		return 1
+	}
+	need := float64(accounts) / cycle.Seconds()
+	return max(1, int(math.Ceil(need/(0.7*FetchRatePerWorker))))
+}
+
 // checkStartRate warns when the task's sync queue, as this client works
 // it (MaxWorkers of river.Config.Queues), cannot start the cycle's syncs
 // as fast as the cycle asks: accounts / Cycle on average (a node; a
@@ -142,5 +157,5 @@ func (s *Scheduler) checkStartRate(ctx context.Context, spec *taskspec.Spec, inf
 	s.log().WarnContext(ctx, "riverslot: the task's sync queue cannot start its syncs as fast as the cycle asks on one node: a River queue starts at most MaxWorkers x 10 jobs a second (it fetches at most MaxWorkers per 100 ms fetch cooldown), fewer with longer syncs; raise MaxWorkers, lengthen Cycle, or run more nodes (see docs/simulate.md)",
 		slog.String("task", spec.Name), slog.String("queue", spec.SyncOpts.Queue), slog.Int("max_workers", workers),
 		slog.Int64("accounts_estimate", accounts), slog.Float64("syncs_per_second_needed", math.Round(need)),
-		slog.Int("starts_per_second_at_most", int(capacity)), slog.Int("max_workers_suggested", int(math.Ceil(need/(0.7*FetchRatePerWorker)))))
+		slog.Int("starts_per_second_at_most", int(capacity)), slog.Int("max_workers_suggested", MaxWorkersFor(accounts, info.Plan.Cycle)))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/riverqueue/river"
 	"io"
 	"os"
 	"runtime/pprof"
@@ -41,7 +42,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	scaleRunAccounts := fs.Int("scale-run-accounts", 50_000, "accounts of the scale benchmark's compressed run (at most --scale-accounts)")
 	scaleRunCycle := fs.Duration("scale-run-cycle", 4*time.Minute, "cycle of the scale benchmark's compressed run")
 	scaleRunRetention := fs.Duration("scale-run-retention", time.Minute, "River's CompletedJobRetentionPeriod in the scale benchmark's compressed run")
-	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth, weights, scale (comma-separated; scale runs only when named)")
+	syncTierJobs := fs.Int("synctier-jobs", 100_000, "jobs per side in the sync-tier benchmark (riverslot's sync worker with a no-op Sync against River's no-op worker)")
+	syncTierWorkers := fs.Int("synctier-workers", 400, "MaxWorkers of the sync-tier benchmark's queue, both sides")
+	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth, weights, synctier, scale (comma-separated; scale runs only when named)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -52,6 +55,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DepthAccounts: *depthAccounts, DepthCycle: *depthCycle, DepthWork: *depthWork,
 		BatchSize: *batch, Reps: *reps, OutDir: *outDir, ChartPath: *chartPath, Only: map[string]bool{},
 		WeightsAccounts: *weightsAccounts, WeightsChartPath: *weightsChart,
+		SyncTierJobs: *syncTierJobs, SyncTierWorkers: *syncTierWorkers,
 		ScaleAccounts: *scaleAccounts, ScaleRunAccounts: *scaleRunAccounts, ScaleRunCycle: *scaleRunCycle, ScaleRunRetention: *scaleRunRetention,
 	}
 	var err error
@@ -64,10 +68,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, name := range strings.Split(*only, ",") {
 		switch name = strings.TrimSpace(name); name {
 		case "":
-		case "fanout", "selection", "deepqueue", "depth", "weights", "scale":
+		case "fanout", "selection", "deepqueue", "depth", "weights", "synctier", "scale":
 			cfg.Only[name] = true
 		default:
-			return usageErr("--only: unknown benchmark %q; use fanout, selection, deepqueue, depth, weights or scale", name)
+			return usageErr("--only: unknown benchmark %q; use fanout, selection, deepqueue, depth, weights, synctier or scale", name)
 		}
 	}
 	switch {
@@ -87,6 +91,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--scale-run-accounts must be between 1 and --scale-accounts (%d), got %d", *scaleAccounts, *scaleRunAccounts)
 	case *scaleRunRetention < time.Second:
 		return usageErr("--scale-run-retention must be at least 1s (River's CompletedJobRetentionPeriod), got %s", *scaleRunRetention)
+	case *syncTierJobs < 1:
+		return usageErr("--synctier-jobs must be at least 1, got %d", *syncTierJobs)
+	case *syncTierWorkers < 1 || *syncTierWorkers > river.QueueNumWorkersMax:
+		return usageErr("--synctier-workers must be between 1 and %d (River's limit per queue), got %d", river.QueueNumWorkersMax, *syncTierWorkers)
 	case *depthWork < 0:
 		return usageErr("--depth-work must not be negative, got %s", *depthWork)
 	}

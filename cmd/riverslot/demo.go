@@ -67,7 +67,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	fs.IntVar(&o.accounts, "accounts", 10_000, "number of random UUIDv4 accounts to seed")
 	durationVar(fs, &o.cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at most 24h (120s = 8 slots of 15s)")
 	fs.IntVar(&o.cycles, "cycles", 1, "number of consecutive cycles to run")
-	fs.IntVar(&o.workers, "workers", 50, "River MaxWorkers for the demo queue")
+	fs.IntVar(&o.workers, "workers", 0, "River MaxWorkers for the demo queue (0: sized for the fleet, at least 50: enough to start accounts/cycle syncs a second at 70% of the queue's MaxWorkers x 10 a second, riverutil.MaxWorkersFor)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object on stdout instead of the table (progress stays on stderr)")
 	cycleStart := fs.String("cycle-start", "", "RFC 3339 start of the first cycle, in the next 24h (default: the periodic trigger's lead from now, so the trigger starts it at once)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the demo's schema and accounts: do not drop and reseed; a rerun resumes an unfinished cycle")
@@ -94,8 +94,15 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 		return nil, usageErr("--accounts must be at least 1, got %d", o.accounts)
 	case o.cycles < 1:
 		return nil, usageErr("--cycles must be at least 1, got %d", o.cycles)
-	case o.workers < 1 || o.workers > river.QueueNumWorkersMax:
-		return nil, usageErr("--workers must be between 1 and %d (River's limit per queue), got %d", river.QueueNumWorkersMax, o.workers)
+	case o.workers < 0 || o.workers > river.QueueNumWorkersMax:
+		return nil, usageErr("--workers must be between 1 and %d (River's limit per queue), or 0 to size it for the fleet, got %d", river.QueueNumWorkersMax, o.workers)
+	}
+	if o.workers == 0 {
+		tasks := int64(1)
+		if o.reciprocal {
+			tasks = 2 // both tasks' syncs share the queue
+		}
+		o.workers = min(max(50, riverutil.MaxWorkersFor(tasks*int64(o.accounts), o.cycle)), river.QueueNumWorkersMax)
 	}
 	if err := checkSchemaName("--schema", o.schema); err != nil {
 		return nil, err

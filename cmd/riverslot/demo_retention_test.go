@@ -99,3 +99,33 @@ func TestDemoDefaultsWithinRowBudget(t *testing.T) {
 	require.LessOrEqual(t, rows, int64(riverutil.RowBudgetWarn), "the demo's defaults keep %d rows", rows)
 	require.Greater(t, riverutil.RowBudget(int64(o.accounts), info, 24*time.Hour), int64(riverutil.RowBudgetWarn), "River's default retention would warn")
 }
+
+// TestDemoWorkersSizedForTheFleet: without --workers the demo's queue gets
+// enough workers to start a cycle's syncs (accounts / cycle a second, both
+// tasks' with --reciprocal) at no more than 70% of the 10 starts a second
+// per worker River's fetch cooldown allows, and never fewer than 50; an
+// explicit --workers is kept.
+func TestDemoWorkersSizedForTheFleet(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args  []string
+		tasks int
+	}{
+		{nil, 1},
+		{[]string{"--accounts", "250000", "--cycle", "240s"}, 1},
+		{[]string{"--accounts", "250000", "--cycle", "240s", "--reciprocal"}, 2},
+		{[]string{"--accounts", "1000000", "--cycle", "64s"}, 1},
+	} {
+		o, err := parseDemoFlags(tc.args, io.Discard)
+		require.NoError(t, err)
+		need := float64(tc.tasks*o.accounts) / o.cycle.Seconds()
+		require.GreaterOrEqual(t, o.workers, 50, "%v", tc.args)
+		require.GreaterOrEqual(t, 0.7*float64(o.workers*riverutil.FetchRatePerWorker), need, "%v: %d workers for %.0f starts a second", tc.args, o.workers, need)
+		if o.workers > 50 {
+			require.Less(t, 0.7*float64((o.workers-1)*riverutil.FetchRatePerWorker), need, "%v: %d workers, one fewer would do", tc.args, o.workers)
+		}
+	}
+	o, err := parseDemoFlags([]string{"--accounts", "250000", "--cycle", "240s", "--workers", "10"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 10, o.workers)
+}

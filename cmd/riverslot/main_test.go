@@ -113,8 +113,8 @@ func TestDemoBadFlags(t *testing.T) {
 		{"CycleShorterThanRiversTick", []string{"--cycle", "8s"}, "riverslot demo: --cycle must be at least 16s, got 8s: River's scheduler promotes jobs every 5 s"},
 		{"CycleLongerThanADay", []string{"--cycle", "25h"}, "riverslot demo: --cycle must be at most 24h0m0s, got 25h0m0s: this command runs compressed cycles and waits for them to finish"},
 		{"ZeroCycles", []string{"--cycles", "0"}, "riverslot demo: --cycles must be at least 1, got 0"},
-		{"ZeroWorkers", []string{"--workers", "0"}, "riverslot demo: --workers must be between 1 and 10000 (River's limit per queue), got 0"},
-		{"TooManyWorkers", []string{"--workers", "10001"}, "riverslot demo: --workers must be between 1 and 10000 (River's limit per queue), got 10001"},
+		{"NegativeWorkers", []string{"--workers", "-1"}, "riverslot demo: --workers must be between 1 and 10000 (River's limit per queue), or 0 to size it for the fleet, got -1"},
+		{"TooManyWorkers", []string{"--workers", "10001"}, "riverslot demo: --workers must be between 1 and 10000 (River's limit per queue), or 0 to size it for the fleet, got 10001"},
 		{"BadCycleStart", []string{"--cycle-start", "tomorrow"}, `riverslot demo: --cycle-start must be RFC 3339, e.g. 2026-11-22T10:00:00Z, got "tomorrow"`},
 		{"CycleStartInThePast", []string{"--cycle-start", past}, "riverslot demo: --cycle-start " + past + " is in the past (now "},
 		{"CycleStartFarAhead", []string{"--cycle-start", farAhead}, "riverslot demo: --cycle-start " + farAhead + " is more than 24h0m0s ahead"},
@@ -1027,7 +1027,10 @@ func reserveCmdConns(t *testing.T, args []string) (release func()) {
 	n := 0
 	switch args[0] {
 	case "demo":
-		workers := max(flag("--workers", 50), 1)
+		workers := flag("--workers", 0)
+		if workers == 0 {
+			workers = 50 // sized for the fleet: at least 50
+		}
 		n = min(20, workers+5) + 1
 		if accountsDB {
 			n += min(10, workers+2)

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/sim"
+	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -216,6 +217,14 @@ func printSimulation(w io.Writer, c *sim.Config, results []*sim.Result) {
 	r0 := results[0]
 	fmt.Fprintf(w, "%d accounts, %s cycle (%d slots), %d workers, %s simulated, sync %s, fail rate %g\n\n",
 		c.Accounts, c.Cycle, r0.Slots, c.Workers, c.Duration, c.SyncDuration, c.FailRate)
+	tasks := int64(1)
+	if c.Reciprocal {
+		tasks = 2
+	}
+	if need := riverutil.MaxWorkersFor(tasks*int64(c.Accounts), c.Cycle); c.Workers < need {
+		fmt.Fprintf(w, "note: %d workers start at most %d syncs a second (River fetches at most MaxWorkers jobs per 100 ms); the cycle asks %.0f a second: --workers %d or more keeps it under 70%%\n\n",
+			c.Workers, c.Workers*riverutil.FetchRatePerWorker, float64(tasks*int64(c.Accounts))/c.Cycle.Seconds(), need)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	// No wall time here (stderr has it): the table is the same for the
 	// same flags.

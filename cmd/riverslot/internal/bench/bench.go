@@ -54,8 +54,12 @@ type Config struct {
 	ScaleRunAccounts  int
 	ScaleRunCycle     time.Duration
 	ScaleRunRetention time.Duration
+	// SyncTierJobs and SyncTierWorkers size the sync-tier benchmark: jobs
+	// per side and the queue's MaxWorkers.
+	SyncTierJobs    int
+	SyncTierWorkers int
 	// Only, if non-empty, runs just these benchmarks (fanout, selection,
-	// deepqueue, depth, weights, scale). The scale benchmark runs only when
+	// deepqueue, depth, weights, synctier, scale). The scale benchmark runs only when
 	// named here.
 	Only map[string]bool
 }
@@ -115,6 +119,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		{"deepqueue", r.deepQueue},
 		{"depth", r.queueDepth},
 		{"weights", r.weights},
+		{"synctier", r.syncTier},
 		{"scale", r.scale},
 	}
 	for _, s := range steps {

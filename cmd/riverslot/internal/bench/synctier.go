@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// noopArgs are River job args with the four fields a sync job carries, for
+// River's own no-op worker.
+type noopArgs struct {
+	Task       string    `json:"task"`
+	AccountID  uuid.UUID `json:"account_id"`
+	CycleStart time.Time `json:"cycle_start"`
+	Slot       int       `json:"slot"`
+}
+
+func (noopArgs) Kind() string { return "riverslot_bench_noop" }
+
+type noopWorker struct{ river.WorkerDefaults[noopArgs] }
+
+func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+
+// syncTier runs SyncTierJobs jobs through riverslot's sync worker with a
+// no-op Sync (as the fan-out makes them: tagged with the plan, accounts
+// that exist, so each checks its account and derives its NotAfter) and the
+// same number through River's own no-op worker, same fields, same
+// MaxWorkers, one River client each, alternating, and reports the median
+// jobs a second of each: what the sync tier costs per job.
+func (r *Runner) syncTier(ctx context.Context) error {
+	n, workers := r.cfg.SyncTierJobs, r.cfg.SyncTierWorkers
+	accounts, drop, err := r.schema(ctx, "synctier_accounts")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	if err := r.seedAccounts(ctx, accounts, n, 255); err != nil {
+		return err
+	}
+	rows, err := r.cfg.Pool.Query(ctx, "SELECT id FROM "+pgx.Identifier{accounts, "accounts"}.Sanitize())
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return err
+	}
+	var riverslots, raws []time.Duration
+	for rep := range r.cfg.Reps {
+		rs, err := r.syncTierOnce(ctx, accounts, ids, workers, true)
+		if err != nil {
+			return err
+		}
+		raw, err := r.syncTierOnce(ctx, accounts, ids, workers, false)
+		if err != nil {
+			return err
+		}
+		r.logf("sync tier %d jobs, MaxWorkers %d, rep %d: riverslot %s, River no-op %s", n, workers, rep+1, rs.Round(time.Millisecond), raw.Round(time.Millisecond))
+		riverslots, raws = append(riverslots, rs), append(raws, raw)
+	}
+	rs, raw := median(riverslots), median(raws)
+	r.row(fmt.Sprintf("sync tier (jobs/s; no-op Sync against River's no-op worker, MaxWorkers %d, median of %d)", workers, r.cfg.Reps), human(n),
+		fmt.Sprintf("%.0f/s (%.2f s)", perSec(n, rs), rs.Seconds()),
+		fmt.Sprintf("%.0f/s (%.2f s) River no-op worker", perSec(n, raw), raw.Seconds()),
+		fmt.Sprintf("%.2f", raw.Seconds()/rs.Seconds()))
+	return nil
+}
+
+// syncTierOnce inserts one job per id into a fresh River schema (riverslot
+// sync jobs of a cycle that started now, or River no-op jobs with the same
+// fields), then starts a client with workers MaxWorkers and returns how long
+// it took to complete them all.
+func (r *Runner) syncTierOnce(ctx context.Context, accounts string, ids []uuid.UUID, workers int, riverslot bool) (time.Duration, error) {
+	schema, drop, err := r.schema(ctx, "synctier")
+	if err != nil {
+		return 0, err
+	}
+	defer drop()
+	config := &river.Config{
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Schema:  schema,
+		Queues:  map[string]river.QueueConfig{"synctier": {MaxWorkers: workers}},
+		Workers: river.NewWorkers(),
+	}
+	start := time.Now().Truncate(time.Second)
+	params := make([]river.InsertManyParams, len(ids))
+	if riverslot {
+		scheduler, err := riverutil.New(r.cfg.Pool, &riverutil.Config{
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Tasks: []riverutil.Task{{Name: "synctier", Cycle: 24 * time.Hour, Schema: accounts, Table: "accounts", Queue: "synctier",
+				Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil }}},
+		})
+		if err != nil {
+			return 0, err
+		}
+		if err := scheduler.Configure(config); err != nil {
+			return 0, err
+		}
+		config.PeriodicJobs = nil // only the sync jobs inserted here
+		info, err := scheduler.Task("synctier")
+		if err != nil {
+			return 0, err
+		}
+		opts := &river.InsertOpts{Queue: "synctier", Priority: 2, MaxAttempts: 5, Tags: []string{taskspec.PlanTag(info.PlanID)}}
+		for i, id := range ids {
+			slot := info.Plan.SlotOf(id)
+			params[i] = river.InsertManyParams{Args: syncjob.NewArgs("synctier", id, start, slot), InsertOpts: opts}
+		}
+	} else {
+		river.AddWorker(config.Workers, noopWorker{})
+		opts := &river.InsertOpts{Queue: "synctier", Priority: 2, MaxAttempts: 5}
+		for i, id := range ids {
+			params[i] = river.InsertManyParams{Args: noopArgs{Task: "synctier", AccountID: id, CycleStart: start.UTC(), Slot: int(id[15]) / 2}, InsertOpts: opts}
+		}
+	}
+	client, err := river.NewClient(riverpgxv5.New(r.cfg.Pool), config)
+	if err != nil {
+		return 0, err
+	}
+	for lo := 0; lo < len(params); lo += r.cfg.BatchSize {
+		if _, err := client.InsertManyFast(ctx, params[lo:min(lo+r.cfg.BatchSize, len(params))]); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := r.cfg.Pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, "river_job"}.Sanitize()); err != nil {
+		return 0, err
+	}
+	begun := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer func() { _ = client.Stop(context.WithoutCancel(ctx)) }()
+	for {
+		var left, failed int
+		if err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE state <> 'completed'), count(*) FILTER (WHERE state IN ('retryable', 'discarded', 'cancelled')) FROM "+
+			pgx.Identifier{schema, "river_job"}.Sanitize()).Scan(&left, &failed); err != nil {
+			return 0, err
+		}
+		if failed > 0 {
+			return 0, fmt.Errorf("%d jobs failed in the sync-tier run", failed)
+		}
+		if left == 0 {
+			return time.Since(begun), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
