@@ -456,8 +456,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 			// Moved from its regular time: the worker could not derive
 			// its NotAfter, as it does the regular syncs' from the plan
 			// in their tags.
-			regular := b.slotStart.Add(slotplan.OffsetIn(hash, spec.Plan.SlotDuration))
-			args.NotAfter = spec.NotAfter(b.cycleStart, b.cycleEnd, regular, p.target).UTC()
+			args.NotAfter = spec.NotAfter(b.cycleStart, b.cycleEnd, spec.Regular(b.cycleStart, job.Args.Slot, a.ID), p.target).UTC()
 		}
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}

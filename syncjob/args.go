@@ -36,8 +36,8 @@ type Args struct {
 	// Zero on a job tagged with its plan (taskspec.PlanTag, as the fan-out
 	// tags every sync job): the worker derives it from the plan, the slot,
 	// the account's offset and the cycle's record in the ledger (cached per
-	// cycle). Zero on a job without the tag (made by hand, or by a version
-	// before 0.9): no limit.
+	// cycle). Zero on a job without the tag (made by hand, or by an
+	// earlier version, which wrote NotAfter into every job): no limit.
 	NotAfter time.Time `json:"not_after,omitzero"`
 
 	// Apart, when set, is the least time between two Sync calls of the task

@@ -149,8 +149,8 @@ func TestDerivedNotAfter(t *testing.T) {
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := riverslottest.Schema(ctx, t, pool)
-	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 4)
-	old, current, recorded, spread := ids[0], ids[1], ids[2], ids[3]
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 6)
+	old, current, recorded, spread, untagged, foreign := ids[0], ids[1], ids[2], ids[3], ids[4], ids[5]
 
 	const cycle = 2 * time.Minute
 	spec := riverslottest.Spec(t, "reports", schema, "accounts", "active", cycle, 100)
@@ -200,25 +200,46 @@ func TestDerivedNotAfter(t *testing.T) {
 	}
 	lateSpread := args(oldStart, spread)
 	lateSpread.NotAfter = time.Now().Add(time.Hour)
+	// Another plan of the task (another seed: another offset in the slot),
+	// as a node of a rolling deploy made it.
+	foreignPlan := taskspec.PlanID(spec.Plan, spec.Seed+1, 0)
 	var ids64 []int64
-	for _, a := range []syncjob.Args{args(oldStart, old), args(currentStart, current), args(recordedStart, recorded), lateSpread} {
+	for _, j := range []struct {
+		a    syncjob.Args
+		tags []string
+	}{
 		// Tagged with the plan, as the fan-out tags every sync job.
-		res, err := client.Insert(ctx, a, &river.InsertOpts{MaxAttempts: 1, Tags: []string{"app-tag", taskspec.PlanTag(spec.PlanID)}})
+		{args(oldStart, old), []string{"app-tag", taskspec.PlanTag(spec.PlanID)}},
+		{args(currentStart, current), []string{taskspec.PlanTag(spec.PlanID)}},
+		{args(recordedStart, recorded), []string{taskspec.PlanTag(spec.PlanID)}},
+		{lateSpread, []string{taskspec.PlanTag(spec.PlanID)}},
+		{args(oldStart, untagged), nil}, // made by hand: no limit
+		{args(oldStart, foreign), []string{taskspec.PlanTag(foreignPlan)}},
+	} {
+		res, err := client.Insert(ctx, j.a, &river.InsertOpts{MaxAttempts: 1, Tags: j.tags})
 		require.NoError(t, err)
 		ids64 = append(ids64, res.Job.ID)
 	}
 	waitCompleted(t, events, ids64...)
 
-	var reason, notAfter *string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT metadata->'output'->>'"+syncjob.OutputSkipped+"', metadata->'output'->>'"+syncjob.OutputNotAfter+"' FROM "+jobs+" WHERE id = $1", ids64[0]).Scan(&reason, &notAfter))
-	require.NotNil(t, reason, "the old cycle's sync started past its derived NotAfter")
-	require.Equal(t, syncjob.SkippedStale, *reason)
+	staleAt := func(jobID int64) time.Time {
+		t.Helper()
+		var reason, notAfter *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT metadata->'output'->>'"+syncjob.OutputSkipped+"', metadata->'output'->>'"+syncjob.OutputNotAfter+"' FROM "+jobs+" WHERE id = $1", jobID).Scan(&reason, &notAfter))
+		require.NotNil(t, reason, "job %d: an old cycle's sync started past its derived NotAfter", jobID)
+		require.Equal(t, syncjob.SkippedStale, *reason)
+		require.NotNil(t, notAfter)
+		got, err := time.Parse(time.RFC3339Nano, *notAfter)
+		require.NoError(t, err)
+		return got
+	}
 	// Half a cycle before the account's regular time in the next cycle.
 	want := regular(oldStart, old).Add(cycle - cycle/2)
-	require.NotNil(t, notAfter)
-	got, err := time.Parse(time.RFC3339Nano, *notAfter)
-	require.NoError(t, err)
-	require.True(t, want.Equal(got), "recorded NotAfter %s, want %s", got, want)
+	require.True(t, want.Equal(staleAt(ids64[0])), "recorded NotAfter %s, want %s", staleAt(ids64[0]), want)
+	// The foreign plan's own offset, not this node's.
+	foreignRegular := oldStart.Add(time.Duration(slot)*plan.SlotDuration + slotplan.OffsetIn(slotplan.Hash(spec.Seed+1, foreign), plan.SlotDuration))
+	require.NotEqual(t, regular(oldStart, foreign), foreignRegular, "the case: the two seeds place the account apart")
+	require.True(t, foreignRegular.Add(cycle-cycle/2).Equal(staleAt(ids64[5])), "a foreign plan's sync is judged by that plan")
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -226,6 +247,8 @@ func TestDerivedNotAfter(t *testing.T) {
 	require.True(t, synced[current], "a sync of the current cycle runs")
 	require.True(t, synced[recorded], "the cycle's record (a cycle 5 times as long) gives the NotAfter, not the plan's length")
 	require.True(t, synced[spread], "a late-spread sync's own NotAfter wins over the derived one")
+	require.True(t, synced[untagged], "a sync job without the plan's tag has no NotAfter")
+	require.False(t, synced[foreign])
 }
 
 // waitCompleted waits for the jobs' events, each of which must be a

@@ -15,7 +15,6 @@ import (
 
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
-	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
@@ -194,9 +193,7 @@ func (w *Worker) notAfter(ctx context.Context, nodeSpec *taskspec.Spec, job *riv
 	if err != nil || info.spec == nil {
 		return time.Time{}, err
 	}
-	spec, start := info.spec, job.Args.CycleStart
-	regular := spec.Plan.SlotStart(start, job.Args.Slot).Add(slotplan.OffsetIn(slotplan.Hash(spec.Seed, job.Args.AccountID), spec.Plan.SlotDuration))
-	return spec.NotAfter(start, info.cycleEnd, regular, regular), nil
+	return info.spec.RegularNotAfter(job.Args.CycleStart, info.cycleEnd, job.Args.Slot, job.Args.AccountID), nil
 }
 
 // cycle returns the cached cycleInfo of the job's cycle, reading the
@@ -223,10 +220,26 @@ func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.
 		}
 		rec, found, err := ledger.New(client.Schema()).CycleRecord(ctx, w.pool, key.task, key.plan, key.start)
 		if err != nil {
-			return cycleInfo{}, fmt.Errorf("error reading the record of the cycle of sync job %d (task %q): %w", job.ID, key.task, err)
+			// The guard is best effort: judge this job by the plan's own
+			// grid and read the record again for the next one, rather
+			// than fail the sync.
+			w.warnOnce(ctx, nodeSpec, job, "ledger", "riverslot: could not read the cycle's record in the ledger; sync jobs are judged stale by the plan's grid until it answers",
+				slog.String("error", err.Error()))
+			return info, nil
 		}
 		if found && !rec.End.IsZero() {
 			info.cycleEnd = rec.End
+			if !rec.Deadline.IsZero() {
+				// The cycle's own LateGrace, as its bootstrap recorded it
+				// (Deadline = End + Cycle/2 + LateGrace): a deploy that
+				// changes LateGrace does not move the NotAfter of syncs
+				// already queued.
+				if grace := rec.Deadline.Sub(rec.End) - spec.Plan.Cycle/2; grace >= 0 && grace != spec.LateGrace {
+					own := *spec
+					own.LateGrace = grace
+					info.spec = &own
+				}
+			}
 		}
 	}
 	w.cyclesMu.Lock()

@@ -48,6 +48,9 @@ type demoOptions struct {
 	// completedRetention is River's CompletedJobRetentionPeriod (0:
 	// River's default, 24 h).
 	completedRetention time.Duration
+	// fanOutBaseline: time River's raw insert after the run
+	// (--fanout-baseline).
+	fanOutBaseline bool
 }
 
 // tasks are the names of the demo's tasks: --task, and with --reciprocal
@@ -75,6 +78,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	fs.StringVar(&o.task, "task", "demo", "task name")
 	fs.BoolVar(&o.reciprocal, "reciprocal", false, "run a second task, <task>_opposite, over the same accounts, opposite the first (OppositeOf): no account is synced by both within half a cycle minus one slot")
 	fs.StringVar(&o.weights, "weights", "", "pareto: give every account a weight (column weight, Pareto(1.5) from a fixed seed) and run the task weighted (Task.Weight), reporting per-slot weight max/mean against hash-only placement")
+	fs.BoolVar(&o.fanOutBaseline, "fanout-baseline", false, "after the run, time River's own insert of a mean slot's sync jobs (their four fields) into the same river_job, and report the live fan-out's rate against it (fanout_vs_raw_insert)")
 	fs.DurationVar(&o.completedRetention, "completed-retention", time.Hour, "River's CompletedJobRetentionPeriod: how long River keeps completed jobs (0: River's 24h); riverslot's ledger keeps cycles unique whatever it is, e.g. 1m. The default, 1h, keeps the demo under Check's row budget")
 	logLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {

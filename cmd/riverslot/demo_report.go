@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -11,9 +12,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/bench"
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/testkit/measure"
 	"github.com/riverslot/riverslot/perslot"
+	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/syncjob"
 )
 
@@ -47,6 +50,18 @@ type demoSummary struct {
 	// River deletes completed jobs.
 	MaxRiverJobRows           int64   `json:"max_river_job_rows"`
 	CompletedRetentionSeconds float64 `json:"completed_retention_seconds"`
+
+	// FanOutAccountsPerSecond is the live fan-out's rate: the sync jobs the
+	// first task's per-slot jobs inserted in the run's cycles over the time
+	// their fan-outs took (each slot's ledger row, started to finished),
+	// over FanOutSlots slots. With --fanout-baseline, FanOutRawPerSecond is
+	// River's own InsertManyFastTx of as many jobs as a mean slot's, with
+	// the four fields a sync carries, into the same river_job right after
+	// the run (median of three), and FanOutVsRaw the ratio of the two.
+	FanOutAccountsPerSecond float64  `json:"fanout_accounts_per_second"`
+	FanOutSlots             int64    `json:"fanout_slots"`
+	FanOutRawPerSecond      *float64 `json:"fanout_raw_insert_per_second,omitempty"`
+	FanOutVsRaw             *float64 `json:"fanout_vs_raw_insert,omitempty"`
 
 	// Tasks names every task of the run; the figures above are the first
 	// task's, PerTask has each one's.
@@ -147,6 +162,9 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 		MaxRiverJobRows:     d.maxRiverJobRows,
 
 		CompletedRetentionSeconds: d.opts.completedRetention.Seconds(),
+	}
+	if err := d.measureFanOut(ctx, s, recorded); err != nil {
+		return nil, err
 	}
 	for _, c := range run.Cycles {
 		s.CycleStarts = append(s.CycleStarts, c.CycleStart.Format(time.RFC3339))
@@ -275,6 +293,39 @@ func (d *demo) report(ctx context.Context, starts []time.Time) error {
 	return nil
 }
 
+// measureFanOut fills s's fan-out figures from the ledger's slot rows of the
+// run's cycles and, with --fanout-baseline, times River's raw insert of a
+// mean slot's jobs into the same river_job.
+func (d *demo) measureFanOut(ctx context.Context, s *demoSummary, starts []time.Time) error {
+	var inserted, seconds float64
+	if err := d.pool.QueryRow(ctx, "SELECT count(*), coalesce(sum(inserted), 0)::float8, coalesce(sum(extract(epoch FROM finished_at - started_at)), 0)::float8 FROM "+
+		pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+
+		" WHERE task = $1 AND cycle_start = ANY($2) AND slot >= 0 AND inserted > 0 AND started_at IS NOT NULL AND finished_at > started_at",
+		d.opts.task, starts).Scan(&s.FanOutSlots, &inserted, &seconds); err != nil {
+		return fmt.Errorf("error reading the fan-outs' times in the ledger: %w", err)
+	}
+	if seconds > 0 {
+		s.FanOutAccountsPerSecond = inserted / seconds
+	}
+	if !d.opts.fanOutBaseline || s.FanOutSlots == 0 {
+		return nil
+	}
+	n := int(inserted / float64(s.FanOutSlots))
+	var runs []time.Duration
+	for range 3 {
+		took, err := bench.RawInsert(ctx, d.pool, d.opts.schema, n, riverutil.BatchSizeDefault)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, took)
+	}
+	slices.Sort(runs)
+	raw := float64(n) / runs[1].Seconds()
+	ratio := s.FanOutAccountsPerSecond / raw
+	s.FanOutRawPerSecond, s.FanOutVsRaw = &raw, &ratio
+	return nil
+}
+
 func (d *demo) printSummary(s *demoSummary) {
 	w := d.stdout
 	fmt.Fprintf(w, "\nriverslot demo: %d cycle(s) of %gs over %d accounts (schema %s)\n\n", s.Cycles, s.CycleSeconds, s.Accounts, s.Schema)
@@ -287,6 +338,13 @@ func (d *demo) printSummary(s *demoSummary) {
 	fmt.Fprintf(tw, "  accounts/slots\t%d\n", s.AccountsPerSlot)
 	fmt.Fprintf(tw, "  accounts (enqueue all at once)\t%d\n", s.Accounts)
 	fmt.Fprintf(tw, "most rows in river_job\t%d (sampled every 0.5s)\n", s.MaxRiverJobRows)
+	if s.FanOutSlots > 0 {
+		fmt.Fprintf(tw, "fan-out\t%.0f accounts/s over %d slots (the ledger: each slot's start to finish)", s.FanOutAccountsPerSecond, s.FanOutSlots)
+		if s.FanOutVsRaw != nil {
+			fmt.Fprintf(tw, "; River's raw insert of a slot's jobs after the run %.0f/s: %.2f of it", *s.FanOutRawPerSecond, *s.FanOutVsRaw)
+		}
+		fmt.Fprintln(tw)
+	}
 	if len(s.PerTask) > 1 {
 		for _, t := range s.PerTask {
 			fmt.Fprintf(tw, "task %s\tsynced %d  missed %d  duplicated %d  peak pending %d  lateness p99 %.2fs\n",

@@ -22,9 +22,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/riverslot/riverslot/bootstrap"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/syncjob"
 )
 
 func TestMain(m *testing.M) {
@@ -340,7 +343,7 @@ func TestDemoJSON(t *testing.T) {
 		slots    = 64 // gcd(64, 256): slots of 1s
 	)
 	code, stdout, stderr := runCmd(t, "demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
-		"--accounts", fmt.Sprint(accounts), "--cycle", cycle.String(), "--cycles", "1", "--json")
+		"--accounts", fmt.Sprint(accounts), "--cycle", cycle.String(), "--cycles", "1", "--fanout-baseline", "--json")
 	require.Equal(t, 0, code, "stderr:\n%s", stderr)
 	require.Contains(t, stderr, "cycle 1/1")
 
@@ -363,6 +366,18 @@ func TestDemoJSON(t *testing.T) {
 	require.EqualValues(t, accounts, s.Synced)
 	require.Zero(t, s.Missed)
 	require.Zero(t, s.Duplicates)
+	// The live fan-out's rate, from the ledger's slot rows, and River's
+	// raw insert of a mean slot's jobs after the run, cleaned up.
+	require.Positive(t, s.FanOutSlots)
+	require.LessOrEqual(t, s.FanOutSlots, int64(slots))
+	require.Positive(t, s.FanOutAccountsPerSecond)
+	require.NotNil(t, s.FanOutRawPerSecond)
+	require.Positive(t, *s.FanOutRawPerSecond)
+	require.InDelta(t, s.FanOutAccountsPerSecond / *s.FanOutRawPerSecond, *s.FanOutVsRaw, 1e-9)
+	var leftover int64
+	require.NoError(t, riverslottest.Pool(t).QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+		" WHERE kind NOT IN ($1, $2, $3, $4)", bootstrap.Kind, perslot.Kind, syncjob.Kind, bootstrap.CensusKind).Scan(&leftover))
+	require.Zero(t, leftover, "the raw baseline's jobs are deleted")
 
 	// riverslot status on the cycle, as an operator would: --task
 	// alone (the cycle, its plan and grid come from the jobs, not from

@@ -118,6 +118,23 @@ func (s *Spec) NotAfter(cycleStart, cycleEnd, regular, scheduled time.Time) time
 	return notAfter
 }
 
+// Regular returns the account's regular time in the cycle starting at
+// cycleStart, in slot (the slot whose per-slot job serves it: its hash
+// slot shifted by the task's phase, or the slot it is pinned to): the
+// slot's start plus the account's seeded offset in it. A sync that no late
+// policy moved is scheduled then.
+func (s *Spec) Regular(cycleStart time.Time, slot int, id [16]byte) time.Time {
+	return s.Plan.SlotStart(cycleStart, slot).Add(slotplan.OffsetIn(slotplan.Hash(s.Seed, id), s.Plan.SlotDuration))
+}
+
+// RegularNotAfter is NotAfter for a sync at its regular time (Regular):
+// what the fan-out wrote into every sync job before, and what the sync
+// worker now derives for a job whose args carry no NotAfter.
+func (s *Spec) RegularNotAfter(cycleStart, cycleEnd time.Time, slot int, id [16]byte) time.Time {
+	regular := s.Regular(cycleStart, slot, id)
+	return s.NotAfter(cycleStart, cycleEnd, regular, regular)
+}
+
 // SyncsUntil returns the latest NotAfter a sync of the cycle [cycleStart,
 // cycleEnd) can carry: no sync of the cycle calls Sync after it. The
 // cycle's ledger row records it, so that the overlap rule of a later plan

@@ -85,7 +85,16 @@ func TestPlanTag(t *testing.T) {
 	t.Parallel()
 
 	riverTag := regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
-	for _, id := range []string{"86400s/128/0123456789abcdef", "86400s/128/ffffffffffffffff/b65536", "3600s/16/00000000000000a0/+3", "16s/16/0000000000000001/b65536/+15"} {
+	day, err := slotplan.New(24 * time.Hour)
+	require.NoError(t, err)
+	fine, err := slotplan.NewBuckets(16*time.Second, 65536)
+	require.NoError(t, err)
+	for _, id := range []string{
+		taskspec.PlanID(day, 0x0123456789abcdef, 0),
+		taskspec.PlanID(day, ^uint64(0), 127),
+		taskspec.PlanID(fine, 1, 15),
+		taskspec.PlanID(fine, 0xa0, 0),
+	} {
 		tag := taskspec.PlanTag(id)
 		require.Regexp(t, riverTag, tag)
 		require.LessOrEqual(t, len(tag), 255)

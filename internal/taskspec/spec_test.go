@@ -4,9 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -434,4 +436,52 @@ func TestPlaceOpposed(t *testing.T) {
 	require.True(t, isLate)
 	require.False(t, skip)
 	require.True(t, got.After(slotEnd), "an unopposed task spreads further: %s", got.Sub(target))
+}
+
+// TestRegularNotAfter pins the NotAfter of a sync at its regular time, the
+// one the sync worker derives for a job whose args carry none: half a
+// cycle before the account's regular time in the next cycle (which starts
+// at the cycle's recorded end: 23 h later on a day clocks spring forward),
+// and never less than LateGrace after the regular time.
+func TestRegularNotAfter(t *testing.T) {
+	t.Parallel()
+
+	id := uuid.MustParse("0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0ff")
+	start := time.Date(2030, 3, 31, 0, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name      string
+		spec      *taskspec.Spec
+		slot      int
+		end       time.Time
+		lateGrace time.Duration
+	}{
+		{"24h", riverslottest.Spec(t, "reports", "s", "accounts", "", 24*time.Hour, 100), 17, start.Add(24 * time.Hour), 0},
+		{"23h day", riverslottest.Spec(t, "reports", "s", "accounts", "", 24*time.Hour, 100), 17, start.Add(23 * time.Hour), 0},
+		{"65536 buckets", riverslottest.SpecBuckets(t, "reports", "s", "accounts", "", 24*time.Hour, 100, 65536), 700, start.Add(24 * time.Hour), 0},
+		{"LateGrace above half a cycle", riverslottest.Spec(t, "reports", "s", "accounts", "", 2*time.Minute, 100), 3, start.Add(2 * time.Minute), 100 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			spec := *tt.spec
+			if tt.lateGrace > 0 {
+				spec.LateGrace = tt.lateGrace
+			}
+			slotDur := spec.Plan.Cycle / time.Duration(spec.Plan.Slots)
+			offset := spec.Regular(start, tt.slot, id).Sub(start.Add(time.Duration(tt.slot) * slotDur))
+			require.GreaterOrEqual(t, offset, time.Duration(0), "the regular time is in its slot")
+			require.Less(t, offset, slotDur, "the regular time is in its slot")
+			// The same offset in every cycle, and from the seed alone.
+			require.Equal(t, offset, spec.Regular(start.Add(spec.Plan.Cycle), tt.slot, id).Sub(start.Add(spec.Plan.Cycle+time.Duration(tt.slot)*slotDur)))
+			other := spec
+			other.Seed++
+			require.NotEqual(t, offset, other.Regular(start, tt.slot, id).Sub(start.Add(time.Duration(tt.slot)*slotDur)), "another seed, another offset")
+
+			regular := start.Add(time.Duration(tt.slot)*slotDur + offset)
+			want := tt.end.Add(regular.Sub(start)).Add(-spec.Plan.Cycle / 2) // half a cycle before next cycle's regular time
+			if g := regular.Add(spec.LateGrace); g.After(want) {
+				want = g
+			}
+			require.True(t, want.Equal(spec.RegularNotAfter(start, tt.end, tt.slot, id)), "got %s, want %s", spec.RegularNotAfter(start, tt.end, tt.slot, id), want)
+		})
+	}
 }
