@@ -136,6 +136,10 @@ func newScheduler(config *Config) (*Scheduler, error) {
 	}
 	errs = append(errs, s.resolveOpposites(config.Tasks)...)
 	for _, spec := range s.specs {
+		// The plan's id, once its shift is final (OppositeOf sets it).
+		spec.PlanID = taskspec.PlanID(spec.Plan, spec.Seed, spec.Shift)
+	}
+	for _, spec := range s.specs {
 		owner := spec
 		if spec.PinsFrom != nil {
 			owner = spec.PinsFrom
@@ -214,7 +218,6 @@ func (s *Scheduler) resolveOpposites(tasks []Task) []error {
 		}
 		spec.Opposed, other.Opposed = true, true
 		spec.Shift = spec.Plan.Shift(other.Shift, spec.Plan.Slots/2)
-		spec.PlanID = taskspec.PlanID(spec.Plan, spec.Seed, spec.Shift)
 	}
 	return errs
 }

@@ -405,7 +405,6 @@ func newSpec(t Task) (*taskspec.Spec, error) {
 		Schedule:        schedule,
 		Seed:            t.Seed,
 		Shift:           shift,
-		PlanID:          taskspec.PlanID(plan, t.Seed, shift),
 		AccountsPool:    t.AccountsPool,
 		Schema:          t.Schema,
 		Table:           t.Table,
