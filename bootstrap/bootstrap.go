@@ -27,9 +27,10 @@ const Kind = "riverslot_bootstrap"
 type Args struct {
 	Task       string    `json:"task"`
 	CycleStart time.Time `json:"cycle_start"`
-	// Plan identifies the slot plan the cycle is made for (cycle, slots and
-	// seed). A bootstrap made under another plan is cancelled, not run.
-	Plan string `json:"plan"`
+	// Plan identifies the slot plan the cycle is made for (cycle, slots,
+	// seed and shift), written as its plan id. A bootstrap made under
+	// another plan is cancelled, not run.
+	Plan taskspec.PlanKey `json:"plan"`
 }
 
 // Kind returns Kind.
@@ -39,7 +40,7 @@ func (Args) Kind() string { return Kind }
 // (normalized to UTC so that the unique key does not depend on the caller's
 // location).
 func NewArgs(spec *taskspec.Spec, cycleStart time.Time) Args {
-	return Args{Task: spec.Name, CycleStart: cycleStart.UTC(), Plan: spec.PlanID}
+	return Args{Task: spec.Name, CycleStart: cycleStart.UTC(), Plan: spec.Key}
 }
 
 // perSlotParams returns the insert params of the per-slot jobs of the
@@ -134,7 +135,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if spec != w.specs[job.Args.Task] {
 		w.logger.WarnContext(ctx, "riverslot: bootstrap job was made for another plan than this node's; running it under its own plan (Cycle or Seed changed, or nodes of a rolling deploy disagree)",
 			slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart),
-			slog.String("job_plan", job.Args.Plan), slog.String("node_plan", w.specs[job.Args.Task].PlanID), slog.Int64("job_id", job.ID))
+			slog.String("job_plan", job.Args.Plan.String()), slog.String("node_plan", w.specs[job.Args.Task].PlanID), slog.Int64("job_id", job.ID))
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
@@ -240,7 +241,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	cycleEnd := spec.CycleEnd(cycleStart).UTC()
 	if err := led.RecordCycle(ctx, tx, ledger.Cycle{
-		Task: spec.Name, Plan: spec.PlanID, Start: cycleStart, End: cycleEnd,
+		Task: spec.Name, Plan: spec.Key, Start: cycleStart, End: cycleEnd,
 		Deadline:  spec.SyncsUntil(cycleStart, cycleEnd).UTC(),
 		KeepUntil: cycleStart.Add(ledger.Horizon(spec.Plan.Cycle)),
 		Placement: output.Placement, Pins: ref, Fallback: pins.Fallback, First: first,

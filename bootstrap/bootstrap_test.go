@@ -226,7 +226,7 @@ func TestWork(t *testing.T) {
 		ctx, client, events, perSlotJobs := setup(t)
 
 		// Made before Cycle changed from 60 s (4 slots of 15 s) to 120 s.
-		other := bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: "60s/4/0000000000000001"}
+		other := bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: riverslottest.Key(t, "60s/4/0000000000000001")}
 		res, err := client.Insert(ctx, other, insertOpts)
 		require.NoError(t, err)
 		require.Equal(t, river.EventKindJobCompleted, waitFor(t, events, res.Job.ID).Kind)
@@ -247,8 +247,8 @@ func TestWork(t *testing.T) {
 			args    bootstrap.Args
 			wantErr string
 		}{
-			{bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: "weekly"}, `plan id "weekly" is not of the form <seconds>s/<slots>/<seed>`},
-			{bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: "60s/8/01"}, `has 4 slots, not 8`},
+			{bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: planText(t, "weekly")}, `plan id "weekly" is not of the form <seconds>s/<slots>/<seed>`},
+			{bootstrap.Args{Task: "transactions", CycleStart: start.UTC(), Plan: planText(t, "60s/8/01")}, `has 4 slots, not 8`},
 			{bootstrap.Args{Task: "reports", CycleStart: start.UTC(), Plan: planOf(t)}, `no riverslot task "reports" is registered in this process`},
 		} {
 			res, err := client.Insert(ctx, tt.args, insertOpts)
@@ -264,9 +264,18 @@ func TestWork(t *testing.T) {
 
 // planOf is the plan id of the fixture task, written out: 120 s, 8 slots,
 // the FNV-1a seed of "transactions".
-func planOf(t *testing.T) string {
+// planText returns the key job args decode from the plan id text, as a
+// job made by another version carries it.
+func planText(t *testing.T, text string) taskspec.PlanKey {
 	t.Helper()
-	return riverslottest.Spec(t, "transactions", "s", "accounts", "", 2*time.Minute, 1).PlanID
+	var k taskspec.PlanKey
+	require.NoError(t, k.UnmarshalText([]byte(text)))
+	return k
+}
+
+func planOf(t *testing.T) taskspec.PlanKey {
+	t.Helper()
+	return riverslottest.Spec(t, "transactions", "s", "accounts", "", 2*time.Minute, 1).Key
 }
 
 // ledgerRows returns the job id of every ledger row of the client's

@@ -27,9 +27,9 @@ const censusPriority = 4
 // CycleStart (pinning.Census). One exists per (task, plan, cycle start):
 // unique by args while it is pending, running or completed.
 type CensusArgs struct {
-	Task       string    `json:"task"`
-	Plan       string    `json:"plan"`
-	CycleStart time.Time `json:"cycle_start"`
+	Task       string           `json:"task"`
+	Plan       taskspec.PlanKey `json:"plan"`
+	CycleStart time.Time        `json:"cycle_start"`
 }
 
 // Kind returns CensusKind.
@@ -39,7 +39,7 @@ func (CensusArgs) Kind() string { return CensusKind }
 // cycle starting at cycleStart, to run at once in the control queue.
 func censusParams(owner *taskspec.Spec, cycleStart time.Time) river.InsertManyParams {
 	return river.InsertManyParams{
-		Args: CensusArgs{Task: owner.Name, Plan: owner.PlanID, CycleStart: cycleStart.UTC()},
+		Args: CensusArgs{Task: owner.Name, Plan: owner.Key, CycleStart: cycleStart.UTC()},
 		InsertOpts: &river.InsertOpts{
 			Queue:      owner.ControlQueue,
 			Priority:   censusPriority,

@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/riverutil"
@@ -60,7 +61,8 @@ func TestKillMidFanOutAccountsDatabase(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NoError(t, scheduler.Check(ctx), "Check reads the accounts database")
-	planID := taskInfo(t, scheduler, "transactions").PlanID
+	plan, err := taskspec.ParsePlanKey(taskInfo(t, scheduler, "transactions").PlanID)
+	require.NoError(t, err)
 
 	release := b.holdSyncInsertsAfter(ctx, t, killAfter)
 	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
@@ -68,7 +70,7 @@ func TestKillMidFanOutAccountsDatabase(t *testing.T) {
 	insertOnly, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema})
 	require.NoError(t, err)
 	cycleStart := time.Now().Truncate(16 * time.Second).Add(time.Hour)
-	res, err := insertOnly.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: cycleStart, Slot: 0, Plan: planID}, nil)
+	res, err := insertOnly.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: cycleStart, Slot: 0, Plan: plan}, nil)
 	require.NoError(t, err)
 
 	countSync := func() int64 {

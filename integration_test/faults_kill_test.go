@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/syncjob"
@@ -63,7 +64,7 @@ func TestKillMidFanOut(t *testing.T) {
 			insertOnly, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema})
 			require.NoError(t, err)
 			cycleStart := time.Now().Truncate(16 * time.Second).Add(time.Hour)
-			res, err := insertOnly.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: cycleStart, Slot: 0, Plan: planID}, nil)
+			res, err := insertOnly.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: cycleStart, Slot: 0, Plan: riverslottest.Key(t, planID)}, nil)
 			require.NoError(t, err)
 
 			countSync := func() int64 {

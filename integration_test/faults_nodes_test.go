@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
@@ -119,7 +120,7 @@ func TestDuplicateTriggers(t *testing.T) {
 	info := taskInfo(t, scheduler, "transactions")
 	plan := info.Plan
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // far ahead: per-slot jobs stay scheduled
-	bootstrapArgs := bootstrap.Args{Task: "transactions", CycleStart: start, Plan: info.PlanID}
+	bootstrapArgs := bootstrap.Args{Task: "transactions", CycleStart: start, Plan: riverslottest.Key(t, info.PlanID)}
 
 	var clients []*river.Client[pgx.Tx]
 	for range 2 {

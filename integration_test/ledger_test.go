@@ -97,7 +97,7 @@ func TestExactlyOnceWithShortRetention(t *testing.T) {
 	// A duplicate trigger of cycle 2, as a second leader's RunOnStart would
 	// insert once River deleted the first.
 	info := taskInfo(t, scheduler, "transactions")
-	dup, err := client.Insert(ctx, bootstrap.Args{Task: "transactions", CycleStart: starts[1], Plan: info.PlanID}, &river.InsertOpts{})
+	dup, err := client.Insert(ctx, bootstrap.Args{Task: "transactions", CycleStart: starts[1], Plan: riverslottest.Key(t, info.PlanID)}, &river.InsertOpts{})
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, "the re-run bootstraps to finish", func() bool {
 		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE id = ANY($1) AND state = 'completed'", []int64{res.Job.ID, dup.Job.ID}) == 2

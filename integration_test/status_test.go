@@ -9,6 +9,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/riverutil"
 )
@@ -104,7 +105,7 @@ func TestStatus(t *testing.T) {
 	require.NoError(t, err)
 	past := info.Schedule.Start(time.Now().Add(-2 * time.Minute))
 	for slot := range 8 {
-		_, err := insertOnly.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: past, Slot: slot, Plan: info.PlanID},
+		_, err := insertOnly.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: past, Slot: slot, Plan: riverslottest.Key(t, info.PlanID)},
 			&river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)})
 		require.NoError(t, err)
 	}

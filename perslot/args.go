@@ -25,8 +25,9 @@ type Args struct {
 	CycleStart time.Time `json:"cycle_start" river:"unique"`
 	Slot       int       `json:"slot" river:"unique"`
 	// Plan identifies the slot plan the job was made for (cycle, slots,
-	// seed and shift). The job always runs under it.
-	Plan string `json:"plan" river:"unique"`
+	// seed and shift), written as its plan id. The job always runs under
+	// it.
+	Plan taskspec.PlanKey `json:"plan" river:"unique"`
 
 	// Placement is the cycle's placement: PlacementHash or PlacementPinned.
 	// Empty in jobs made before placements were recorded: the node's own
@@ -58,7 +59,7 @@ func (Args) Kind() string { return Kind }
 // placement (pins, when the task or the task it is OppositeOf is weighted).
 func NewArgs(spec *taskspec.Spec, cycleStart time.Time, slot int) Args {
 	args := Args{
-		Task: spec.Name, CycleStart: cycleStart.UTC(), Slot: slot, Plan: spec.PlanID,
+		Task: spec.Name, CycleStart: cycleStart.UTC(), Slot: slot, Plan: spec.Key,
 		Placement: PlacementHash, CycleEnd: spec.CycleEnd(cycleStart).UTC(),
 	}
 	if ref := spec.PinsRef(); ref != nil {

@@ -85,7 +85,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 		// whole cycle away, so it never keeps this cycle from an account;
 		// it is kept for the replay only, where it may have kept a cycle
 		// of another plan from one (a rollback: A, B, then A again).
-		neighbour := c.Plan == spec.PlanID && sameGrid(spec, start, c.Start)
+		neighbour := c.Plan == spec.Key && sameGrid(spec, start, c.Start)
 		if !r.Done {
 			// A slot not finished syncs its accounts only while its job
 			// can still run: one River deleted, cancelled or discarded
@@ -98,7 +98,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 				continue
 			}
 		}
-		key := c.Plan + "@" + c.Start.Format(time.RFC3339Nano)
+		key := c.Plan.String() + "@" + c.Start.Format(time.RFC3339Nano)
 		o, ok := byCycle[key]
 		if !ok {
 			other, err := spec.ForPlan(c.Plan, c.Start)
@@ -109,7 +109,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			if err != nil {
 				continue // its own jobs are cancelled
 			}
-			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, createdAt: c.CreatedAt, planID: c.Plan,
+			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, createdAt: c.CreatedAt, planID: c.Plan.String(),
 				replayOnly: neighbour, slots: map[int]bool{}, pins: pins}
 			if pins != nil {
 				o.pinRead = spec.PinRead(pins.Schema)

@@ -116,7 +116,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if spec != nodeSpec {
 		w.logger.WarnContext(ctx, "riverslot: per-slot job was made for another plan than this node's; running it under its own plan (Cycle or Seed changed, or nodes of a rolling deploy disagree)",
 			slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
-			slog.String("job_plan", job.Args.Plan), slog.String("node_plan", nodeSpec.PlanID), slog.Int64("job_id", job.ID))
+			slog.String("job_plan", job.Args.Plan.String()), slog.String("node_plan", nodeSpec.PlanID), slog.Int64("job_id", job.ID))
 	}
 	if job.Args.Slot < 0 || job.Args.Slot >= spec.Plan.Slots {
 		return river.JobCancel(fmt.Errorf("slot %d out of range for task %q with %d slots", job.Args.Slot, spec.Name, spec.Plan.Slots))

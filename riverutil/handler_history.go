@@ -161,8 +161,8 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 		if err != nil {
 			return nil, err
 		}
-		cycles[i] = cycleRef{plan: r.Plan, start: r.Start, spec: cs}
-		out[i] = CycleSummary{CycleStart: r.Start, Plan: r.Plan, Slots: cs.Plan.Slots}
+		cycles[i] = cycleRef{plan: r.Plan.String(), start: r.Start, spec: cs}
+		out[i] = CycleSummary{CycleStart: r.Start, Plan: r.Plan.String(), Slots: cs.Plan.Slots}
 	}
 
 	// Per-slot results of every listed cycle, from the ledger; River's job

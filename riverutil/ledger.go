@@ -20,7 +20,7 @@ func (s *Scheduler) ledger() ledger.Ledger { return ledger.New(s.riverSchema) }
 
 // cyclePlanFromLedger returns the plan of the task's cycle at cycleStart
 // as the ledger records its bootstrap (River may have deleted its jobs).
-func (s *Scheduler) cyclePlanFromLedger(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) (string, bool, error) {
+func (s *Scheduler) cyclePlanFromLedger(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) (taskspec.PlanKey, bool, error) {
 	return s.ledger().CyclePlan(ctx, s.pool, spec.Name, cycleStart, spec.PlanID)
 }
 

@@ -137,7 +137,7 @@ func newScheduler(config *Config) (*Scheduler, error) {
 	errs = append(errs, s.resolveOpposites(config.Tasks)...)
 	for _, spec := range s.specs {
 		// The plan's id, once its shift is final (OppositeOf sets it).
-		spec.PlanID = taskspec.PlanID(spec.Plan, spec.Seed, spec.Shift)
+		spec.SetKey(taskspec.KeyOf(spec.Plan, spec.Seed, spec.Shift))
 	}
 	for _, spec := range s.specs {
 		owner := spec

@@ -467,7 +467,7 @@ func TestEnqueueCycle(t *testing.T) {
 		Schema: schema, Priority: 1, Queue: river.QueueDefault, State: rivertype.JobStateCancelled,
 	})
 	require.Equal(t, "transactions", job.Args.Task)
-	require.Equal(t, "120s/8/", job.Args.Plan[:7], "cycle and slots in the plan id")
+	require.Equal(t, []any{2 * time.Minute, 8}, []any{job.Args.Plan.Cycle, job.Args.Plan.Slots}, "cycle and slots in the plan id")
 	require.True(t, start.Equal(job.Args.CycleStart))
 
 	_, err = s.EnqueueCycle(ctx, client, "transactions", start.Add(time.Second))

@@ -308,7 +308,7 @@ func (s *Scheduler) StatusAt(ctx context.Context, taskName string, cycleStart ti
 			return nil, &noCycleError{msg: fmt.Sprintf("cycleStart %s is not a cycle start of task %q and the ledger records no cycle of the task starting then; the cycle containing it starts at %s",
 				cycleStart.Format(time.RFC3339), taskName, start.UTC().Format(time.RFC3339))}
 		}
-		plan = spec.PlanID
+		plan = spec.Key
 	}
 	if spec, err = planSpec(spec, plan, cycleStart); err != nil {
 		return nil, err
@@ -328,7 +328,7 @@ func (s *Scheduler) statusFromJobs(ctx context.Context, spec *taskspec.Spec, cyc
 	}
 	var (
 		err   error
-		plan  string
+		plan  taskspec.PlanKey
 		found bool
 	)
 	if cycleStart.IsZero() {
@@ -373,14 +373,14 @@ func (e *noCycleError) Error() string { return e.msg }
 func (e *noCycleError) Unwrap() error { return ErrNoCycle }
 
 // planSpec returns the spec the task's cycle at cycleStart runs under when
-// its jobs carry planID (taskspec.Spec.ForPlan, as the per-slot worker
+// it was made for plan (taskspec.Spec.ForPlan, as the per-slot worker
 // does), keeping the task's schedule when the plan has its cycle (a
 // wall-clock schedule's DST days).
-func planSpec(spec *taskspec.Spec, planID string, cycleStart time.Time) (*taskspec.Spec, error) {
-	other, err := spec.ForPlan(planID, cycleStart)
+func planSpec(spec *taskspec.Spec, plan taskspec.PlanKey, cycleStart time.Time) (*taskspec.Spec, error) {
+	other, err := spec.ForPlan(plan, cycleStart)
 	if err != nil {
-		return nil, fmt.Errorf("task %q: its cycle %s was made under plan %q, which this version cannot read: %w",
-			spec.Name, cycleStart.Format(time.RFC3339), planID, err)
+		return nil, fmt.Errorf("task %q: its cycle %s was made under plan %q, which this version cannot run: %w",
+			spec.Name, cycleStart.Format(time.RFC3339), plan, err)
 	}
 	if other != spec && other.Plan.Cycle == spec.Plan.Cycle && spec.Schedule.Start(cycleStart).Equal(cycleStart) {
 		other.Schedule = spec.Schedule

@@ -53,7 +53,7 @@ func TestStatusStarting(t *testing.T) {
 		_, err := pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot, placement) VALUES ('transactions', $1, $2, -1, 'hash')", c, info.PlanID)
 		require.NoError(t, err)
 		for slot := range 8 {
-			res, err := insertOnly.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: c, Slot: slot, Plan: info.PlanID},
+			res, err := insertOnly.Insert(ctx, perslot.Args{Task: "transactions", CycleStart: c, Slot: slot, Plan: riverslottest.Key(t, info.PlanID)},
 				&river.InsertOpts{ScheduledAt: c.Add(time.Duration(slot) * cycle / 8)})
 			require.NoError(t, err)
 			_, err = pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot, job_id) VALUES ('transactions', $1, $2, $3, $4)", c, info.PlanID, slot, res.Job.ID)

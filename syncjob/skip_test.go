@@ -191,7 +191,7 @@ func TestDerivedNotAfter(t *testing.T) {
 	led := ledger.New(schema)
 	_, err = led.ClaimBootstrap(ctx, tx, spec.Name, spec.PlanID, recordedStart, 1)
 	require.NoError(t, err)
-	require.NoError(t, led.RecordCycle(ctx, tx, ledger.Cycle{Task: spec.Name, Plan: spec.PlanID, Start: recordedStart, End: recordedEnd,
+	require.NoError(t, led.RecordCycle(ctx, tx, ledger.Cycle{Task: spec.Name, Plan: spec.Key, Start: recordedStart, End: recordedEnd,
 		Deadline: recordedEnd.Add(cycle), KeepUntil: recordedEnd.Add(cycle), Placement: "hash"}))
 	require.NoError(t, tx.Commit(ctx))
 

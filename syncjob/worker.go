@@ -68,8 +68,9 @@ type Worker struct {
 }
 
 type cycleKey struct {
-	task, plan string
-	start      time.Time
+	task  string
+	plan  taskspec.PlanKey
+	start time.Time
 }
 
 type cycleInfo struct {
@@ -185,8 +186,14 @@ func (w *Worker) notAfter(ctx context.Context, nodeSpec *taskspec.Spec, job *riv
 	if !job.Args.NotAfter.IsZero() {
 		return job.Args.NotAfter, nil
 	}
-	plan, ok := taskspec.PlanFromTags(job.Tags)
+	plan, ok, err := taskspec.PlanFromTags(job.Tags)
 	if !ok {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		// Not a plan this version reads: no limit, as for a job without
+		// one (the sync runs; Apart, when set, still keeps it apart).
+		w.warnOnce(ctx, nodeSpec, job, "plan", "riverslot: sync jobs name a plan this node cannot read; they run without a NotAfter", slog.String("error", err.Error()))
 		return time.Time{}, nil
 	}
 	info, err := w.cycle(ctx, nodeSpec, job, plan)
@@ -198,7 +205,7 @@ func (w *Worker) notAfter(ctx context.Context, nodeSpec *taskspec.Spec, job *riv
 
 // cycle returns the cached cycleInfo of the job's cycle, reading the
 // cycle's ledger record on a miss.
-func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.Job[Args], plan string) (cycleInfo, error) {
+func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.Job[Args], plan taskspec.PlanKey) (cycleInfo, error) {
 	key := cycleKey{task: job.Args.Task, plan: plan, start: job.Args.CycleStart.UTC()}
 	w.cyclesMu.Lock()
 	info, ok := w.cycles[key]
@@ -210,7 +217,7 @@ func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.
 	if err != nil {
 		// Not a plan this version reads: no limit, as for a job without
 		// one (the sync runs; Apart, when set, still keeps it apart).
-		w.warnOnce(ctx, nodeSpec, job, "plan", "riverslot: sync jobs name a plan this node cannot read; they run without a NotAfter", slog.String("plan", key.plan), slog.String("error", err.Error()))
+		w.warnOnce(ctx, nodeSpec, job, "plan", "riverslot: sync jobs name a plan this node cannot run; they run without a NotAfter", slog.String("plan", key.plan.String()), slog.String("error", err.Error()))
 	} else {
 		info.spec = spec
 		info.cycleEnd = spec.CycleEnd(key.start)
@@ -218,7 +225,7 @@ func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.
 		if err != nil {
 			return cycleInfo{}, err
 		}
-		rec, found, err := ledger.New(client.Schema()).CycleRecord(ctx, w.pool, key.task, key.plan, key.start)
+		rec, found, err := ledger.New(client.Schema()).CycleRecord(ctx, w.pool, key.task, key.plan.String(), key.start)
 		if err != nil {
 			// The guard is best effort: judge this job by the plan's own
 			// grid and read the record again for the next one, rather

@@ -17,7 +17,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot/internal/ledger"
-	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -215,13 +214,12 @@ func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]riveru
 		if !ok {
 			continue
 		}
-		cycle, _, seed, buckets, _, err := taskspec.ParsePlanID(plan)
-		if err != nil {
+		if err := plan.Err(); err != nil {
 			unreadable = append(unreadable, fmt.Sprintf("%s (%v)", name, err))
 			continue
 		}
-		offset := time.Duration(latest.UnixNano() % int64(cycle))
-		tasks = append(tasks, riverutil.Task{Name: name, Cycle: cycle, TriggerOffset: offset, Seed: seed, Buckets: buckets, Sync: noopSyncErr})
+		offset := time.Duration(latest.UnixNano() % int64(plan.Cycle))
+		tasks = append(tasks, riverutil.Task{Name: name, Cycle: plan.Cycle, TriggerOffset: offset, Seed: plan.Seed, Buckets: plan.Buckets, Sync: noopSyncErr})
 	}
 	if len(tasks) == 0 {
 		msg := fmt.Sprintf("no riverslot task in --schema %q: its ledger records no cycle (run the app, or riverslot demo, first)", schema)

@@ -263,7 +263,8 @@ func (l Ledger) Prune(ctx context.Context, tx pgx.Tx, task string, cutoff, now t
 // pruning, Status, the history, the account lookup) reads it here, never
 // from River's job table, which may have deleted the cycle's jobs.
 type Cycle struct {
-	Task, Plan string
+	Task       string
+	Plan       taskspec.PlanKey
 	Start, End time.Time
 	// Deadline is the latest NotAfter a sync of the cycle can carry: no
 	// sync of the cycle calls Sync after it.

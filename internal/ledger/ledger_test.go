@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,8 +83,14 @@ func TestTasksAndOtherSlots(t *testing.T) {
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	created := base.Add(-time.Hour)
 
-	insert := func(task, plan string, start, createdAt, deadline time.Time, slots int) {
+	// Three plan ids in lexical order A < B < C.
+	names := map[string]string{}
+	for _, n := range []string{"A", "B", "C"} {
+		names["120s/8/000000000000000"+strings.ToLower(n)] = n
+	}
+	insert := func(task, name string, start, createdAt, deadline time.Time, slots int) {
 		t.Helper()
+		plan := "120s/8/000000000000000" + strings.ToLower(name)
 		_, err := pool.Exec(ctx, "INSERT INTO "+table+" (task, cycle_start, plan, slot, created_at, deadline, job_id, finished_at)"+
 			" SELECT $1, $2, $3, s, $4, CASE WHEN s = -1 THEN $5::timestamptz END, 100 + s, CASE WHEN s >= 0 THEN $4::timestamptz END FROM generate_series(-1, $6 - 1) s",
 			task, start, plan, createdAt, deadline, slots)
@@ -105,12 +112,12 @@ func TestTasksAndOtherSlots(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"t", "u"}, tasks)
 
-	found, err := led.OtherSlots(ctx, pool, "t", "B", base, time.Time{}, base.Add(time.Hour), created, base.Add(-30*time.Minute))
+	found, err := led.OtherSlots(ctx, pool, "t", "120s/8/000000000000000b", base, time.Time{}, base.Add(time.Hour), created, base.Add(-30*time.Minute))
 	require.NoError(t, err)
 	got := map[string]int{}
 	for _, o := range found {
 		require.True(t, o.Done)
-		got[o.Cycle.Plan+"@"+o.Cycle.Start.Format("15:04")]++
+		got[names[o.Cycle.Plan.String()]+"@"+o.Cycle.Start.Format("15:04")]++
 	}
 	require.Equal(t, map[string]int{"A@00:00": 2, "A@00:01": 3}, got)
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/riverslot/riverslot/internal/taskspec"
 )
 
 // Queryer is what the read functions need of a pool, connection or
@@ -42,18 +44,18 @@ func (l Ledger) Exists(ctx context.Context, q Queryer) (bool, error) {
 // LatestCycle returns the start and plan of the task's latest bootstrapped
 // cycle (planFirst first among cycles that start together), and false when
 // the ledger has none, or does not exist.
-func (l Ledger) LatestCycle(ctx context.Context, q Queryer, task, planFirst string) (time.Time, string, bool, error) {
+func (l Ledger) LatestCycle(ctx context.Context, q Queryer, task, planFirst string) (time.Time, taskspec.PlanKey, bool, error) {
 	var (
 		start time.Time
-		plan  string
+		plan  taskspec.PlanKey
 	)
 	err := q.QueryRow(ctx, "SELECT cycle_start, plan FROM "+l.table+" WHERE task = $1 AND slot = $2 ORDER BY cycle_start DESC, plan = $3 DESC LIMIT 1",
 		task, BootstrapSlot, planFirst).Scan(&start, &plan)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), isUndefinedTable(err):
-		return time.Time{}, "", false, nil
+		return time.Time{}, taskspec.PlanKey{}, false, nil
 	case err != nil:
-		return time.Time{}, "", false, wrap(err, "finding the task's latest cycle in the ledger")
+		return time.Time{}, taskspec.PlanKey{}, false, wrap(err, "finding the task's latest cycle in the ledger")
 	}
 	return start.UTC(), plan, true, nil
 }
@@ -61,15 +63,15 @@ func (l Ledger) LatestCycle(ctx context.Context, q Queryer, task, planFirst stri
 // CyclePlan returns the plan of the task's cycle at cycleStart as the
 // ledger records its bootstrap (planFirst when it has one under it), and
 // false when it records none.
-func (l Ledger) CyclePlan(ctx context.Context, q Queryer, task string, cycleStart time.Time, planFirst string) (string, bool, error) {
-	var plan string
+func (l Ledger) CyclePlan(ctx context.Context, q Queryer, task string, cycleStart time.Time, planFirst string) (taskspec.PlanKey, bool, error) {
+	var plan taskspec.PlanKey
 	err := q.QueryRow(ctx, "SELECT plan FROM "+l.table+" WHERE task = $1 AND cycle_start = $2 AND slot = $3 ORDER BY plan = $4 DESC LIMIT 1",
 		task, cycleStart, BootstrapSlot, planFirst).Scan(&plan)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), isUndefinedTable(err):
-		return "", false, nil
+		return taskspec.PlanKey{}, false, nil
 	case err != nil:
-		return "", false, wrap(err, "finding the plan of the task's cycle in the ledger")
+		return taskspec.PlanKey{}, false, wrap(err, "finding the plan of the task's cycle in the ledger")
 	}
 	return plan, true, nil
 }

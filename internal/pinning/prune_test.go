@@ -29,7 +29,7 @@ func TestPrune(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	day, err := slotplan.New(24 * time.Hour)
 	require.NoError(t, err)
-	long, err := spec.ForPlan(taskspec.PlanID(day, spec.Seed, 0), now.Add(-5*time.Hour))
+	long, err := spec.ForPlan(taskspec.KeyOf(day, spec.Seed, 0), now.Add(-5*time.Hour))
 	require.NoError(t, err)
 	led := pgx.Identifier{schema, "riverslot_ledger"}.Sanitize()
 

@@ -27,21 +27,32 @@ func TestPlanIDBuckets(t *testing.T) {
 			require.NotEqual(t, a, b, "cycle %s shift %d", cycle, shift)
 			require.NotContains(t, a, "/b", "256-bucket plan ids are as before")
 
-			gotCycle, slots, seed, buckets, gotShift, err := taskspec.ParsePlanID(b)
+			got, err := taskspec.ParsePlanKey(b)
 			require.NoError(t, err)
-			require.Equal(t, []any{cycle, fine.Slots, uint64(42), slotplan.BucketsTwoByte, shift}, []any{gotCycle, slots, seed, buckets, gotShift})
-			_, _, _, buckets, _, err = taskspec.ParsePlanID(a)
+			require.Equal(t, taskspec.PlanKey{Cycle: cycle, Slots: fine.Slots, Buckets: slotplan.BucketsTwoByte, Seed: 42, Shift: shift}, got)
+			require.Equal(t, b, got.String(), "written and read back")
+			got, err = taskspec.ParsePlanKey(a)
 			require.NoError(t, err)
-			require.Equal(t, slotplan.Buckets, buckets)
+			require.Equal(t, slotplan.Buckets, got.Buckets)
+			require.Equal(t, a, got.String(), "written and read back")
 		}
 	}
 	require.Equal(t, "86400s/1024/000000000000002a/b65536/+512", taskspec.PlanID(mustPlan(t, 24*time.Hour, slotplan.BucketsTwoByte), 42, 512))
 	require.Equal(t, "86400s/128/000000000000002a/+64", taskspec.PlanID(mustPlan(t, 24*time.Hour, slotplan.Buckets), 42, 64))
 
-	for _, bad := range []string{"86400s/1024/2a/bx", "86400s/1024/2a/b65536/4", "86400s/1024/2a/b65536/+1/+2"} {
-		_, _, _, _, _, err := taskspec.ParsePlanID(bad)
-		require.Error(t, err, bad)
+	for _, bad := range []string{"86400s/1024/2a/bx", "86400s/1024/2a/b65536/4", "86400s/1024/2a/b65536/+1/+2",
+		"86400s/100/2a", "86400s/1024/2a/b65536/+1024", "17s/1/2a"} {
+		_, err := taskspec.ParsePlanKey(bad)
+		require.ErrorIs(t, err, taskspec.ErrPlanID, bad)
 	}
+	// Job args and ledger rows hold the plan id as text.
+	var k taskspec.PlanKey
+	require.NoError(t, k.UnmarshalText([]byte("86400s/128/000000000000002a/+64")))
+	require.Equal(t, 64, k.Shift)
+	require.NoError(t, k.Scan("86400s/1024/000000000000002a/b65536"))
+	require.Equal(t, slotplan.BucketsTwoByte, k.Buckets)
+	require.NoError(t, k.UnmarshalText(nil))
+	require.True(t, k.IsZero(), "jobs made before plans were recorded")
 }
 
 func mustPlan(t *testing.T, cycle time.Duration, buckets int) slotplan.Plan {
@@ -62,19 +73,21 @@ func TestForPlanBuckets(t *testing.T) {
 	require.Contains(t, fine.SQL.FirstPage, sqlbucket.SlotPredicateFor("id", slotplan.BucketsTwoByte, 1, 2))
 	start := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
 
-	got, err := coarse.ForPlan(fine.PlanID, start)
+	got, err := coarse.ForPlan(fine.Key, start)
 	require.NoError(t, err)
 	require.Equal(t, fine.Plan, got.Plan)
 	require.Equal(t, fine.SQL, got.SQL)
 	require.Equal(t, 512, got.Plan.Slots)
 
-	got, err = fine.ForPlan(coarse.PlanID, start)
+	got, err = fine.ForPlan(coarse.Key, start)
 	require.NoError(t, err)
 	require.Equal(t, coarse.Plan, got.Plan)
 	require.Equal(t, coarse.SQL, got.SQL)
 	require.False(t, strings.Contains(got.SQL.FirstPage, ", 14)"), got.SQL.FirstPage)
 
-	_, err = fine.ForPlan("64s/64/000000000000002a/b65536", start)
+	_, err = taskspec.ParsePlanKey("64s/64/000000000000002a/b65536")
+	require.ErrorContains(t, err, "a 1m4s cycle of 65536 buckets has 512 slots, not 64")
+	_, err = fine.ForPlan(taskspec.PlanKey{Cycle: 64 * time.Second, Slots: 64, Buckets: 65536, Seed: 42}, start)
 	require.ErrorContains(t, err, "a 1m4s cycle of 65536 buckets has 512 slots, not 64")
 }
 
@@ -98,10 +111,15 @@ func TestPlanTag(t *testing.T) {
 		tag := taskspec.PlanTag(id)
 		require.Regexp(t, riverTag, tag)
 		require.LessOrEqual(t, len(tag), 255)
-		got, ok := taskspec.PlanFromTags([]string{"app", tag, "other"})
+		got, ok, err := taskspec.PlanFromTags([]string{"app", tag, "other"})
+		require.NoError(t, err)
 		require.True(t, ok, id)
-		require.Equal(t, id, got)
+		require.Equal(t, id, got.String())
 	}
-	_, ok := taskspec.PlanFromTags([]string{"app"})
+	_, ok, err := taskspec.PlanFromTags([]string{"app"})
+	require.NoError(t, err)
 	require.False(t, ok)
+	_, ok, err = taskspec.PlanFromTags([]string{taskspec.PlanTag("120s_9_00")})
+	require.True(t, ok)
+	require.Error(t, err, "a tag that names no plan")
 }

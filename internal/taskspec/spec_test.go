@@ -36,7 +36,7 @@ func spec160(t *testing.T, policy taskspec.LatePolicy) *taskspec.Spec {
 	require.NoError(t, err)
 	require.True(t, schedule.Start(t0).Equal(t0), "t0 must be on the grid")
 	s := &taskspec.Spec{
-		Name: "t", Plan: plan, Schedule: schedule, Seed: 7, PlanID: taskspec.PlanID(plan, 7, 0),
+		Name: "t", Plan: plan, Schedule: schedule, Seed: 7, Key: taskspec.KeyOf(plan, 7, 0), PlanID: taskspec.PlanID(plan, 7, 0),
 		Table: "accounts", IDColumn: "id",
 		LatePolicy: policy, LateGrace: 5 * time.Second, Lead: 2500 * time.Millisecond,
 	}
@@ -252,25 +252,30 @@ func TestPlanID(t *testing.T) {
 	require.Equal(t, "120s/8/00000000000000ff", taskspec.PlanID(plan, 0xff, 0))
 	require.Equal(t, "120s/8/9c1185a5c5e9fc54/+4", taskspec.PlanID(plan, 0x9c1185a5c5e9fc54, 4))
 
-	cycle, slots, seed, buckets, shift, err := taskspec.ParsePlanID("120s/8/9c1185a5c5e9fc54/+4")
+	k, err := taskspec.ParsePlanKey("120s/8/9c1185a5c5e9fc54/+4")
 	require.NoError(t, err)
-	require.Equal(t, 120*time.Second, cycle)
-	require.Equal(t, 8, slots)
-	require.Equal(t, uint64(0x9c1185a5c5e9fc54), seed)
-	require.Equal(t, 256, buckets, "a plan id without /b has 256 buckets")
-	require.Equal(t, 4, shift)
+	require.Equal(t, 120*time.Second, k.Cycle)
+	require.Equal(t, 8, k.Slots)
+	require.Equal(t, uint64(0x9c1185a5c5e9fc54), k.Seed)
+	require.Equal(t, 256, k.Buckets, "a plan id without /b has 256 buckets")
+	require.Equal(t, 4, k.Shift)
 
 	// 65,536 buckets: 86,400,000 ms = 2^10 × 84,375, so 1,024 slots.
 	fine, err := slotplan.NewBuckets(24*time.Hour, 65536)
 	require.NoError(t, err)
 	require.Equal(t, "86400s/1024/00000000000000ff/b65536/+4", taskspec.PlanID(fine, 0xff, 4))
-	cycle, slots, seed, buckets, shift, err = taskspec.ParsePlanID("86400s/1024/00000000000000ff/b65536/+4")
+	k, err = taskspec.ParsePlanKey("86400s/1024/00000000000000ff/b65536/+4")
 	require.NoError(t, err)
-	require.Equal(t, []any{24 * time.Hour, 1024, uint64(0xff), 65536, 4}, []any{cycle, slots, seed, buckets, shift})
+	require.Equal(t, []any{24 * time.Hour, 1024, uint64(0xff), 65536, 4}, []any{k.Cycle, k.Slots, k.Seed, k.Buckets, k.Shift})
 
-	for _, bad := range []string{"", "120s/8", "120/8/ff", "120s/8/ff/4", "120s/8/ff/+x", "120s/x/ff", "120s/8/zz", "120s/8/ff/+1/2", "120s/8/ff/bx"} {
-		_, _, _, _, _, err := taskspec.ParsePlanID(bad)
+	for _, bad := range []string{"120s/8", "120/8/ff", "120s/8/ff/4", "120s/8/ff/+x", "120s/x/ff", "120s/8/zz", "120s/8/ff/+1/2", "120s/8/ff/bx"} {
+		_, err := taskspec.ParsePlanKey(bad)
 		require.ErrorContains(t, err, "is not of the form <seconds>s/<slots>/<seed>[/b<buckets>][/+<shift>]", "plan id %q", bad)
+		// From job args: a key that keeps the text and says why.
+		var k taskspec.PlanKey
+		require.NoError(t, k.UnmarshalText([]byte(bad)))
+		require.Equal(t, bad, k.String())
+		require.ErrorIs(t, k.Err(), taskspec.ErrPlanID)
 	}
 }
 
@@ -283,10 +288,10 @@ func TestForPlan(t *testing.T) {
 	own := *s
 
 	t.Run("Own", func(t *testing.T) {
-		for _, id := range []string{"", s.PlanID} {
-			got, err := s.ForPlan(id, t0)
+		for _, k := range []taskspec.PlanKey{{}, s.Key} {
+			got, err := s.ForPlan(k, t0)
 			require.NoError(t, err)
-			require.Same(t, s, got, "plan id %q", id)
+			require.Same(t, s, got, "plan id %q", k)
 		}
 	})
 
@@ -294,7 +299,7 @@ func TestForPlan(t *testing.T) {
 		// 120 s: 8 slots of 15 s. A cycle starting at 1,000 s after the
 		// epoch is on the grid of offset 1000 mod 120 = 40 s.
 		start := time.Unix(1000, 0).UTC()
-		got, err := s.ForPlan("120s/8/00000000000000ff/+3", start)
+		got, err := s.ForPlan(riverslottest.Key(t, "120s/8/00000000000000ff/+3"), start)
 		require.NoError(t, err)
 		require.NotSame(t, s, got)
 		require.Equal(t, 120*time.Second, got.Plan.Cycle)
@@ -315,7 +320,7 @@ func TestForPlan(t *testing.T) {
 	t.Run("OtherBuckets", func(t *testing.T) {
 		// A 65,536-bucket plan selects with the two-byte bucket: its own
 		// queries, the task's unchanged.
-		got, err := s.ForPlan("160s/256/0000000000000007/b65536", t0) // 160,000 ms = 2^8 × 625
+		got, err := s.ForPlan(riverslottest.Key(t, "160s/256/0000000000000007/b65536"), t0) // 160,000 ms = 2^8 × 625
 		require.NoError(t, err)
 		require.Equal(t, 65536, got.Plan.Buckets)
 		require.Contains(t, got.SQL.FirstPage, `get_byte(uuid_send("id"), 15) * 256 + get_byte(uuid_send("id"), 14)`)
@@ -326,7 +331,7 @@ func TestForPlan(t *testing.T) {
 	t.Run("BeforeTheEpoch", func(t *testing.T) {
 		// -50 s: offset (-50 mod 120) = 70 s, never negative.
 		start := time.Unix(-50, 0).UTC()
-		got, err := s.ForPlan("120s/8/00000000000000ff", start)
+		got, err := s.ForPlan(riverslottest.Key(t, "120s/8/00000000000000ff"), start)
 		require.NoError(t, err)
 		require.Equal(t, 70*time.Second, got.Schedule.Offset)
 		require.True(t, start.Equal(got.Schedule.Start(start)))
@@ -338,11 +343,11 @@ func TestForPlan(t *testing.T) {
 		opp := *s
 		opp.PinsFrom = ref
 		// Same cycle length, another seed: the reference's pins still apply.
-		got, err := opp.ForPlan("160s/32/0000000000000001/+16", t0)
+		got, err := opp.ForPlan(riverslottest.Key(t, "160s/32/0000000000000001/+16"), t0)
 		require.NoError(t, err)
 		require.Same(t, ref, got.PinsFrom)
 		// Another cycle length: the reference has no such cycle; hash.
-		got, err = opp.ForPlan("120s/8/0000000000000001/+4", t0)
+		got, err = opp.ForPlan(riverslottest.Key(t, "120s/8/0000000000000001/+4"), t0)
 		require.NoError(t, err)
 		require.Nil(t, got.PinsFrom)
 		require.Same(t, ref, opp.PinsFrom, "ForPlan must not modify the spec")
@@ -355,7 +360,10 @@ func TestForPlan(t *testing.T) {
 			{"121s/1/ff", "plan id \"121s/1/ff\": "},
 			{"garbage", "is not of the form"},
 		} {
-			_, err := s.ForPlan(tt.id, t0)
+			// As job args or a ledger row decode it.
+			var k taskspec.PlanKey
+			require.NoError(t, k.UnmarshalText([]byte(tt.id)))
+			_, err := s.ForPlan(k, t0)
 			require.ErrorContains(t, err, tt.want, "plan id %q", tt.id)
 		}
 	})

@@ -7,9 +7,7 @@ package taskspec
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -35,10 +33,13 @@ type Spec struct {
 	// served in slot Plan.Shift(k, Shift).
 	Shift int
 
-	// PlanID names the slot layout and offsets jobs are made for: cycle,
-	// slots, seed, bucket count (when not 256) and shift. Bootstrap and per-slot jobs carry it, so a job made
-	// under another plan is recognised and never collides with this plan's
-	// cycles.
+	// Key names the slot layout and offsets jobs are made for: cycle,
+	// slots, seed, bucket count and shift. Bootstrap and per-slot jobs
+	// carry it, so a job made under another plan is recognised, runs under
+	// its own plan (ForPlan) and never collides with this plan's cycles.
+	// PlanID is its written form (Key.String()), set with it: the ledger
+	// and the sync jobs' tags hold it.
+	Key    PlanKey
 	PlanID string
 
 	// AccountsPool reaches the database holding the accounts table (and a
@@ -146,15 +147,11 @@ func (s *Spec) SeparateAccounts() bool { return s.AccountsPool != nil }
 // seed: "86400s/1024/9c1185a5c5e9fc54/b65536", so it never equals a 256-bucket
 // plan's id (256-bucket ids are as they always were).
 func PlanID(plan slotplan.Plan, seed uint64, shift int) string {
-	id := strconv.FormatInt(int64(plan.Cycle/time.Second), 10) + "s/" + strconv.Itoa(plan.Slots) + "/" + fmt.Sprintf("%016x", seed)
-	if plan.Buckets != 0 && plan.Buckets != slotplan.Buckets {
-		id += "/b" + strconv.Itoa(plan.Buckets)
-	}
-	if shift != 0 {
-		id += "/+" + strconv.Itoa(shift)
-	}
-	return id
+	return KeyOf(plan, seed, shift).String()
 }
+
+// SetKey sets the spec's plan key and its written form, PlanID.
+func (s *Spec) SetKey(k PlanKey) { s.Key, s.PlanID = k, k.String() }
 
 // planTagPrefix starts the River tag that names a sync job's plan.
 const planTagPrefix = "riverslot-plan-"
@@ -174,15 +171,16 @@ var (
 // River's own insert (0.88 against 0.92 of it, 1M accounts).
 func PlanTag(planID string) string { return planTagPrefix + planTagReplacer.Replace(planID) }
 
-// PlanFromTags returns the plan id of PlanTag among tags, and false when
-// none is there.
-func PlanFromTags(tags []string) (string, bool) {
+// PlanFromTags returns the plan of PlanTag among tags: ok is false when
+// none is there, err says why a tag that is there does not name a plan.
+func PlanFromTags(tags []string) (key PlanKey, ok bool, err error) {
 	for _, t := range tags {
-		if rest, ok := strings.CutPrefix(t, planTagPrefix); ok {
-			return planTagReverse.Replace(rest), true
+		if rest, found := strings.CutPrefix(t, planTagPrefix); found {
+			key, err := ParsePlanKey(planTagReverse.Replace(rest))
+			return key, true, err
 		}
 	}
-	return "", false
+	return PlanKey{}, false, nil
 }
 
 // PinsRef returns the pins a cycle of this task follows: its own for a
@@ -276,72 +274,36 @@ func UniqueEveryState() river.UniqueOpts {
 	}}
 }
 
-// ParsePlanID splits a plan id made by PlanID into its cycle, slots, seed,
-// bucket count and shift.
-func ParsePlanID(id string) (cycle time.Duration, slots int, seed uint64, buckets, shift int, err error) {
-	const form = "<seconds>s/<slots>/<seed>[/b<buckets>][/+<shift>]"
-	parts := strings.Split(id, "/")
-	if len(parts) < 3 || len(parts) > 5 || !strings.HasSuffix(parts[0], "s") {
-		return 0, 0, 0, 0, 0, fmt.Errorf("plan id %q is not of the form %s", id, form)
-	}
-	secs, err1 := strconv.ParseInt(strings.TrimSuffix(parts[0], "s"), 10, 64)
-	slots, err2 := strconv.Atoi(parts[1])
-	seed, err3 := strconv.ParseUint(parts[2], 16, 64)
-	buckets = slotplan.Buckets
-	rest := parts[3:]
-	var err4, err5 error
-	if len(rest) > 0 && strings.HasPrefix(rest[0], "b") {
-		buckets, err4 = strconv.Atoi(rest[0][1:])
-		rest = rest[1:]
-	}
-	switch {
-	case len(rest) > 1:
-		err5 = errors.New("too many parts")
-	case len(rest) == 1 && !strings.HasPrefix(rest[0], "+"):
-		err5 = errors.New("the shift must start with '+'")
-	case len(rest) == 1:
-		shift, err5 = strconv.Atoi(rest[0][1:])
-	}
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
-		return 0, 0, 0, 0, 0, fmt.Errorf("plan id %q is not of the form %s: %w", id, form, err)
-	}
-	return time.Duration(secs) * time.Second, slots, seed, buckets, shift, nil
-}
-
-// ForPlan returns the spec a job made for planID runs under: s itself for
-// its own plan (or "", jobs made before plans were recorded), else a copy
+// ForPlan returns the spec a job made for the plan of key runs under: s
+// itself for its own plan (or the zero key, jobs made before plans were
+// recorded), else a copy
 // of s with that plan's cycle, slots and seed, on a UTC grid through
 // cycleStart. Jobs always run under the plan they were made for, so a
 // change of Cycle or Seed, or a rolling deploy where nodes disagree, never
 // mixes two plans inside one cycle.
-func (s *Spec) ForPlan(planID string, cycleStart time.Time) (*Spec, error) {
-	if planID == "" || planID == s.PlanID {
+func (s *Spec) ForPlan(key PlanKey, cycleStart time.Time) (*Spec, error) {
+	if err := key.Err(); err != nil {
+		return nil, err
+	}
+	if key.IsZero() || key == s.Key {
 		return s, nil
 	}
-	cycle, slots, seed, buckets, shift, err := ParsePlanID(planID)
+	plan, err := key.Plan()
 	if err != nil {
 		return nil, err
 	}
-	plan, err := slotplan.NewBuckets(cycle, buckets)
-	if err != nil {
-		return nil, fmt.Errorf("plan id %q: %w", planID, err)
-	}
-	if plan.Slots != slots {
-		return nil, fmt.Errorf("plan id %q: a %s cycle of %d buckets has %d slots, not %d", planID, cycle, buckets, plan.Slots, slots)
-	}
-	if shift < 0 || shift >= slots {
-		return nil, fmt.Errorf("plan id %q: shift %d out of [0, %d)", planID, shift, slots)
-	}
+	cycle := key.Cycle
 	offset := time.Duration(cycleStart.UnixNano()) % cycle
 	if offset < 0 {
 		offset += cycle
 	}
 	schedule, err := slotplan.NewSchedule(cycle, offset, nil)
 	if err != nil {
-		return nil, fmt.Errorf("plan id %q: %w", planID, err)
+		return nil, fmt.Errorf("plan id %q: %w", key, err)
 	}
 	other := *s
-	other.Plan, other.Schedule, other.Seed, other.Shift, other.PlanID = plan, schedule, seed, shift, planID
+	other.Plan, other.Schedule, other.Seed, other.Shift = plan, schedule, key.Seed, key.Shift
+	other.SetKey(key)
 	if other.PinsFrom != nil && (other.PinsFrom.Plan.Cycle != plan.Cycle || other.PinsFrom.Plan.Buckets != plan.Buckets) {
 		// The task it is OppositeOf has no cycle of this plan's length
 		// (or buckets) to follow: the bootstrap of such a cycle places by

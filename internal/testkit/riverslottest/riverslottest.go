@@ -236,13 +236,14 @@ func SpecBuckets(tb testing.TB, name, schema, table, filter string, cycle time.D
 	require.NoError(tb, taskspec.CheckFilter(filter))
 	seed := slotplan.SeedFromName(name)
 	spec := &taskspec.Spec{
-		Name: name, Plan: plan, Schedule: schedule, Seed: seed, PlanID: taskspec.PlanID(plan, seed, 0),
+		Name: name, Plan: plan, Schedule: schedule, Seed: seed,
 		Schema: schema, Table: table, IDColumn: "id", Filter: filter,
 		BatchSize: batchSize, LatePolicy: taskspec.LatePolicySpread, LateGrace: plan.SlotDuration,
 		PerSlotTimeout: time.Minute, SyncTimeout: time.Minute,
 		ControlQueue: river.QueueDefault, ControlPriority: 1,
 		SyncOpts: river.InsertOpts{Queue: river.QueueDefault, Priority: 2, MaxAttempts: 5},
 	}
+	spec.SetKey(taskspec.KeyOf(plan, seed, 0))
 	spec.BuildSQL()
 	return spec
 }
@@ -414,4 +415,13 @@ func NewPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	return pool, nil
+}
+
+// Key returns the plan key of planID (riverutil.TaskInfo.PlanID), for job
+// args a test builds by hand.
+func Key(tb testing.TB, planID string) taskspec.PlanKey {
+	tb.Helper()
+	k, err := taskspec.ParsePlanKey(planID)
+	require.NoError(tb, err)
+	return k
 }

@@ -315,7 +315,7 @@ func (r *Runner) scaleCensus(ctx context.Context, scheduler *riverutil.Scheduler
 	if err != nil {
 		return ScaleStep{}, err
 	}
-	spec := &taskspec.Spec{Name: scaleWeighted, Plan: info.Plan, Seed: info.Seed, PlanID: info.PlanID,
+	spec := &taskspec.Spec{Name: scaleWeighted, Plan: info.Plan, Seed: info.Seed, Key: taskspec.KeyOf(info.Plan, info.Seed, info.Shift), PlanID: info.PlanID,
 		Schema: schema, Table: "accounts", IDColumn: "id", Weight: "weight", WeightEpsilon: slotplan.WeightEpsilonDefault}
 	spec.BuildSQL()
 	r.logf("scale: weight census of %s", scaleWeighted)

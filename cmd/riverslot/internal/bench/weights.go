@@ -123,7 +123,7 @@ func (r *Runner) weightedSelection(ctx context.Context, plan slotplan.Plan, acco
 	}
 
 	spec := func(weight string) *taskspec.Spec {
-		s := &taskspec.Spec{Name: "bench", Plan: plan, Seed: 1, PlanID: taskspec.PlanID(plan, 1, 0),
+		s := &taskspec.Spec{Name: "bench", Plan: plan, Seed: 1, Key: taskspec.KeyOf(plan, 1, 0), PlanID: taskspec.PlanID(plan, 1, 0),
 			Schema: schema, Table: "accounts", IDColumn: "id", Weight: weight, WeightEpsilon: eps, BatchSize: r.cfg.BatchSize, DirectMax: riverutil.PinsDirectMax}
 		s.BuildSQL()
 		return s

@@ -318,7 +318,7 @@ func seedWeighted(ctx context.Context, pool *pgxpool.Pool, schema string, plan s
 			return nil, fmt.Errorf("error preparing the weighted accounts table: %w", err)
 		}
 	}
-	spec := &taskspec.Spec{Name: "bench", Plan: plan, Seed: 1, PlanID: taskspec.PlanID(plan, 1, 0),
+	spec := &taskspec.Spec{Name: "bench", Plan: plan, Seed: 1, Key: taskspec.KeyOf(plan, 1, 0), PlanID: taskspec.PlanID(plan, 1, 0),
 		Schema: schema, Table: "accounts", IDColumn: "id", Weight: "weight", WeightEpsilon: epsilon, BatchSize: 2000, DirectMax: riverutil.PinsDirectMax}
 	spec.BuildSQL()
 	return spec, nil
