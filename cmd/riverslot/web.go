@@ -214,7 +214,10 @@ func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]riveru
 		if !ok {
 			continue
 		}
-		if err := plan.Err(); err != nil {
+		if err := plan.Err(); err != nil || plan.IsZero() {
+			if err == nil {
+				err = errors.New("no plan id")
+			}
 			unreadable = append(unreadable, fmt.Sprintf("%s (%v)", name, err))
 			continue
 		}

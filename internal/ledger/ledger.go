@@ -293,10 +293,16 @@ func (l Ledger) RecordCycle(ctx context.Context, tx pgx.Tx, c Cycle) error {
 	if c.Fallback != "" {
 		fallback = &c.Fallback
 	}
-	_, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10, first_cycle = $11"+
+	tag, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10, first_cycle = $11"+
 		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4",
 		c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback, c.First)
-	return wrap(err, "recording the cycle's decisions in the ledger")
+	if err != nil {
+		return wrap(err, "recording the cycle's decisions in the ledger")
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("recording the cycle's decisions in the ledger: no claimed row of task %q, plan %q, cycle %s", c.Task, c.Plan, c.Start.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // SlotStarted records that job (the slot's per-slot job) started an

@@ -117,6 +117,8 @@ func TestTasksAndOtherSlots(t *testing.T) {
 	got := map[string]int{}
 	for _, o := range found {
 		require.True(t, o.Done)
+		require.NoError(t, o.Cycle.Plan.Err(), "the row's plan id reads back as a plan")
+		require.Equal(t, []any{2 * time.Minute, 8}, []any{o.Cycle.Plan.Cycle, o.Cycle.Plan.Slots})
 		got[names[o.Cycle.Plan.String()]+"@"+o.Cycle.Start.Format("15:04")]++
 	}
 	require.Equal(t, map[string]int{"A@00:00": 2, "A@00:01": 3}, got)

@@ -118,6 +118,11 @@ func ParsePlanKey(id string) (PlanKey, error) {
 	if _, err := k.plan(id); err != nil {
 		return PlanKey{}, fmt.Errorf("%w: %w", ErrPlanID, err)
 	}
+	if canonical := k.String(); canonical != id {
+		// The ledger and the unique keys of jobs hold plan ids as text:
+		// a key must write back exactly what it was read from.
+		return PlanKey{}, fmt.Errorf("%w: plan id %q is not written as riverslot writes it (%q)", ErrPlanID, id, canonical)
+	}
 	return k, nil
 }
 
