@@ -154,6 +154,8 @@ type taskFlags struct {
 	weight                                      *string
 	cycle, offset                               *time.Duration
 	buckets                                     *int
+	seed                                        *uint64
+	phase                                       *float64
 }
 
 func addTaskFlags(fs *flag.FlagSet) *taskFlags {
@@ -167,6 +169,8 @@ func addTaskFlags(fs *flag.FlagSet) *taskFlags {
 		cycle:          durationFlag(fs, "cycle", 120*time.Second, "the task's Cycle: a whole number of seconds, a multiple of 2s, 16s to 24h"),
 		offset:         fs.Duration("trigger-offset", 0, "the task's TriggerOffset: cycle grid offset from the Unix epoch, in [0, --cycle)"),
 		buckets:        fs.Int("buckets", slotplan.Buckets, "the task's Buckets: 256 (last UUID byte) or 65536 (last two bytes, finer slots)"),
+		seed:           fs.Uint64("seed", 0, "the task's Seed: the seed of the accounts' offsets in their slots (0: derived from --task, as in the library)"),
+		phase:          fs.Float64("phase", 0, "the task's Phase: a fraction of the cycle in [0, 1), a whole number of slots (its slots shift by phase x slots)"),
 	}
 }
 
@@ -177,6 +181,9 @@ func (f *taskFlags) check() error {
 	}
 	if *f.buckets != slotplan.Buckets && *f.buckets != slotplan.BucketsTwoByte {
 		return usageErr("--buckets must be %d or %d (Task.Buckets), got %d", slotplan.Buckets, slotplan.BucketsTwoByte, *f.buckets)
+	}
+	if *f.phase < 0 || *f.phase >= 1 {
+		return usageErr("--phase must be in [0, 1) (a fraction of the cycle, Task.Phase), got %g", *f.phase)
 	}
 	if err := checkSchemaName("--schema", *f.schema); err != nil {
 		return err
@@ -191,7 +198,7 @@ func (f *taskFlags) check() error {
 // riverTask is the task the flags describe.
 func (f *taskFlags) riverTask() riverutil.Task {
 	return riverutil.Task{
-		Name: *f.task, Cycle: *f.cycle, TriggerOffset: *f.offset, Buckets: *f.buckets,
+		Name: *f.task, Cycle: *f.cycle, TriggerOffset: *f.offset, Buckets: *f.buckets, Seed: *f.seed, Phase: *f.phase,
 		Schema: *f.accountsSchema, Table: *f.table, Filter: *f.filter, Weight: *f.weight,
 	}
 }

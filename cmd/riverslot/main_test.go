@@ -650,6 +650,8 @@ func TestBenchAndWorkerBadFlags(t *testing.T) {
 		{[]string{"worker", "--cycle", "25h"}, "riverslot worker: --cycle must be at most 24h0m0s, got 25h0m0s: this command runs compressed cycles"},
 		{[]string{"worker", "--cycle", "17s"}, "riverslot worker: --cycle: invalid cycle"},
 		{[]string{"worker", "--rescue-after", "-1s"}, "riverslot worker: --rescue-after must not be negative, got -1s"},
+		{[]string{"worker", "--phase", "1"}, "riverslot worker: --phase must be in [0, 1) (a fraction of the cycle, Task.Phase), got 1"},
+		{[]string{"worker", "--seed", "-1"}, `invalid value "-1" for flag -seed`},
 		{[]string{"worker", "--per-slot-timeout", "-1s"}, "riverslot worker: --per-slot-timeout must not be negative, got -1s"},
 		{[]string{"worker", "--accounts-schema", "pg_catalog"}, "riverslot worker: --accounts-schema must not start with pg_"},
 		{[]string{"worker", "--schema", strings.Repeat("s", 64)}, "riverslot worker: --schema must be 1-63 bytes"},

@@ -39,9 +39,12 @@ account in which cycle:
 
     CREATE TABLE <schema>.synced (task text NOT NULL, account_id uuid NOT NULL,
         cycle_start timestamptz NOT NULL, client_id text,
-        synced_at timestamptz NOT NULL DEFAULT clock_timestamp())
+        synced_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        scheduled_at timestamptz)
 
-Without that table a sync does nothing.
+scheduled_at (optional: recorded when the column exists) is the sync job's
+scheduled time, which River moves on a retry or a snooze. Without that
+table a sync does nothing.
 
 --metrics-addr serves riverslot's metrics in Prometheus' format at /metrics;
 --web-addr serves the operator's page and its JSON API (as riverslot web)
@@ -143,13 +146,17 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	riverLogger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: *riverLogLevel}))
 	clientID := *id
 	synced := pgx.Identifier{*schema, "synced"}.Sanitize()
-	var recordOK bool
+	var recordOK, recordScheduled bool
 	if *record {
 		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", synced).Scan(&recordOK); err != nil {
 			return err
 		}
 		if recordOK {
-			logger.Info("recording each sync", slog.String("table", *schema+".synced"))
+			if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'scheduled_at' AND NOT attisdropped)",
+				synced).Scan(&recordScheduled); err != nil {
+				return err
+			}
+			logger.Info("recording each sync", slog.String("table", *schema+".synced"), slog.Bool("scheduled_at", recordScheduled))
 		} else {
 			logger.Info("not recording syncs: no such table", slog.String("table", *schema+".synced"))
 		}
@@ -163,6 +170,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
 		if !recordOK {
 			return nil
+		}
+		if recordScheduled {
+			_, err := pool.Exec(ctx, "INSERT INTO "+synced+" (task, account_id, cycle_start, client_id, scheduled_at) VALUES ($1, $2, $3, $4, $5)",
+				job.Args.Task, accountID, job.Args.CycleStart, clientID, job.ScheduledAt)
+			return err
 		}
 		_, err := pool.Exec(ctx, "INSERT INTO "+synced+" (task, account_id, cycle_start, client_id) VALUES ($1, $2, $3, $4)",
 			job.Args.Task, accountID, job.Args.CycleStart, clientID)
