@@ -38,7 +38,8 @@ type Args struct {
 	Pins *taskspec.PinsRef `json:"pins,omitempty"`
 	// CycleEnd is when the cycle's successor on its grid starts (zero in
 	// older jobs: the node's schedule decides). The late policy's deadline
-	// and each sync's NotAfter come from it.
+	// and the NotAfter of late-spread syncs come from it (the sync worker
+	// reads the same end from the cycle's ledger record for the others).
 	CycleEnd time.Time `json:"cycle_end,omitzero"`
 }
 

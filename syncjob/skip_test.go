@@ -149,8 +149,8 @@ func TestDerivedNotAfter(t *testing.T) {
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := riverslottest.Schema(ctx, t, pool)
-	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 6)
-	old, current, recorded, spread, untagged, foreign := ids[0], ids[1], ids[2], ids[3], ids[4], ids[5]
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 7)
+	old, current, recorded, spread, untagged, foreign, graced := ids[0], ids[1], ids[2], ids[3], ids[4], ids[5], ids[6]
 
 	const cycle = 2 * time.Minute
 	spec := riverslottest.Spec(t, "reports", schema, "accounts", "active", cycle, 100)
@@ -186,13 +186,21 @@ func TestDerivedNotAfter(t *testing.T) {
 	currentStart := now.Add(cycle)       // the next cycle: not stale
 	recordedStart := now.Add(-2 * cycle) // on its own grid, its record says it ended 5 cycles later
 	recordedEnd := recordedStart.Add(5 * cycle)
+	// A cycle of the usual length whose bootstrap ran with a LateGrace of
+	// an hour (its recorded deadline says so: end + cycle/2 + LateGrace):
+	// its syncs keep that grace whatever this node's LateGrace.
+	gracedStart := now.Add(-4 * cycle)
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	led := ledger.New(schema)
-	_, err = led.ClaimBootstrap(ctx, tx, spec.Name, spec.PlanID, recordedStart, 1)
-	require.NoError(t, err)
-	require.NoError(t, led.RecordCycle(ctx, tx, ledger.Cycle{Task: spec.Name, Plan: spec.Key, Start: recordedStart, End: recordedEnd,
-		Deadline: recordedEnd.Add(cycle), KeepUntil: recordedEnd.Add(cycle), Placement: "hash"}))
+	for _, c := range []ledger.Cycle{
+		{Task: spec.Name, Plan: spec.Key, Start: recordedStart, End: recordedEnd, Deadline: recordedEnd.Add(cycle), KeepUntil: recordedEnd.Add(cycle), Placement: "hash"},
+		{Task: spec.Name, Plan: spec.Key, Start: gracedStart, End: gracedStart.Add(cycle), Deadline: gracedStart.Add(cycle + cycle/2 + time.Hour), KeepUntil: gracedStart.Add(2 * time.Hour), Placement: "hash"},
+	} {
+		_, err = led.ClaimBootstrap(ctx, tx, spec.Name, spec.PlanID, c.Start, 1)
+		require.NoError(t, err)
+		require.NoError(t, led.RecordCycle(ctx, tx, c))
+	}
 	require.NoError(t, tx.Commit(ctx))
 
 	args := func(start time.Time, id uuid.UUID) syncjob.Args {
@@ -215,6 +223,7 @@ func TestDerivedNotAfter(t *testing.T) {
 		{lateSpread, []string{taskspec.PlanTag(spec.PlanID)}},
 		{args(oldStart, untagged), nil}, // made by hand: no limit
 		{args(oldStart, foreign), []string{taskspec.PlanTag(foreignPlan)}},
+		{args(gracedStart, graced), []string{taskspec.PlanTag(spec.PlanID)}},
 	} {
 		res, err := client.Insert(ctx, j.a, &river.InsertOpts{MaxAttempts: 1, Tags: j.tags})
 		require.NoError(t, err)
@@ -249,6 +258,7 @@ func TestDerivedNotAfter(t *testing.T) {
 	require.True(t, synced[spread], "a late-spread sync's own NotAfter wins over the derived one")
 	require.True(t, synced[untagged], "a sync job without the plan's tag has no NotAfter")
 	require.False(t, synced[foreign])
+	require.True(t, synced[graced], "the cycle's own LateGrace (an hour, from its record) keeps its sync fresh")
 }
 
 // waitCompleted waits for the jobs' events, each of which must be a

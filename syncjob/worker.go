@@ -62,7 +62,8 @@ type Worker struct {
 	logged   map[string]bool
 
 	// cycles caches, per task, plan and cycle start, what the cycle's
-	// record gives a sync's NotAfter: one ledger read per cycle and node.
+	// record gives a sync's NotAfter: one ledger read per cycle and node
+	// (more when jobs start together before it is cached, or reads fail).
 	cyclesMu sync.Mutex
 	cycles   map[cycleKey]cycleInfo
 }
@@ -193,7 +194,7 @@ func (w *Worker) notAfter(ctx context.Context, nodeSpec *taskspec.Spec, job *riv
 	if err != nil {
 		// Not a plan this version reads: no limit, as for a job without
 		// one (the sync runs; Apart, when set, still keeps it apart).
-		w.warnOnce(ctx, nodeSpec, job, "plan", "riverslot: sync jobs name a plan this node cannot read; they run without a NotAfter", slog.String("error", err.Error()))
+		w.warnOnce(ctx, nodeSpec, job, "plan-unreadable", "riverslot: sync jobs name a plan this node cannot read; they run without a NotAfter", slog.String("error", err.Error()))
 		return time.Time{}, nil
 	}
 	info, err := w.cycle(ctx, nodeSpec, job, plan)
@@ -217,7 +218,7 @@ func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.
 	if err != nil {
 		// Not a plan this version reads: no limit, as for a job without
 		// one (the sync runs; Apart, when set, still keeps it apart).
-		w.warnOnce(ctx, nodeSpec, job, "plan", "riverslot: sync jobs name a plan this node cannot run; they run without a NotAfter", slog.String("plan", key.plan.String()), slog.String("error", err.Error()))
+		w.warnOnce(ctx, nodeSpec, job, "plan-unrunnable", "riverslot: sync jobs name a plan this node cannot run; they run without a NotAfter", slog.String("plan", key.plan.String()), slog.String("error", err.Error()))
 	} else {
 		info.spec = spec
 		info.cycleEnd = spec.CycleEnd(key.start)

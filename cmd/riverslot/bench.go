@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/riverqueue/river"
 	"io"
 	"os"
 	"runtime/pprof"
@@ -11,11 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/riverqueue/river"
+
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/bench"
 )
 
 const benchAbout = `Runs the benchmarks against Postgres: fan-out, selection, deep queue, queue
-depth, weights, and (only when named in --only) scale: a fleet of
+depth, weights, and, only when named in --only, synctier (riverslot's sync
+worker with a no-op Sync against River's no-op worker, same jobs, same
+MaxWorkers) and scale: a fleet of
 --scale-accounts accounts through seeding, CreateIndexes, bootstraps, one
 slot's fan-out at 1,024 slots, Status and a compressed run. It creates and drops schemas named riverslot_bench_<benchmark>_<n>,
 dropping any existing schema of such a name first: point it at a database of
@@ -44,7 +47,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	scaleRunRetention := fs.Duration("scale-run-retention", time.Minute, "River's CompletedJobRetentionPeriod in the scale benchmark's compressed run")
 	syncTierJobs := fs.Int("synctier-jobs", 100_000, "jobs per side in the sync-tier benchmark (riverslot's sync worker with a no-op Sync against River's no-op worker)")
 	syncTierWorkers := fs.Int("synctier-workers", 400, "MaxWorkers of the sync-tier benchmark's queue, both sides")
-	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth, weights, synctier, scale (comma-separated; scale runs only when named)")
+	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth, weights, synctier, scale (comma-separated; synctier and scale run only when named)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err

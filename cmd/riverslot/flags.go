@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"regexp"
 	"strings"
@@ -182,8 +183,13 @@ func (f *taskFlags) check() error {
 	if *f.buckets != slotplan.Buckets && *f.buckets != slotplan.BucketsTwoByte {
 		return usageErr("--buckets must be %d or %d (Task.Buckets), got %d", slotplan.Buckets, slotplan.BucketsTwoByte, *f.buckets)
 	}
-	if *f.phase < 0 || *f.phase >= 1 {
+	if !(*f.phase >= 0 && *f.phase < 1) { // NaN too
 		return usageErr("--phase must be in [0, 1) (a fraction of the cycle, Task.Phase), got %g", *f.phase)
+	}
+	if plan, err := slotplan.NewBuckets(*f.cycle, *f.buckets); err == nil {
+		if x := *f.phase * float64(plan.Slots); math.Abs(x-math.Round(x)) > 1e-9 {
+			return usageErr("--phase must be a whole number of slots: %g x %d slots = %g; use a multiple of 1/%d", *f.phase, plan.Slots, x, plan.Slots)
+		}
 	}
 	if err := checkSchemaName("--schema", *f.schema); err != nil {
 		return err

@@ -59,8 +59,8 @@ type Config struct {
 	SyncTierJobs    int
 	SyncTierWorkers int
 	// Only, if non-empty, runs just these benchmarks (fanout, selection,
-	// deepqueue, depth, weights, synctier, scale). The scale benchmark runs only when
-	// named here.
+	// deepqueue, depth, weights, synctier, scale). The synctier and scale
+	// benchmarks run only when named here.
 	Only map[string]bool
 }
 
@@ -123,7 +123,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		{"scale", r.scale},
 	}
 	for _, s := range steps {
-		if len(r.cfg.Only) > 0 && !r.cfg.Only[s.name] || len(r.cfg.Only) == 0 && s.name == "scale" {
+		if len(r.cfg.Only) > 0 && !r.cfg.Only[s.name] || len(r.cfg.Only) == 0 && (s.name == "scale" || s.name == "synctier") {
 			continue
 		}
 		begun := time.Now()

@@ -256,8 +256,8 @@ func (r *Runner) rawInsert(ctx context.Context, n int) (time.Duration, error) {
 		id[15] &= 0x7f
 		opts[i] = river.InsertOpts{Queue: "parked", Priority: 2, MaxAttempts: 5, ScheduledAt: plan.Target(cycleStart, 1, id)}
 		// River's own insert of the four fields a sync must carry (task,
-		// account, cycle, slot): the fan-out adds the plan, the same
-		// string in every row, and a NotAfter only to late-spread syncs.
+		// account, cycle, slot): the fan-out adds the plan as a River tag
+		// (stored, not indexed) and a NotAfter only to late-spread syncs.
 		args := syncjob.NewArgs("bench", id, cycleStart, 0)
 		params[i] = river.InsertManyParams{Args: args, InsertOpts: &opts[i]}
 	}
