@@ -65,6 +65,10 @@ type CensusWorker struct {
 	logger *slog.Logger
 	pool   *pgxpool.Pool
 	specs  map[string]*taskspec.Spec
+
+	// stalls counts a census job's stalls on this node, for when the
+	// census table cannot record them.
+	stalls taskspec.Waits
 }
 
 // NewCensusWorker returns a census worker. riverutil builds it.
@@ -140,7 +144,7 @@ func (w *CensusWorker) Work(ctx context.Context, job *river.Job[CensusArgs]) err
 		}
 		// No step in this attempt (the accounts table locked, each step
 		// cut by its timeout): back off, say so, and record it for Status.
-		stalls := taskspec.Snoozes(job.Metadata) + 1 // when the stall cannot be recorded
+		stalls := w.stalls.Add(job.ID) // when the stall cannot be recorded
 		_, err := db.Exec(ctx, spec.Pins.CensusStart, spec.Name, spec.PlanID, cycleStart, spec.Plan.Slots)
 		if err == nil {
 			err = db.QueryRow(ctx, spec.Pins.CensusStalled, spec.Name, spec.PlanID, cycleStart).Scan(&stalls)

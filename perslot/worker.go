@@ -61,6 +61,10 @@ type Worker struct {
 	// transaction begins; batch counts from 1 across attempts. An error
 	// fails the batch, as a lost connection would.
 	beforeBatch func(ctx context.Context, job *river.Job[Args], batch int) error
+
+	// waits lengthens each wait of a job for an unreachable accounts
+	// database.
+	waits taskspec.Waits
 }
 
 // NewWorker returns a per-slot worker that selects accounts through pool.
@@ -166,7 +170,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			}
 			deadline := spec.LateDeadline(job.Args.CycleStart, cycleEnd, spec.Plan.SlotStart(job.Args.CycleStart, job.Args.Slot))
 			if left := time.Until(deadline); left > 0 {
-				wait := min(taskspec.UnreachableWaitFor(taskspec.Snoozes(job.Metadata)), left+100*time.Millisecond)
+				wait := min(w.waits.Next(job.ID), left+100*time.Millisecond)
 				w.logger.WarnContext(ctx, "riverslot: the accounts database is unreachable; the per-slot job waits for it (snoozed, no attempt used) until its slot's late window ends",
 					slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
 					slog.Time("late_window_end", deadline), slog.Duration("wait", wait), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))

@@ -66,6 +66,9 @@ type Worker struct {
 	// (more when jobs start together before it is cached, or reads fail).
 	cyclesMu sync.Mutex
 	cycles   map[cycleKey]cycleInfo
+
+	// waits lengthens each wait of a job for an unreachable database.
+	waits taskspec.Waits
 }
 
 type cycleKey struct {
@@ -146,7 +149,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			// The accounts database is down: wait for it without using an
 			// attempt, until the sync would be stale (then the next cycle
 			// covers the account, as for any stale sync).
-			wait := taskspec.UnreachableWaitFor(taskspec.Snoozes(job.Metadata))
+			wait := w.waits.Next(job.ID)
 			if !notAfter.IsZero() {
 				if left := time.Until(notAfter); left < wait {
 					wait = max(left, 0) + 100*time.Millisecond

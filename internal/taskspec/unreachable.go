@@ -2,10 +2,10 @@ package taskspec
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -52,7 +52,7 @@ const (
 	UnreachableWaitMax = 2 * time.Minute
 )
 
-// UnreachableWaitFor returns the wait after snoozes earlier snoozes of a
+// UnreachableWaitFor returns the wait after snoozes earlier waits of a
 // job: UnreachableWait doubled per snooze up to UnreachableWaitMax, with
 // ±25% jitter so that the jobs of an outage do not come back together.
 func UnreachableWaitFor(snoozes int) time.Duration {
@@ -60,11 +60,29 @@ func UnreachableWaitFor(snoozes int) time.Duration {
 	return d*3/4 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
-// Snoozes returns River's count of a job's snoozes from its metadata.
-func Snoozes(metadata []byte) int {
-	var md struct {
-		Snoozes int `json:"snoozes"`
+// Waits counts, per job, the waits a worker gave a job that found a
+// database unreachable, so that each is longer than the last
+// (UnreachableWaitFor). It is the worker's own count, not River's job
+// metadata: a job another node picks up starts again at UnreachableWait.
+// It forgets every job past 10,000, so it stays bounded. The zero value
+// is ready to use.
+type Waits struct {
+	mu sync.Mutex
+	n  map[int64]int
+}
+
+// Next returns the job's next wait and counts it.
+func (w *Waits) Next(jobID int64) time.Duration {
+	return UnreachableWaitFor(w.Add(jobID) - 1)
+}
+
+// Add counts one more wait of the job and returns how many it had.
+func (w *Waits) Add(jobID int64) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == nil || len(w.n) >= 10_000 {
+		w.n = make(map[int64]int)
 	}
-	_ = json.Unmarshal(metadata, &md)
-	return md.Snoozes
+	w.n[jobID]++
+	return w.n[jobID]
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
@@ -49,6 +50,14 @@ func TestUnreachableWaitFor(t *testing.T) {
 		}
 	}
 	require.LessOrEqual(t, UnreachableWaitFor(100), UnreachableWaitMax*5/4)
-	require.Equal(t, 3, Snoozes([]byte(`{"snoozes": 3, "output": {}}`)))
-	require.Zero(t, Snoozes(nil))
+	// Per job, each wait longer than the last (beyond the jitter), until
+	// the cap; another job starts again at the first.
+	var w Waits
+	for i, want := range []time.Duration{UnreachableWait, 2 * UnreachableWait, 4 * UnreachableWait} {
+		d := w.Next(7)
+		require.GreaterOrEqual(t, d, want*3/4, "wait %d", i+1)
+		require.LessOrEqual(t, d, want*5/4, "wait %d", i+1)
+	}
+	require.LessOrEqual(t, w.Next(8), UnreachableWait*5/4)
+	require.Equal(t, 4, w.Add(7))
 }
