@@ -59,13 +59,7 @@ func TestSkippedSyncs(t *testing.T) {
 	for _, task := range []string{"reports", "billing"} {
 		w.AddTask(riverslottest.Spec(t, task, schema, "accounts", "active", 2*time.Minute, 100), record(task))
 	}
-	workers := river.NewWorkers()
-	require.NoError(t, w.Register(workers))
-	client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
-		Schema:  schema,
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
-		Workers: workers,
-	})
+	client, events := startWorker(ctx, t, pool, schema, w, 4)
 	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	args := func(task string, id uuid.UUID, notAfter time.Time, apart time.Duration) syncjob.Args {
@@ -165,13 +159,7 @@ func TestDerivedNotAfter(t *testing.T) {
 		synced[id] = true
 		return nil
 	})
-	workers := river.NewWorkers()
-	require.NoError(t, w.Register(workers))
-	client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
-		Schema:  schema,
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
-		Workers: workers,
-	})
+	client, events := startWorker(ctx, t, pool, schema, w, 4)
 	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
 
 	// The regular time of an account in slot 3 of the cycle at start: the

@@ -77,13 +77,7 @@ func TestWork(t *testing.T) {
 	})
 	require.Equal(t, 7*time.Second, w.Timeout(&river.Job[syncjob.Args]{Args: syncjob.Args{Task: "reports"}}))
 
-	workers := river.NewWorkers()
-	require.NoError(t, w.Register(workers))
-	client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
-		Schema:  schema,
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
-		Workers: workers,
-	})
+	client, events := startWorker(ctx, t, pool, schema, w, 4)
 
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	cases := map[string]struct {
@@ -153,13 +147,7 @@ func TestWorkAccountsDatabaseUnreachable(t *testing.T) {
 		calls.Add(1)
 		return nil
 	})
-	workers := river.NewWorkers()
-	require.NoError(t, w.Register(workers))
-	client, events := riverslottest.StartClient(ctx, t, pool, &river.Config{
-		Schema:  schema,
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
-		Workers: workers,
-	})
+	client, events := startWorker(ctx, t, pool, schema, w, 2)
 	args := syncjob.NewArgs("reports", ids[0], time.Now().Truncate(time.Second), 0)
 	args.NotAfter = time.Now().Add(4 * time.Second).UTC()
 	res, err := client.Insert(ctx, args, &river.InsertOpts{MaxAttempts: 1})
@@ -182,4 +170,18 @@ func TestWorkAccountsDatabaseUnreachable(t *testing.T) {
 		t.Fatal("the sync job did not finish within 60 s")
 	}
 	require.Zero(t, calls.Load(), "Sync is never called for an account that could not be checked")
+}
+
+// startWorker registers w and starts a River client in schema that works
+// the default queue with maxWorkers workers; it returns the client and its
+// job events.
+func startWorker(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, w *syncjob.Worker, maxWorkers int) (*river.Client[pgx.Tx], <-chan *river.Event) {
+	t.Helper()
+	workers := river.NewWorkers()
+	require.NoError(t, w.Register(workers))
+	return riverslottest.StartClient(ctx, t, pool, &river.Config{
+		Schema:  schema,
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
+		Workers: workers,
+	})
 }
