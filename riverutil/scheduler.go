@@ -111,44 +111,26 @@ func newScheduler(config *Config) (*Scheduler, error) {
 		byName: make(map[string]*taskspec.Spec),
 	}
 
-	var errs []error
-	seen := make(map[string]int)
+	configs := make([]taskspec.Config, len(config.Tasks))
+	syncs := make(map[string]SyncFunc, len(config.Tasks))
 	for i, t := range config.Tasks {
-		prefix := fmt.Sprintf("Tasks[%d] %q: ", i, t.Name)
-		if first, dup := seen[t.Name]; dup && t.Name != "" {
-			errs = append(errs, fmt.Errorf("%sName is already used by Tasks[%d]; task names must be unique", prefix, first))
-		}
-		seen[t.Name] = i
 		if t.AccountsPool == nil {
 			t.AccountsPool = config.AccountsPool
 		}
-		spec, err := newSpec(t)
-		if err != nil {
-			errs = append(errs, prefixErrors(prefix, err))
-			continue
+		configs[i] = t.config()
+		if _, dup := syncs[t.Name]; !dup {
+			syncs[t.Name] = t.Sync
 		}
-		if _, dup := s.byName[spec.Name]; dup {
-			continue // reported above
-		}
-		s.specs = append(s.specs, spec)
-		s.syncs = append(s.syncs, t.Sync)
+	}
+	specs, err := taskspec.Build(configs)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	s.specs = specs
+	for _, spec := range specs {
+		s.syncs = append(s.syncs, syncs[spec.Name])
 		s.byName[spec.Name] = spec
-	}
-	errs = append(errs, s.resolveOpposites(config.Tasks)...)
-	for _, spec := range s.specs {
-		// The plan's id, once its shift is final (OppositeOf sets it).
-		spec.SetKey(taskspec.KeyOf(spec.Plan, spec.Seed, spec.Shift))
-	}
-	for _, spec := range s.specs {
-		owner := spec
-		if spec.PinsFrom != nil {
-			owner = spec.PinsFrom
-		}
-		if spec.PinsRef() != nil {
-			// The pins get half; the rest of the bootstrap (the fallback,
-			// the per-slot inserts) the other half.
-			spec.BootstrapTimeout = 2 * owner.PinsTimeout
-		}
 	}
 	instruments, err := metrics.New(config.MeterProvider)
 	if err != nil {
@@ -163,77 +145,6 @@ func newScheduler(config *Config) (*Scheduler, error) {
 		}
 	}
 	return s, nil
-}
-
-// resolveOpposites gives every task with OppositeOf the shift of its
-// opposite plus half the slots, checking that the relation can hold.
-func (s *Scheduler) resolveOpposites(tasks []Task) []error {
-	var errs []error
-	for i, t := range tasks {
-		if t.OppositeOf == "" {
-			continue
-		}
-		prefix := fmt.Sprintf("Tasks[%d] %q: ", i, t.Name)
-		spec, ok := s.byName[t.Name]
-		if !ok {
-			continue // invalid, reported already
-		}
-		other, ok := s.byName[t.OppositeOf]
-		switch {
-		case t.OppositeOf == t.Name:
-			errs = append(errs, fmt.Errorf("%sOppositeOf names the task itself; name another task of this scheduler", prefix))
-			continue
-		case !ok:
-			errs = append(errs, fmt.Errorf("%sOppositeOf %q is not a valid task of this scheduler; name one of %s", prefix, t.OppositeOf, s.taskNames()))
-			continue
-		case other.Plan.Cycle != spec.Plan.Cycle:
-			errs = append(errs, fmt.Errorf("%sCycle must equal the Cycle of task %q (%s) to stay opposite it, got %s; give both tasks the same Cycle",
-				prefix, other.Name, other.Plan.Cycle, spec.Plan.Cycle))
-			continue
-		case other.Plan.Buckets != spec.Plan.Buckets:
-			errs = append(errs, fmt.Errorf("%sBuckets must equal the Buckets of task %q (%d) to stay opposite it, got %d; give both tasks the same Buckets",
-				prefix, other.Name, other.Plan.Buckets, spec.Plan.Buckets))
-			continue
-		}
-		for j, u := range tasks {
-			if u.Name == t.OppositeOf && u.OppositeOf != "" {
-				errs = append(errs, fmt.Errorf("%sOppositeOf %q, which is itself OppositeOf %q (Tasks[%d]); give one of the two a Phase instead", prefix, u.Name, u.OppositeOf, j))
-			}
-		}
-		if other.Schedule.Offset != spec.Schedule.Offset || other.Schedule.Location.String() != spec.Schedule.Location.String() {
-			errs = append(errs, fmt.Errorf("%sTriggerOffset and Location must equal those of task %q (%s, %s) to stay opposite it (its cycles start then), got %s, %s; give both tasks the same",
-				prefix, other.Name, other.Schedule.Offset, other.Schedule.Location, spec.Schedule.Offset, spec.Schedule.Location))
-			continue
-		}
-		if spec.AccountsPool != other.AccountsPool {
-			errs = append(errs, fmt.Errorf("%sAccountsPool must be the AccountsPool of task %q to stay opposite it (it follows that task's pins, stored next to its accounts); give both tasks the same", prefix, other.Name))
-			continue
-		}
-		if spec.Weighted() {
-			errs = append(errs, fmt.Errorf("%sWeight cannot be set on a task that is OppositeOf another: it follows the placement of task %q (that task's pins shifted by half a cycle), so the two never meet on an account; remove Weight here and set it on %q", prefix, other.Name, other.Name))
-			continue
-		}
-		if other.Weighted() {
-			spec.PinsFrom = other
-		}
-		spec.Opposed, other.Opposed = true, true
-		spec.Shift = spec.Plan.Shift(other.Shift, spec.Plan.Slots/2)
-	}
-	return errs
-}
-
-// prefixErrors prefixes every error joined in err.
-func prefixErrors(prefix string, err error) error {
-	var joined interface{ Unwrap() []error }
-	if !errors.As(err, &joined) {
-		return fmt.Errorf("%s%w", prefix, err)
-	}
-	errs := joined.Unwrap()
-	out := make([]error, len(errs))
-	for i, e := range errs {
-		out[i] = fmt.Errorf("%s%w", prefix, e)
-	}
-	return errors.Join(out...)
 }
 
 // Configure wires the scheduler into config, the one way to do it: it
@@ -428,16 +339,7 @@ func (s *Scheduler) spec(taskName string) (*taskspec.Spec, error) {
 	return spec, nil
 }
 
-func (s *Scheduler) taskNames() string {
-	names := ""
-	for i, spec := range s.specs {
-		if i > 0 {
-			names += ", "
-		}
-		names += fmt.Sprintf("%q", spec.Name)
-	}
-	return names
-}
+func (s *Scheduler) taskNames() string { return taskspec.Names(s.specs) }
 
 // TaskInfo describes one validated task, defaults applied.
 type TaskInfo struct {

@@ -1,16 +1,9 @@
 package riverutil
 
 import (
-	"cmp"
-	"errors"
-	"fmt"
-	"math"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
@@ -21,18 +14,18 @@ import (
 // default to a field left at its zero value and refuses a value out of
 // bounds, naming the field.
 const (
-	IDColumnDefault       = "id"             // Task.IDColumn
-	BatchSizeDefault      = 2000             // Task.BatchSize, accounts per fan-out transaction
-	BatchSizeMax          = 50_000           // the largest Task.BatchSize New accepts
-	PriorityDefault       = 2                // Task.Priority of sync jobs (River: 1 highest, 4 lowest)
-	MaxAttemptsDefault    = 5                // Task.MaxAttempts of a sync job
-	SyncTimeoutDefault    = time.Minute      // Task.SyncTimeout, one Sync call
-	PerSlotTimeoutDefault = time.Minute      // Task.PerSlotTimeout, one fan-out attempt
-	PinsTimeoutDefault    = 30 * time.Second // Task.PinsTimeout, a weighted cycle's pin computation
+	IDColumnDefault       = taskspec.IDColumnDefault       // Task.IDColumn
+	BatchSizeDefault      = taskspec.BatchSizeDefault      // Task.BatchSize, accounts per fan-out transaction
+	BatchSizeMax          = taskspec.BatchSizeMax          // the largest Task.BatchSize New accepts
+	PriorityDefault       = taskspec.PriorityDefault       // Task.Priority of sync jobs (River: 1 highest, 4 lowest)
+	MaxAttemptsDefault    = taskspec.MaxAttemptsDefault    // Task.MaxAttempts of a sync job
+	SyncTimeoutDefault    = taskspec.SyncTimeoutDefault    // Task.SyncTimeout, one Sync call
+	PerSlotTimeoutDefault = taskspec.PerSlotTimeoutDefault // Task.PerSlotTimeout, one fan-out attempt
+	PinsTimeoutDefault    = taskspec.PinsTimeoutDefault    // Task.PinsTimeout, a weighted cycle's pin computation
 
 	// CycleMin is the shortest Cycle: River's scheduler promotes scheduled
 	// jobs every 5 s, so a shorter cycle's slots could not start on time.
-	CycleMin = 16 * time.Second
+	CycleMin = taskspec.CycleMin
 
 	// BucketsDefault is the default Buckets: one UUID byte, 256 buckets.
 	BucketsDefault = slotplan.Buckets
@@ -46,18 +39,15 @@ const (
 	// on 2 cores, so a fifth of that here). A larger fleet's pins come from
 	// a weight census taken in bounded steps by a census job during the
 	// previous cycle (docs/weights-and-phases.md).
-	PinsDirectMax = 200_000
+	PinsDirectMax = taskspec.PinsDirectMax
 
 	// WeightEpsilonDefault is the default WeightEpsilon (0.10): a slot
 	// carries at most 1.10 × the mean slot weight.
 	WeightEpsilonDefault = slotplan.WeightEpsilonDefault
 
 	// LeadMax caps the default Lead, which is min(LeadMax, half a slot).
-	LeadMax = 10 * time.Second
+	LeadMax = taskspec.LeadMax
 )
-
-// controlPriority is the River priority of bootstrap and per-slot jobs.
-const controlPriority = 1
 
 // LatePolicy decides what a per-slot job does with accounts whose target
 // time is more than LateGrace in the past when it enqueues them, which
@@ -267,202 +257,14 @@ type Task struct {
 	Sync SyncFunc
 }
 
-var taskNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
-// newSpec defaults and validates t and returns its spec, or every problem
-// found, each naming the field and the fix.
-func newSpec(t Task) (*taskspec.Spec, error) {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-
-	if !taskNameRE.MatchString(t.Name) {
-		add("Name must be 1-64 letters, digits, '_', '-' or '.', got %q", t.Name)
-	}
-	t.Buckets = cmp.Or(t.Buckets, BucketsDefault)
-	if t.Buckets != slotplan.Buckets && t.Buckets != slotplan.BucketsTwoByte {
-		add("Buckets must be %d (one UUID byte, the default) or %d (two bytes, finer slots), got %d; leave it 0 for the default", slotplan.Buckets, slotplan.BucketsTwoByte, t.Buckets)
-	}
-	// A cycle's own errors come from NewSchedule below, a bad Buckets from
-	// the check above.
-	// riverslot's own minimum comes first: slotplan's (2 s) is the
-	// math's, not what River can run.
-	plan, planErr := slotplan.NewBuckets(t.Cycle, t.Buckets)
-	short := t.Cycle < CycleMin
-	if short {
-		add("Cycle must be at least %s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got %s; use e.g. 32s, 120s, 1h or 24h", CycleMin, t.Cycle)
-		planErr = errors.New("cycle too short")
-	}
-	schedule, err := slotplan.NewSchedule(t.Cycle, t.TriggerOffset, t.Location)
-	if err != nil && !short {
-		errs = append(errs, err)
-	}
-	if t.Table == "" {
-		add("Table must be set to the table holding the accounts")
-	}
-	t.IDColumn = cmp.Or(t.IDColumn, IDColumnDefault)
-	for _, f := range []struct{ field, value string }{{"Schema", t.Schema}, {"Table", t.Table}, {"IDColumn", t.IDColumn}} {
-		if err := checkIdentifier(f.field, f.value); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if t.Filter != "" {
-		if err := taskspec.CheckFilter(t.Filter); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if t.Weight != "" {
-		if err := taskspec.CheckWeight(t.Weight); err != nil {
-			errs = append(errs, err)
-		}
-		t.WeightEpsilon = cmp.Or(t.WeightEpsilon, WeightEpsilonDefault)
-		if !(t.WeightEpsilon > 0 && t.WeightEpsilon <= 1) {
-			add("WeightEpsilon must be in (0, 1] (0.10 lets a slot carry 10%% more than the mean), got %g; leave it 0 for the default", t.WeightEpsilon)
-		}
-		t.PinsTimeout = cmp.Or(t.PinsTimeout, PinsTimeoutDefault)
-		if t.PinsTimeout < time.Millisecond {
-			add("PinsTimeout must be at least 1ms, got %s; leave it 0 for the default %s", t.PinsTimeout, PinsTimeoutDefault)
-		}
-	} else {
-		if t.WeightEpsilon != 0 {
-			add("WeightEpsilon is set (%g) but Weight is empty; set Weight to the accounts' weight column or expression", t.WeightEpsilon)
-		}
-		if t.PinsTimeout != 0 {
-			add("PinsTimeout is set (%s) but Weight is empty; it bounds the weighted placement only: set Weight or leave PinsTimeout 0", t.PinsTimeout)
-		}
-	}
-	t.BatchSize = cmp.Or(t.BatchSize, BatchSizeDefault)
-	if t.BatchSize < 1 || t.BatchSize > BatchSizeMax {
-		add("BatchSize must be between 1 and %d, got %d", BatchSizeMax, t.BatchSize)
-	}
-	t.Queue = cmp.Or(t.Queue, river.QueueDefault)
-	t.ControlQueue = cmp.Or(t.ControlQueue, t.Queue)
-	t.Priority = cmp.Or(t.Priority, PriorityDefault)
-	if t.Priority < 1 || t.Priority > 4 {
-		add("Priority must be between 1 and 4, got %d", t.Priority)
-	}
-	t.MaxAttempts = cmp.Or(t.MaxAttempts, MaxAttemptsDefault)
-	if t.MaxAttempts < 1 {
-		add("MaxAttempts must be at least 1, got %d", t.MaxAttempts)
-	}
-	t.SyncTimeout = cmp.Or(t.SyncTimeout, SyncTimeoutDefault)
-	if t.SyncTimeout < 0 {
-		add("SyncTimeout must not be negative, got %s", t.SyncTimeout)
-	}
-	t.PerSlotTimeout = cmp.Or(t.PerSlotTimeout, PerSlotTimeoutDefault)
-	if t.PerSlotTimeout < 0 {
-		add("PerSlotTimeout must not be negative, got %s", t.PerSlotTimeout)
-	}
-	t.LatePolicy = cmp.Or(t.LatePolicy, LatePolicySpread)
-	if err := t.LatePolicy.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	t.FirstCycle = cmp.Or(t.FirstCycle, FirstCycleLate)
-	if err := t.FirstCycle.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if t.Sync == nil {
-		add("Sync must be set to the function that syncs one account")
-	}
-
-	if t.OppositeOf != "" && t.Phase != 0 {
-		add("Phase and OppositeOf cannot both be set; OppositeOf %q sets Phase to that task's plus 1/2", t.OppositeOf)
-	}
-	if t.Phase < 0 || t.Phase >= 1 {
-		add("Phase must be in [0, 1) (a fraction of the cycle), got %g", t.Phase)
-	}
-	var shift int
-	if planErr == nil && t.Phase > 0 && t.Phase < 1 {
-		f := t.Phase * float64(plan.Slots)
-		shift = int(math.Round(f))
-		if math.Abs(f-float64(shift)) > 1e-9 {
-			add("Phase × slots must be a whole number of slots, got %g × %d = %g; use a multiple of 1/%d", t.Phase, plan.Slots, f, plan.Slots)
-		}
-	}
-
-	if planErr == nil {
-		t.LateGrace = cmp.Or(t.LateGrace, plan.SlotDuration)
-		switch {
-		case t.LateGrace < 0:
-			add("LateGrace must not be negative, got %s", t.LateGrace)
-		case t.LateGrace > t.Cycle:
-			add("LateGrace must be at most Cycle (%s), got %s; an account later than a cycle is covered by the next cycle", t.Cycle, t.LateGrace)
-		}
-		t.Lead = cmp.Or(t.Lead, min(LeadMax, plan.SlotDuration/2))
-		if t.Lead < 0 || t.Lead >= plan.SlotDuration {
-			add("Lead must be in (0, slot duration) = (0, %s), got %s; leave it 0 for the default, min(%s, half a slot)", plan.SlotDuration, t.Lead, LeadMax)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-
-	if t.Seed == 0 {
-		t.Seed = slotplan.SeedFromName(t.Name)
-	}
-	spec := &taskspec.Spec{
-		Name:            t.Name,
-		Plan:            plan,
-		Schedule:        schedule,
-		Seed:            t.Seed,
-		Shift:           shift,
-		AccountsPool:    t.AccountsPool,
-		Schema:          t.Schema,
-		Table:           t.Table,
-		IDColumn:        t.IDColumn,
-		Filter:          t.Filter,
-		Weight:          t.Weight,
-		WeightEpsilon:   t.WeightEpsilon,
-		BatchSize:       t.BatchSize,
-		LatePolicy:      t.LatePolicy,
-		FirstCycle:      t.FirstCycle,
-		LateGrace:       t.LateGrace,
-		Lead:            t.Lead,
-		TriggerLead:     triggerLead(t.Lead, t.Cycle),
-		PerSlotTimeout:  t.PerSlotTimeout,
-		PinsTimeout:     t.PinsTimeout,
-		DirectMax:       PinsDirectMax,
-		SyncTimeout:     t.SyncTimeout,
-		ControlQueue:    t.ControlQueue,
-		ControlPriority: controlPriority,
-		SyncOpts:        river.InsertOpts{Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts},
-	}
-	spec.BuildSQL()
-	return spec, nil
-}
-
-// triggerLead is how long before a cycle start its trigger fires: the
-// per-slot lead plus 10 s, so the bootstrap has run and slot 0's per-slot
-// job is in the queue before River's scheduler has to promote it. Capped at
-// half a cycle.
-func triggerLead(lead, cycle time.Duration) time.Duration {
-	return min(lead+10*time.Second, cycle/2)
-}
-
-// checkIdentifier rejects identifiers that are legal when quoted but almost
-// certainly a mistake or an injection attempt. Identifiers are always quoted
-// in SQL regardless.
-func checkIdentifier(field, value string) error {
-	if len(value) > 63 {
-		return fmt.Errorf("%s must be at most 63 bytes (Postgres' identifier limit), got %d", field, len(value))
-	}
-	if strings.ContainsAny(value, "\";\x00") || strings.Contains(value, "--") {
-		return fmt.Errorf("%s must be a plain identifier without quotes, ';' or '--' (it is quoted for you), got %q", field, value)
-	}
-	return nil
-}
-
-func init() {
-	// riverslot's own tools (the simulator) build specs without a database
-	// through taskspec.FromTasks; see there.
-	taskspec.FromTasks = func(tasks any) ([]*taskspec.Spec, error) {
-		ts, ok := tasks.([]Task)
-		if !ok {
-			return nil, fmt.Errorf("taskspec.FromTasks: want []riverutil.Task, got %T", tasks)
-		}
-		s, err := newScheduler(&Config{Tasks: ts})
-		if err != nil {
-			return nil, err
-		}
-		return s.specs, nil
+// config is t as taskspec.Build takes it.
+func (t Task) config() taskspec.Config {
+	return taskspec.Config{
+		Name: t.Name, Cycle: t.Cycle, Buckets: t.Buckets, TriggerOffset: t.TriggerOffset, Location: t.Location,
+		AccountsPool: t.AccountsPool, Schema: t.Schema, Table: t.Table, IDColumn: t.IDColumn, Filter: t.Filter,
+		Weight: t.Weight, WeightEpsilon: t.WeightEpsilon, PinsTimeout: t.PinsTimeout, Phase: t.Phase, OppositeOf: t.OppositeOf,
+		Seed: t.Seed, BatchSize: t.BatchSize, Queue: t.Queue, ControlQueue: t.ControlQueue, Priority: t.Priority,
+		MaxAttempts: t.MaxAttempts, SyncTimeout: t.SyncTimeout, PerSlotTimeout: t.PerSlotTimeout, Lead: t.Lead,
+		LatePolicy: t.LatePolicy, LateGrace: t.LateGrace, FirstCycle: t.FirstCycle, HasSync: t.Sync != nil,
 	}
 }

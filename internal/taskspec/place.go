@@ -144,10 +144,3 @@ func (s *Spec) SyncsUntil(cycleStart, cycleEnd time.Time) time.Time {
 	// is cycleEnd + Cycle - Cycle/2, plus LateGrace for a spread sync.
 	return cycleEnd.Add(s.Plan.Cycle/2 + s.LateGrace)
 }
-
-// FromTasks validates riverutil tasks into their specs, exactly as
-// riverutil.New does (defaults, validation, OppositeOf), without a pool.
-// riverutil sets it (the tasks are passed as any, a []riverutil.Task, so
-// that this package does not import riverutil); it lets riverslot's own
-// tools, such as the simulator, run the exact specs the tiers run.
-var FromTasks func(tasks any) ([]*Spec, error)

@@ -12,11 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/riverqueue/river"
-
 	"github.com/riverslot/riverslot/internal/taskspec"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -99,26 +95,22 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	return results, nil
 }
 
-// Specs validates the simulated riverslot tasks through riverutil, exactly
-// as riverutil.New does for an app: the spec every tier runs.
+// Specs validates the simulated riverslot tasks with taskspec.Build, as
+// riverutil.New does for an app: the spec every tier runs.
 func Specs(cfg Config) ([]*taskspec.Spec, error) {
 	cfg.setDefaults()
-	task := riverutil.Task{
+	task := taskspec.Config{
 		Name: cfg.Task, Cycle: cfg.Cycle, Buckets: cfg.Buckets, Table: "accounts", MaxAttempts: cfg.MaxAttempts,
 		TriggerOffset: time.Duration(Base.UnixNano() % int64(max(cfg.Cycle, 1))),
-		Sync:          func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil },
+		HasSync:       true,
 	}
-	tasks := []riverutil.Task{task}
+	tasks := []taskspec.Config{task}
 	if cfg.Reciprocal {
 		opposite := task
 		opposite.Name, opposite.OppositeOf = task.Name+"_opposite", task.Name
 		tasks = append(tasks, opposite)
 	}
-	specs, err := taskspec.FromTasks(tasks)
-	if err != nil {
-		return nil, err
-	}
-	return specs, nil
+	return taskspec.Build(tasks)
 }
 
 // newFleet is the accounts table: n random version 4 UUIDs from seed, in
