@@ -48,9 +48,6 @@ const (
 	ControlPriority = 1
 )
 
-// controlPriority is the River priority of bootstrap and per-slot jobs.
-const controlPriority = 1
-
 // Config is one task as riverutil.Task describes it (riverutil.Task
 // documents each field), without its SyncFunc: HasSync says whether it has
 // one. Build turns configs into specs, the one place a task is validated
