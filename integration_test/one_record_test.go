@@ -394,17 +394,10 @@ func TestRollbackAfterPlanChange(t *testing.T) {
 	t.Parallel()
 
 	const accounts = 1000
-	ctx, b := setup(t, accounts)
+	ctx, b, a, bb, client, start := twoPlans(t, accounts)
 	// River's retention between the runs (the parked syncs are not finished).
 	clean := func() { b.deleteFinished(ctx, t) }
-	taskA := riverutil.Task{Name: "transactions", Cycle: 24 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
-		Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
-	taskB := taskA
-	taskB.Cycle = 48 * time.Second
-	a, bb := newScheduler(t, b, taskA), newScheduler(t, b, taskB)
-	client := startClient(ctx, t, b, a, false, river.QueueDefault)
 	infoA := taskInfo(t, a, "transactions")
-	start := taskInfo(t, bb, "transactions").Schedule.Next(time.Now().Add(time.Hour))
 	require.True(t, infoA.Schedule.Start(start).Equal(start), "a cycle start of both plans")
 
 	b.runCycles(ctx, t, client, cycleRun{a, "transactions", start})
@@ -498,15 +491,8 @@ func TestRollingDeployBothPlans(t *testing.T) {
 	t.Parallel()
 
 	const accounts = 1000
-	ctx, b := setup(t, accounts)
+	ctx, b, a, bb, client, start := twoPlans(t, accounts)
 	clean := func() { b.deleteFinished(ctx, t) }
-	taskA := riverutil.Task{Name: "transactions", Cycle: 24 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
-		Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
-	taskB := taskA
-	taskB.Cycle = 48 * time.Second
-	a, bb := newScheduler(t, b, taskA), newScheduler(t, b, taskB)
-	client := startClient(ctx, t, b, a, false, river.QueueDefault)
-	start := taskInfo(t, bb, "transactions").Schedule.Next(time.Now().Add(time.Hour))
 
 	for _, c := range []cycleRun{
 		{a, "transactions", start}, {bb, "transactions", start},
@@ -535,4 +521,21 @@ func TestRollingDeployBothPlans(t *testing.T) {
 			require.GreaterOrEqual(t, ts[i].Sub(ts[i-1]), 12*time.Second, "account %s synced twice %s apart: %v", id, ts[i].Sub(ts[i-1]), ts)
 		}
 	}
+}
+
+// twoPlans is the fixture of the rollback and rolling-deploy tests: plan A
+// (a 24 s cycle) and plan B (48 s) of task "transactions" over accounts,
+// their syncs parked at their times, a client (no periodic trigger) to run
+// their cycles, and a cycle start of both plans an hour ahead.
+func twoPlans(t *testing.T, accounts int) (ctx context.Context, b *testBundle, a, bb *riverutil.Scheduler, client *river.Client[pgx.Tx], start time.Time) {
+	t.Helper()
+	ctx, b = setup(t, accounts)
+	taskA := riverutil.Task{Name: "transactions", Cycle: 24 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
+		Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
+	taskB := taskA
+	taskB.Cycle = 48 * time.Second
+	a, bb = newScheduler(t, b, taskA), newScheduler(t, b, taskB)
+	client = startClient(ctx, t, b, a, false, river.QueueDefault)
+	start = taskInfo(t, bb, "transactions").Schedule.Next(time.Now().Add(time.Hour))
+	return ctx, b, a, bb, client, start
 }

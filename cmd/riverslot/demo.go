@@ -106,7 +106,12 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 		if o.reciprocal {
 			tasks = 2 // both tasks' syncs share the queue
 		}
-		o.workers = min(max(50, riverutil.MaxWorkersFor(tasks*int64(o.accounts), o.cycle)), river.QueueNumWorkersMax)
+		need := riverutil.MaxWorkersFor(tasks*int64(o.accounts), o.cycle)
+		o.workers = min(max(50, need), river.QueueNumWorkersMax)
+		if need > o.workers {
+			fmt.Fprintf(stderr, "riverslot demo: the fleet needs %d workers to start its syncs in time, more than River's %d per queue; the demo runs with %d and its syncs will start late (lengthen --cycle or lower --accounts)\n",
+				need, river.QueueNumWorkersMax, o.workers)
+		}
 	}
 	if err := checkSchemaName("--schema", o.schema); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +129,11 @@ func TestDemoWorkersSizedForTheFleet(t *testing.T) {
 	o, err := parseDemoFlags([]string{"--accounts", "250000", "--cycle", "240s", "--workers", "10"}, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, 10, o.workers)
+
+	// A fleet no single queue can start in time: capped, and said.
+	var stderr strings.Builder
+	o, err = parseDemoFlags([]string{"--accounts", "10000000", "--cycle", "16s"}, &stderr)
+	require.NoError(t, err)
+	require.Equal(t, river.QueueNumWorkersMax, o.workers)
+	require.Contains(t, stderr.String(), "more than River's 10000 per queue")
 }
