@@ -42,8 +42,18 @@ func TestThreeNodes(t *testing.T) {
 		nodes[id] = startWorker(t, b.schema, id, args...)
 	}
 	// RunOnStart bootstraps the cycle that starts within a trigger lead
-	// (12.5 s here) plus a second: the current one, partly late, or the next.
-	partial := schedule.Start(time.Now().Add(14 * time.Second))
+	// (12.5 s here): the current one, partly late, or the next, depending
+	// on when the leader's trigger ran. The ledger says which (a guess
+	// from the clock here failed once on a busy machine, the trigger
+	// running just past the boundary).
+	led := pgx.Identifier{b.schema, "riverslot_ledger"}.Sanitize()
+	waitFor(t, 60*time.Second, "RunOnStart's bootstrap", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE slot = -1") > 0
+	})
+	var partial time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT min(cycle_start) FROM "+led+" WHERE slot = -1").Scan(&partial))
+	partial = partial.UTC()
+	require.True(t, schedule.Start(partial).Equal(partial), "a cycle start of the task's schedule")
 	c1 := partial.Add(cycle)
 	c2 := c1.Add(cycle)
 	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
