@@ -102,6 +102,12 @@ func startWorker(t *testing.T, schema, id string, args ...string) *worker {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		if t.Failed() {
+			if dir := os.Getenv("RIVERSLOT_TEST_KEEP_FAILED"); dir != "" {
+				path := filepath.Join(os.TempDir(), "riverslot-worker-"+strings.ReplaceAll(t.Name(), "/", "-")+"-"+id+".log")
+				if err := os.WriteFile(path, []byte(logs.String()), 0o644); err == nil {
+					t.Logf("RIVERSLOT_TEST_KEEP_FAILED: worker %s logs in %s", id, path)
+				}
+			}
 			t.Logf("worker %s logs:\n%s", id, lastLines(logs.String(), 40))
 		}
 	})

@@ -225,3 +225,84 @@ func TestSyncedByOlderCycleChain(t *testing.T) {
 	require.Positive(t, skippedAlone, "judged alone, B's cycle would take accounts from A's next cycle")
 	require.Zero(t, skippedChain, "B synced none of them: A's next cycle syncs all %d", checked)
 }
+
+// TestSyncedByOlderCycleLateSpread: an older cycle whose fan-out of the
+// account's slot ran late spread the account to some time after its
+// batch, which the ledger bounds by the slot's start and finish only. A
+// cycle on another grid (a TriggerOffset change) starting after the
+// account's regular time but before that spread must leave the account to
+// it. Judged at the older cycle's regular time, the account was synced by
+// both, seconds apart (a deploy chain of real processes found it).
+func TestSyncedByOlderCycleLateSpread(t *testing.T) {
+	t.Parallel()
+
+	spec := riverslottest.Spec(t, "transactions", "s", "accounts", "", 24*time.Second, 100) // 8 slots of 3 s, LateGrace 3 s
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	id := uuid.MustParse("6ba7b810-9dad-41d1-80b4-00c04fd43045") // bucket 0x45 = 69: slot 2 of 8 (6 s to 9 s)
+	require.Equal(t, 2, spec.Plan.SlotOf(id))
+	regular := spec.Plan.Target(t0, spec.Seed, id)
+	older := func(run fanOut, seen time.Time) *overlap {
+		return &overlap{plan: spec.Plan, seed: spec.Seed, cycleStart: t0, slots: map[int]bool{2: true},
+			runs: map[int]fanOut{2: run}, late: &lateRules{spec: spec, cycleEnd: t0.Add(24 * time.Second)}, seen: seen}
+	}
+	// The new cycle: 10 s after the older one (another grid), the account
+	// at 28 s, more than half a cycle after its regular time in the older
+	// cycle (at most 9 s).
+	newStart, target := t0.Add(10*time.Second), t0.Add(28*time.Second)
+	require.Greater(t, target.Sub(regular), 12*time.Second)
+
+	onTime := fanOut{from: t0.Add(4 * time.Second), to: t0.Add(5 * time.Second)}
+	require.False(t, syncedByOlderCycle([]*overlap{older(onTime, time.Time{})}, id, target, newStart, spec.Plan.Cycle),
+		"placed at its regular time, 19 s or more before this one: both sync")
+
+	late := fanOut{from: t0.Add(14 * time.Second), to: t0.Add(14 * time.Second)} // 5 s or more late: spread
+	sp, ok := older(late, time.Time{}).target(id)
+	require.True(t, ok)
+	require.Equal(t, late.from, sp.lo, "spread from its batch on")
+	require.Equal(t, t0.Add(18*time.Second), sp.hi, "at most until the slot's late deadline, half a cycle after its start")
+	require.True(t, syncedByOlderCycle([]*overlap{older(late, time.Time{})}, id, target, newStart, spec.Plan.Cycle),
+		"spread between 14 s and 18 s: inside this cycle, and less than half a cycle before 28 s")
+
+	pending := fanOut{pending: true}
+	require.True(t, syncedByOlderCycle([]*overlap{older(pending, t0.Add(14*time.Second))}, id, target, newStart, spec.Plan.Cycle),
+		"a pending fan-out already past the account's time spreads it when it runs")
+	require.False(t, syncedByOlderCycle([]*overlap{older(pending, t0.Add(time.Second))}, id, target, newStart, spec.Plan.Cycle),
+		"a pending fan-out still ahead of the account's time places it on time")
+
+	pastDeadline := fanOut{from: t0.Add(19 * time.Second), to: t0.Add(19 * time.Second)}
+	_, ok = older(pastDeadline, time.Time{}).target(id)
+	require.False(t, ok, "a fan-out past the slot's late deadline skips the account")
+
+	skip := *spec
+	skip.LatePolicy = taskspec.LatePolicySkip
+	o := older(late, time.Time{})
+	o.late.spec = &skip
+	_, ok = o.target(id)
+	require.False(t, ok, "LatePolicySkip: the late account is skipped, this cycle must sync it")
+}
+
+// TestSyncedByOlderCycleDecided: what an older cycle's slot did is read
+// from the ledger's counts where they tell (it inserted every account it
+// selected, or none), not replayed from the cycles still in view. Here Y's
+// replay, seeing W's sync 5 s before Y's, would say Y left the account to
+// W; the cycle W itself left it to (out of view, older) is what made Y
+// sync it. Judged by the replay, Z synced the account 8 s after Y.
+func TestSyncedByOlderCycleDecided(t *testing.T) {
+	t.Parallel()
+
+	spec := riverslottest.Spec(t, "transactions", "s", "accounts", "", 24*time.Second, 100) // 8 slots of 3 s
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	id := uuid.MustParse("6ba7b810-9dad-41d1-80b4-00c04fd43045") // slot 2 of 8
+	cycle := func(start time.Time) *overlap {
+		return &overlap{plan: spec.Plan, seed: spec.Seed, cycleStart: start, createdAt: start, slots: map[int]bool{2: true}}
+	}
+	w, y := cycle(t0), cycle(t0.Add(5*time.Second))
+	ySync := spec.Plan.Target(y.cycleStart, spec.Seed, id)
+	zStart, zTarget := t0.Add(12*time.Second), ySync.Add(8*time.Second)
+
+	require.False(t, syncedByOlderCycle([]*overlap{w, y}, id, zTarget, zStart, spec.Plan.Cycle), "replayed: Y left it to W, W is 13 s away")
+	y.decided = map[int]bool{2: true}
+	require.True(t, syncedByOlderCycle([]*overlap{w, y}, id, zTarget, zStart, spec.Plan.Cycle), "Y's slot inserted every account: Y synced it 8 s before")
+	y.decided = map[int]bool{2: false}
+	require.False(t, syncedByOlderCycle([]*overlap{y}, id, zTarget, zStart, spec.Plan.Cycle), "Y's slot inserted none: only this cycle syncs it")
+}

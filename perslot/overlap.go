@@ -35,6 +35,18 @@ type overlap struct {
 	// replaying the older cycles' decisions, never in the final one.
 	replayOnly bool
 	slots      map[int]bool // the other cycle's slots whose per-slot job is not cancelled or discarded
+	// runs: when each slot's fan-out placed (or will place) its accounts,
+	// from the ledger; with late, the other plan's late policy, it says
+	// where a late account of the slot may have been spread. A slot
+	// without a run (and an overlap without late) places every account
+	// at its regular time.
+	runs map[int]fanOut
+	late *lateRules
+	seen time.Time // when the overlaps were read: a pending fan-out runs after it
+	// decided: slots whose finished fan-out inserted every account it
+	// selected (true) or none (false), as the ledger counts them: what
+	// the slot did with an account is known, not replayed.
+	decided map[int]bool
 	// pins is what the other cycle follows (nil: hash placement), and
 	// pinned the slots (in the pins' own task) of the current page's
 	// accounts pinned there.
@@ -42,6 +54,29 @@ type overlap struct {
 	pinRead taskspec.PinRead
 	pinned  map[uuid.UUID]int
 }
+
+// fanOut is when a slot's fan-out placed its accounts: its batches ran
+// between from and to. A pending one (queued, or running with batches
+// left) places them from the overlap's seen time on.
+type fanOut struct {
+	from, to time.Time
+	pending  bool
+}
+
+// lateRules are the other cycle's late policy (its plan's, as this node
+// configures the task) and its end.
+type lateRules struct {
+	spec     *taskspec.Spec
+	cycleEnd time.Time
+	first    bool // the task's first cycle under FirstCycleAll
+}
+
+// span is when a cycle syncs an account: at lo (lo == hi), or, when its
+// fan-out may have found the account late and spread it, at some time in
+// [lo, hi] that the ledger does not record.
+type span struct{ lo, hi time.Time }
+
+func at(t time.Time) span { return span{t, t} }
 
 // overlaps loads the other cycles that may sync this job's accounts within
 // half a cycle of it, from the ledger: the cycles of the task, of any plan,
@@ -79,6 +114,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 	}
 	byCycle := map[string]*overlap{}
 	var out []*overlap
+	seen := time.Now()
 	for _, r := range found {
 		c := r.Cycle
 		// A regular neighbour (same plan, same grid): its syncs are a
@@ -109,8 +145,13 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			if err != nil {
 				continue // its own jobs are cancelled
 			}
+			end := c.End
+			if end.IsZero() {
+				end = other.CycleEnd(c.Start)
+			}
 			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, createdAt: c.CreatedAt, planID: c.Plan.String(),
-				replayOnly: neighbour, slots: map[int]bool{}, pins: pins}
+				replayOnly: neighbour, slots: map[int]bool{}, pins: pins,
+				runs: map[int]fanOut{}, decided: map[int]bool{}, late: &lateRules{spec: other, cycleEnd: end, first: c.First}, seen: seen}
 			if pins != nil {
 				o.pinRead = spec.PinRead(pins.Schema)
 			}
@@ -118,6 +159,20 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			out = append(out, o)
 		}
 		o.slots[r.Slot] = true
+		switch {
+		case r.Done && !r.StartedAt.IsZero() && !r.FinishedAt.IsZero():
+			o.runs[r.Slot] = fanOut{from: r.StartedAt, to: r.FinishedAt}
+		case !r.Done:
+			o.runs[r.Slot] = fanOut{from: seen, pending: true}
+		}
+		if r.Done && r.Accounts >= 0 && r.Inserted >= 0 {
+			switch r.Inserted {
+			case 0:
+				o.decided[r.Slot] = false
+			case r.Accounts:
+				o.decided[r.Slot] = true
+			}
+		}
 	}
 	// Oldest first: syncedByOlderCycle replays their decisions in order.
 	slices.SortStableFunc(out, func(a, b *overlap) int {
@@ -172,56 +227,136 @@ func (b *batch) loadOverlapPins(ctx context.Context, q querier, page []account) 
 
 // target returns when the other cycle syncs the account, by its real
 // placement (pinned or hash slot), and whether it does (its slot's per-slot
-// job is not cancelled or discarded).
-func (o *overlap) target(id uuid.UUID) (time.Time, bool) {
-	slot := o.plan.Shift(o.plan.SlotOf(id), o.shift)
-	if o.pins != nil {
-		if pinned, ok := o.pinned[id]; ok && pinned >= 0 && pinned < o.plan.Slots {
-			slot = o.plan.Shift(pinned, o.pins.Shift)
+// job is not cancelled or discarded, and its late policy did not skip it).
+// An account its fan-out found late was spread from the time of the batch
+// that placed it, which the ledger bounds by the slot's start and finish:
+// the span covers every time the spread may have chosen. (Judged at the
+// regular time alone, a cycle whose fan-out ran late, after a deploy or
+// an outage, let the next plan's cycle sync the account again seconds
+// after the late sync.)
+func (o *overlap) target(id uuid.UUID) (span, bool) {
+	slot := o.slotOf(id)
+	if !o.slots[slot] {
+		return span{}, false
+	}
+	if synced, ok := o.decided[slot]; ok && !synced {
+		return span{}, false // its fan-out inserted none of the slot's accounts
+	}
+	slotStart := o.plan.SlotStart(o.cycleStart, slot)
+	regular := slotStart.Add(o.plan.Offset(o.seed, id))
+	run, ok := o.runs[slot]
+	if !ok || o.late == nil {
+		return at(regular), true
+	}
+	spec := o.late.spec
+	lateAfter := regular.Add(spec.LateGrace)
+	if run.pending && lateAfter.After(o.seen) || !run.pending && !lateAfter.Before(run.to) {
+		return at(regular), true // placed on time whenever its batch ran (or will run, on time)
+	}
+	surelyLate := lateAfter.Before(run.from)
+	deadline := spec.LateDeadline(o.cycleStart, o.late.cycleEnd, slotStart)
+	switch {
+	case o.late.first:
+		deadline = o.late.cycleEnd
+	case spec.Opposed:
+		if end := slotStart.Add(o.plan.SlotDuration); end.Before(deadline) {
+			deadline = end
 		}
 	}
-	if !o.slots[slot] {
-		return time.Time{}, false
+	if (spec.LatePolicy == taskspec.LatePolicySkip && !o.late.first) || !run.from.Before(deadline) {
+		if surelyLate {
+			return span{}, false // skipped until the next cycle
+		}
+		return at(regular), true // on time, or skipped
 	}
-	return o.plan.SlotStart(o.cycleStart, slot).Add(o.plan.Offset(o.seed, id)), true
+	hi := deadline
+	if !run.pending && !o.late.first {
+		if last := run.to.Add(taskspec.CatchUpWindow(run.to, slotStart, o.plan.SlotDuration, o.plan.Cycle)); last.Before(hi) {
+			hi = last
+		}
+	}
+	lo := regular
+	if surelyLate {
+		lo = run.from
+	}
+	return span{lo, hi}, true
+}
+
+// slotOf returns the account's slot in the other cycle: its pinned slot
+// there, else its hash slot.
+func (o *overlap) slotOf(id uuid.UUID) int {
+	if o.pins != nil {
+		if pinned, ok := o.pinned[id]; ok && pinned >= 0 && pinned < o.plan.Slots {
+			return o.plan.Shift(pinned, o.pins.Shift)
+		}
+	}
+	return o.plan.Shift(o.plan.SlotOf(id), o.shift)
 }
 
 // syncedByOlderCycle reports whether another cycle, bootstrapped earlier,
-// syncs the account inside this cycle ([cycleStart, cycleStart + cycle)) or
-// less than half a cycle from target. That cycle runs under its own plan and
-// placement; this one leaves the account to it, so across a plan change, a
-// grid change or a rolling deploy no account is synced twice within a
-// cycle, nor twice less than half a cycle apart by their targets.
+// may sync the account inside this cycle ([cycleStart, cycleStart +
+// cycle)) or less than half a cycle from target. That cycle runs under its
+// own plan and placement; this one leaves the account to it, so across a
+// plan change, a grid change or a rolling deploy no account is synced
+// twice within a cycle, nor twice less than half a cycle apart.
 //
-// The older cycles' own decisions are replayed, oldest first (overlaps is
-// in that order): a cycle that left the account to a cycle older than it
-// does not sync it, and so does not keep this one from it. After a plan
-// change and a rollback (plan A, then B, then A again), B's cycle that
-// left an account to A's first cycle does not make A's next cycle skip it.
+// What an older cycle did with the account is read from the ledger where
+// it is known (its slot inserted every account it selected, or none);
+// otherwise its decision is replayed, oldest first (overlaps is in that
+// order): a cycle that surely left the account to a cycle older than it
+// does not sync it, and so does not keep this one from it. After
+// a plan change and a rollback (plan A, then B, then A again), B's cycle
+// that left an account to A's first cycle does not make A's next cycle
+// skip it.
 func syncedByOlderCycle(overlaps []*overlap, id uuid.UUID, target, cycleStart time.Time, cycle time.Duration) bool {
-	var synced, others []time.Time // the older cycles' syncs of the account; those of other plans or grids
+	var synced, others []span // the older cycles' syncs of the account; those of other plans or grids
 	for _, o := range overlaps {
 		old, ok := o.target(id)
-		if !ok || covered(synced, old, o.cycleStart, o.plan.Cycle) {
-			continue // it does not sync the account, or left it to an older cycle
+		if !ok {
+			continue // it does not sync the account
+		}
+		// A slot that inserted every account synced this one, whatever a
+		// replay from the cycles still in view would say.
+		if !o.decided[o.slotOf(id)] && surelyCovered(synced, old, o.cycleStart, o.plan.Cycle) {
+			continue // it left the account to an older cycle
 		}
 		synced = append(synced, old)
 		if !o.replayOnly {
 			others = append(others, old)
 		}
 	}
-	return covered(others, target, cycleStart, cycle)
+	return covered(others, at(target), cycleStart, cycle)
 }
 
-// covered reports whether one of synced falls inside the cycle
+// covered reports whether one of synced may fall inside the cycle
 // [cycleStart, cycleStart + cycle) or less than half a cycle from target:
 // the rule by which a cycle leaves an account to an older one.
-func covered(synced []time.Time, target, cycleStart time.Time, cycle time.Duration) bool {
+func covered(synced []span, target span, cycleStart time.Time, cycle time.Duration) bool {
+	end := cycleStart.Add(cycle)
 	for _, old := range synced {
-		if d := target.Sub(old); d < cycle/2 && d > -cycle/2 {
+		if target.lo.Sub(old.hi) < cycle/2 && old.lo.Sub(target.hi) < cycle/2 {
 			return true
 		}
-		if !old.Before(cycleStart) && old.Before(cycleStart.Add(cycle)) {
+		// A spread sync lands before its span's end (the late deadline):
+		// a span ending at this cycle's start lies before it.
+		if (old.hi.After(cycleStart) || old.lo.Equal(cycleStart)) && old.lo.Before(end) {
+			return true
+		}
+	}
+	return false
+}
+
+// surelyCovered is covered for every time in the spans: what an older
+// cycle's fan-out decided, replayed, when it left the account to a cycle
+// before it. Where the ledger cannot tell, the older cycle is taken to
+// sync the account, which keeps this cycle from it.
+func surelyCovered(synced []span, target span, cycleStart time.Time, cycle time.Duration) bool {
+	end := cycleStart.Add(cycle)
+	for _, old := range synced {
+		if target.hi.Sub(old.lo) < cycle/2 && old.hi.Sub(target.lo) < cycle/2 {
+			return true
+		}
+		if !old.lo.Before(cycleStart) && old.hi.Before(end) {
 			return true
 		}
 	}

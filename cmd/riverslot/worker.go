@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -40,10 +41,11 @@ account in which cycle:
     CREATE TABLE <schema>.synced (task text NOT NULL, account_id uuid NOT NULL,
         cycle_start timestamptz NOT NULL, client_id text,
         synced_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-        scheduled_at timestamptz)
+        scheduled_at timestamptz, job_id bigint)
 
-scheduled_at (optional: recorded when the column exists) is the sync job's
-scheduled time, which River moves on a retry or a snooze. Without that
+scheduled_at and job_id are optional (recorded when the column exists):
+the sync job's scheduled time, which River moves on a retry or a snooze,
+and its id, which a job run again after a kill -9 records twice. Without that
 table a sync does nothing.
 
 --metrics-addr serves riverslot's metrics in Prometheus' format at /metrics;
@@ -69,12 +71,14 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	workSync := fs.Bool("work-sync", true, "work the sync queue (false: sync jobs stay queued)")
 	periodic := fs.Bool("periodic", true, "run the periodic trigger that starts each cycle (RunOnStart); false: this node starts no cycle")
 	latePolicy := fs.String("late-policy", string(riverutil.LatePolicySpread), "spread or skip")
+	lateGrace := fs.Duration("late-grace", 0, "the task's LateGrace: how far past its time an account is still synced at its time, not by the late policy (default: the library's, a slot)")
 	completedRetention := fs.Duration("completed-retention", 0, "river.Config.CompletedJobRetentionPeriod: how long River keeps completed jobs (default 0: River's 24h); riverslot's ledger keeps cycles unique whatever it is")
 	rescueAfter := fs.Duration("rescue-after", 0, "river.Config.RescueStuckJobsAfter (default: the longest job timeout + 1m, set by Scheduler.Configure)")
 	perSlotTimeout := fs.Duration("per-slot-timeout", 0, "per-slot attempt timeout (default: the library's)")
 	syncTimeout := fs.Duration("sync-timeout", 0, "sync attempt timeout (default: the library's)")
 	pinsTimeout := fs.Duration("pins-timeout", 0, "a weighted task's PinsTimeout (default: the library's)")
 	maxConns := fs.Int("max-conns", 10, "database connections this process may open")
+	reciprocal := fs.Bool("reciprocal", false, "also run <--task>_opposite over the same accounts, opposite --task (Task.OppositeOf), as riverslot demo --reciprocal does")
 	record := fs.Bool("record", true, "record each sync in <--schema>.synced if that table exists (see above)")
 	metricsAddr := fs.String("metrics-addr", "", "serve riverslot's OpenTelemetry metrics in Prometheus' format at http://ADDR/metrics, e.g. :9090 (default: no metrics)")
 	webAddr := fs.String("web-addr", "", "serve the operator's page (as riverslot web) and /metrics on one port, e.g. 127.0.0.1:8080 (default: no page); it has no authentication: keep it on 127.0.0.1 or behind a proxy that has")
@@ -146,24 +150,39 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	riverLogger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: *riverLogLevel}))
 	clientID := *id
 	synced := pgx.Identifier{*schema, "synced"}.Sanitize()
-	var recordOK, recordScheduled bool
+	// The synced table's optional columns this node fills: scheduled_at
+	// (the sync job's scheduled time) and job_id (River's job id: a job
+	// run again after a kill -9 records the same id twice).
+	var (
+		recordOK bool
+		optional []string
+	)
 	if *record {
 		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", synced).Scan(&recordOK); err != nil {
 			return err
 		}
 		if recordOK {
-			if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'scheduled_at' AND NOT attisdropped)",
-				synced).Scan(&recordScheduled); err != nil {
+			if err := pool.QueryRow(ctx, "SELECT coalesce(array_agg(attname::text ORDER BY attname), '{}') FROM pg_attribute WHERE attrelid = $1::regclass AND attname IN ('job_id', 'scheduled_at') AND NOT attisdropped",
+				synced).Scan(&optional); err != nil {
 				return err
 			}
-			logger.Info("recording each sync", slog.String("table", *schema+".synced"), slog.Bool("scheduled_at", recordScheduled))
+			logger.Info("recording each sync", slog.String("table", *schema+".synced"), slog.String("optional_columns", strings.Join(optional, ",")))
 		} else {
 			logger.Info("not recording syncs: no such table", slog.String("table", *schema+".synced"))
 		}
 	}
+	insertSynced := "INSERT INTO " + synced + " (task, account_id, cycle_start, client_id"
+	for _, c := range optional {
+		insertSynced += ", " + pgx.Identifier{c}.Sanitize()
+	}
+	insertSynced += ") VALUES ($1, $2, $3, $4"
+	for i := range optional {
+		insertSynced += fmt.Sprintf(", $%d", 5+i)
+	}
+	insertSynced += ")"
 	task := tf.riverTask()
 	task.BatchSize, task.Queue, task.ControlQueue = *batch, *syncQueue, river.QueueDefault
-	task.LatePolicy, task.PerSlotTimeout, task.SyncTimeout = riverutil.LatePolicy(*latePolicy), *perSlotTimeout, *syncTimeout
+	task.LatePolicy, task.LateGrace, task.PerSlotTimeout, task.SyncTimeout = riverutil.LatePolicy(*latePolicy), *lateGrace, *perSlotTimeout, *syncTimeout
 	if task.Weight != "" {
 		task.PinsTimeout = *pinsTimeout
 	}
@@ -171,16 +190,28 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if !recordOK {
 			return nil
 		}
-		if recordScheduled {
-			_, err := pool.Exec(ctx, "INSERT INTO "+synced+" (task, account_id, cycle_start, client_id, scheduled_at) VALUES ($1, $2, $3, $4, $5)",
-				job.Args.Task, accountID, job.Args.CycleStart, clientID, job.ScheduledAt)
-			return err
+		args := []any{job.Args.Task, accountID, job.Args.CycleStart, clientID}
+		for _, c := range optional {
+			switch c {
+			case "job_id":
+				args = append(args, job.ID)
+			case "scheduled_at":
+				args = append(args, job.ScheduledAt)
+			}
 		}
-		_, err := pool.Exec(ctx, "INSERT INTO "+synced+" (task, account_id, cycle_start, client_id) VALUES ($1, $2, $3, $4)",
-			job.Args.Task, accountID, job.Args.CycleStart, clientID)
+		_, err := pool.Exec(ctx, insertSynced, args...)
 		return err
 	}
-	schedulerConfig := &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{task}, AccountsPool: accountsPool}
+	tasks := []riverutil.Task{task}
+	if *reciprocal {
+		opposite := task
+		opposite.Name, opposite.OppositeOf = task.Name+"_opposite", task.Name
+		// A task OppositeOf a weighted task follows its pins (shifted by
+		// half a cycle) and has no Weight of its own.
+		opposite.Weight, opposite.PinsTimeout = "", 0
+		tasks = append(tasks, opposite)
+	}
+	schedulerConfig := &riverutil.Config{Logger: logger, Tasks: tasks, AccountsPool: accountsPool}
 	if metrics != nil {
 		schedulerConfig.MeterProvider = metrics.provider
 	}

@@ -225,6 +225,14 @@ type OtherSlot struct {
 	// Done: the slot's fan-out finished (its syncs are in the queue or
 	// ran). Failed: it ended without finishing, as recorded.
 	Done, Failed bool
+	// StartedAt and FinishedAt bound when its fan-out placed the slot's
+	// accounts (zero when not recorded): a late account was spread from
+	// the time of the batch that placed it.
+	StartedAt, FinishedAt time.Time
+	// Accounts and Inserted are the finished fan-out's counts (-1 when
+	// not recorded): a slot that inserted every account it selected
+	// synced each, one that inserted none synced none.
+	Accounts, Inserted int64
 }
 
 // OtherSlots returns the slots of the task's cycles, of any plan, that
@@ -234,7 +242,7 @@ type OtherSlot struct {
 // syncs can run after notBefore (their Deadline; cycles recorded without
 // one are included). One range of the primary key.
 func (l Ledger) OtherSlots(ctx context.Context, q Queryer, task, plan string, cycleStart, from, to, before, notBefore time.Time) ([]OtherSlot, error) {
-	rows, err := q.Query(ctx, "SELECT "+cycleColumns+", s.slot, coalesce(s.job_id, 0), s.finished_at IS NOT NULL, s.failed_at IS NOT NULL"+
+	rows, err := q.Query(ctx, "SELECT "+cycleColumns+", s.slot, coalesce(s.job_id, 0), s.finished_at IS NOT NULL, s.failed_at IS NOT NULL, s.started_at, s.finished_at, coalesce(s.accounts, -1), coalesce(s.inserted, -1)"+
 		" FROM "+l.table+" c JOIN "+l.table+" s ON s.task = c.task AND s.cycle_start = c.cycle_start AND s.plan = c.plan AND s.slot >= 0"+
 		" WHERE c.task = $1 AND c.slot = $2 AND c.cycle_start > $3 AND c.cycle_start < $4"+
 		" AND NOT (c.plan = $5 AND c.cycle_start = $6)"+
@@ -247,12 +255,21 @@ func (l Ledger) OtherSlots(ctx context.Context, q Queryer, task, plan string, cy
 	defer rows.Close()
 	var out []OtherSlot
 	for rows.Next() {
-		var o OtherSlot
-		c, err := scanCycle(rows, &o.Slot, &o.JobID, &o.Done, &o.Failed)
+		var (
+			o                 OtherSlot
+			started, finished *time.Time
+		)
+		c, err := scanCycle(rows, &o.Slot, &o.JobID, &o.Done, &o.Failed, &started, &finished, &o.Accounts, &o.Inserted)
 		if err != nil {
 			return nil, wrap(err, "reading the task's other cycles in the ledger")
 		}
 		o.Cycle = c
+		if started != nil {
+			o.StartedAt = *started
+		}
+		if finished != nil {
+			o.FinishedAt = *finished
+		}
 		out = append(out, o)
 	}
 	return out, wrap(rows.Err(), "reading the task's other cycles in the ledger")

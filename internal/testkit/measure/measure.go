@@ -59,10 +59,10 @@ type Cycle struct {
 
 // SyncedTableDDL is the column list of the table an app-like sync function
 // records each sync in (task, account, cycle, and when the sync job was
-// scheduled, where the writer knows it): the record of what was synced
+// scheduled and its job id, where the writer knows them): the record of what was synced
 // that survives River's deletion of completed jobs. riverslot demo and
 // worker write it; Target.SyncedTable reads it.
-const SyncedTableDDL = "(task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, client_id text, synced_at timestamptz NOT NULL DEFAULT clock_timestamp(), scheduled_at timestamptz)"
+const SyncedTableDDL = "(task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, client_id text, synced_at timestamptz NOT NULL DEFAULT clock_timestamp(), scheduled_at timestamptz, job_id bigint)"
 
 // Target names the tables and the task to measure.
 type Target struct {

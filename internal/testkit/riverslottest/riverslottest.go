@@ -149,7 +149,9 @@ func Schema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool) string {
 	return schema
 }
 
-// EmptySchema creates a fresh schema without River's tables.
+// EmptySchema creates a fresh schema without River's tables. It is dropped
+// when the test ends, unless the test failed and RIVERSLOT_TEST_KEEP_FAILED
+// is set (to look at its tables).
 func EmptySchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool) string {
 	tb.Helper()
 
@@ -159,6 +161,10 @@ func EmptySchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool) string 
 	_, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
+		if tb.Failed() && os.Getenv("RIVERSLOT_TEST_KEEP_FAILED") != "" {
+			tb.Logf("RIVERSLOT_TEST_KEEP_FAILED: keeping schema %s of the failed test", schema)
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, err := pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
