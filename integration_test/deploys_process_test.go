@@ -66,8 +66,8 @@ const (
 // trigger made. Over the whole chain, from the worker's record of each
 // sync (job id, cycle, scheduled time): no account is synced twice less
 // than half the shorter cycle apart, none goes longer than a cycle and a
-// half (of the longer cycle) plus a slot without a sync (plus River's
-// leader failover after the kill -9), every slot of
+// half (of the longer cycle) plus a slot without a sync (two cycles plus
+// River's leader failover in the chain with a kill -9), every slot of
 // every cycle the ledger recorded finished, and the last plan's first
 // full cycle syncs every account once.
 func TestDeploysProcesses(t *testing.T) {
@@ -262,16 +262,18 @@ func TestDeploysProcesses(t *testing.T) {
 
 			// A kill -9 of River's leader stops River's scheduler (it runs on
 			// the leader) until another node is elected: the leader's TTL
-			// (15 s) and up to one elect interval (5 s). Syncs that it holds
-			// past their NotAfter complete as stale, covered by their
-			// accounts' next regular sync.
-			var stall time.Duration
+			// (15 s) and up to one elect interval (5 s), most of a 24 s
+			// cycle. Syncs it holds past their NotAfter complete as stale;
+			// where the next plan's first cycle left such an account to
+			// the stale sync, the account waits for the cycle after: up to
+			// two cycles plus the stall without a sync.
+			longest := maxCycle + maxCycle/2 + maxSlot
 			for _, d := range chain.deploys {
 				if d.how == kill9 {
-					stall = 20 * time.Second
+					longest = 2*maxCycle + maxSlot + 20*time.Second
 				}
 			}
-			half, longest := minCycle/2, maxCycle+maxCycle/2+maxSlot+stall
+			half := minCycle / 2
 			var (
 				closest, widest time.Duration = time.Hour, 0
 				leftToEarlier   int
