@@ -312,8 +312,8 @@ func TestDeploysProcesses(t *testing.T) {
 // TestOppositeOfLateFanOutsProcesses is TestOppositeOfLateFanOuts with a
 // real `riverslot worker --reciprocal` process (a task and its OppositeOf
 // task) and River deleting finished jobs a second after they finish: both
-// tasks' cycle is enqueued 9 s after it started (an outage of three 3 s
-// slots) and the node starts then, so the first slots fan out late, and
+// tasks' cycle is enqueued on the running node 9 s after it started (an
+// outage of three 3 s slots), so the first slots fan out late, and
 // every slot is shorter than River's 5 s scheduler tick. LateGrace is
 // short (the default is a slot) so that late accounts of a slot still in
 // progress are spread, not only skipped. The late accounts
@@ -335,6 +335,11 @@ func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
 	led := pgx.Identifier{b.schema, "riverslot_ledger"}.Sanitize()
 	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
 
+	// The node starts first (process start-up takes seconds under load),
+	// then the cycle that started 9 s ago is enqueued: off the node's grid,
+	// as EnqueueCycle may make it.
+	startWorker(t, b.schema, "reciprocal", "--task", "payments", "--reciprocal", "--cycle", cycle.String(),
+		"--periodic=false", "--late-grace", "500ms", "--rescue-after", "5s", "--per-slot-timeout", "4s", "--sync-timeout", "4s", "--workers", "20")
 	offset, start := offsetForStartIn(cycle, -9*time.Second)
 	task := riverutil.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", LateGrace: 500 * time.Millisecond,
 		Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil }}
@@ -348,8 +353,6 @@ func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
 		_, err := scheduler.EnqueueCycle(ctx, insertOnly, name, start)
 		require.NoError(t, err)
 	}
-	startWorker(t, b.schema, "reciprocal", "--task", "payments", "--reciprocal", "--cycle", cycle.String(), "--trigger-offset", offset.String(),
-		"--periodic=false", "--late-grace", "500ms", "--rescue-after", "5s", "--per-slot-timeout", "4s", "--sync-timeout", "4s", "--workers", "20")
 
 	end := start.Add(cycle)
 	waitFor(t, time.Until(end)+cycle/2+90*time.Second, "both tasks' cycle and its late syncs", func() bool {
