@@ -277,7 +277,7 @@ func (s *Scheduler) warnFewSlots(ctx context.Context, spec *taskspec.Spec) {
 
 // riverSchedulerTick is how often River moves scheduled jobs to available
 // (River's JobSchedulerInterval default).
-const riverSchedulerTick = taskspec.RiverSchedulerTick
+const riverSchedulerTick = 5 * time.Second
 
 // warnShortSlots warns when spec's slots are shorter than River's scheduler
 // tick and LateGrace is too: a sync job may become available up to a tick

@@ -241,12 +241,11 @@ func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.
 		if found && !rec.End.IsZero() {
 			info.cycleEnd = rec.End
 			if !rec.Deadline.IsZero() {
-				// The cycle's own start grace, as its bootstrap recorded
-				// it (Deadline = End + Cycle/2 + StartGrace, LateGrace
-				// before StartGrace had River's tick as its floor): a
-				// deploy that changes LateGrace does not move the NotAfter
-				// of syncs already queued.
-				if grace := rec.Deadline.Sub(rec.End) - spec.Plan.Cycle/2; grace >= 0 && grace != spec.StartGrace() {
+				// The cycle's own LateGrace, as its bootstrap recorded it
+				// (Deadline = End + Cycle/2 + LateGrace): a deploy that
+				// changes LateGrace does not move the NotAfter of syncs
+				// already queued.
+				if grace := rec.Deadline.Sub(rec.End) - spec.Plan.Cycle/2; grace >= 0 && grace != spec.LateGrace {
 					own := *spec
 					own.LateGrace = grace
 					info.spec = &own

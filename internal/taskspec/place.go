@@ -105,33 +105,18 @@ func (s *Spec) CycleEnd(cycleStart time.Time) time.Time {
 // target in the cycle [cycleStart, cycleEnd) is regular and which is
 // scheduled at scheduled (regular, or later when the late policy spread
 // it): half a cycle before its regular time in the next cycle, and never
-// less than StartGrace after scheduled, so that a spread sync placed near
+// less than LateGrace after scheduled, so that a spread sync placed near
 // the end of its window is not stale as soon as River starts it a little
 // late. A sync that starts later (it waited in the queue through an
 // outage, or its cycle was superseded) is stale: the next cycle syncs the
 // account soon enough, so the sync job completes without calling Sync.
 func (s *Spec) NotAfter(cycleStart, cycleEnd, regular, scheduled time.Time) time.Time {
 	notAfter := cycleEnd.Add(regular.Sub(cycleStart) - s.Plan.Cycle/2)
-	if grace := scheduled.Add(s.StartGrace()); grace.After(notAfter) {
+	if grace := scheduled.Add(s.LateGrace); grace.After(notAfter) {
 		return grace
 	}
 	return notAfter
 }
-
-// RiverSchedulerTick is how often River's scheduler, which runs on the
-// leader only, makes scheduled jobs available (River's default
-// JobScheduler interval): a job scheduled at t may start up to a tick
-// after t even on an idle fleet.
-const RiverSchedulerTick = 5 * time.Second
-
-// StartGrace is how long after its scheduled time a sync may start and
-// still call Sync: LateGrace, but at least River's scheduler tick. With a
-// shorter grace (LateGrace defaults to a slot, and test cycles have slots
-// of seconds) a spread sync placed near the end of its window went stale
-// waiting for River's scheduler, and an account whose next cycle was of
-// another plan, which had left it to that sync, went a cycle more
-// without one.
-func (s *Spec) StartGrace() time.Duration { return max(s.LateGrace, RiverSchedulerTick) }
 
 // Regular returns the account's regular time in the cycle starting at
 // cycleStart, in slot (the slot whose per-slot job serves it: its hash
@@ -156,6 +141,6 @@ func (s *Spec) RegularNotAfter(cycleStart, cycleEnd time.Time, slot int, id [16]
 // reads only the cycles whose syncs can still run near its own.
 func (s *Spec) SyncsUntil(cycleStart, cycleEnd time.Time) time.Time {
 	// Slots span the plan's Cycle even on a 23 h day: the last NotAfter
-	// is cycleEnd + Cycle - Cycle/2, plus StartGrace for a spread sync.
-	return cycleEnd.Add(s.Plan.Cycle/2 + s.StartGrace())
+	// is cycleEnd + Cycle - Cycle/2, plus LateGrace for a spread sync.
+	return cycleEnd.Add(s.Plan.Cycle/2 + s.LateGrace)
 }

@@ -242,18 +242,6 @@ func TestNotAfter(t *testing.T) {
 				"late %s hash %x: NotAfter leaves less than LateGrace after the spread time", late, hash)
 		}
 	}
-
-	// A LateGrace shorter than River's scheduler tick: a spread sync still
-	// gets the tick, which River may take to make it available.
-	short := *s
-	short.LateGrace = time.Second
-	require.Equal(t, taskspec.RiverSchedulerTick, short.StartGrace())
-	require.True(t, t0.Add(95*time.Second).Equal(short.NotAfter(t0, cycleEnd, regular, t0.Add(90*time.Second))),
-		"scheduled at T0 + 90 s: T0 + 95 s, not T0 + 91 s")
-	require.True(t, cycleEnd.Add(80*time.Second+taskspec.RiverSchedulerTick).Equal(short.SyncsUntil(t0, cycleEnd)))
-	long := *s
-	long.LateGrace = 20 * time.Second
-	require.Equal(t, 20*time.Second, long.StartGrace())
 }
 
 func TestPlanID(t *testing.T) {
