@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
@@ -80,13 +81,13 @@ const accountJobsCTE = `WITH j AS MATERIALIZED (SELECT * FROM %s WHERE args @> j
 // accountSyncSQL reads the account's latest sync job of task $3 and cycle
 // $4.
 const accountSyncSQL = accountJobsCTE + `SELECT id, (args->>'cycle_start')::timestamptz, coalesce((args->>'slot')::int, -1), state, scheduled_at, attempted_at, finalized_at, attempt,
-		coalesce(metadata->'output'->>'` + syncjob.OutputSkipped + `', ''), errors
+		coalesce(metadata->'` + rivertype.MetadataKeyOutput + `'->>'` + syncjob.OutputSkipped + `', ''), errors
 	FROM j WHERE kind = $2 AND args->>'task' = $3 AND args->>'cycle_start' = $4 ORDER BY id DESC LIMIT 1`
 
 // lastSyncedSQL finds when the account was last synced by task $3 (Sync
 // called) among the jobs River keeps.
 const lastSyncedSQL = accountJobsCTE + `SELECT max(finalized_at) FROM j WHERE kind = $2 AND args->>'task' = $3 AND state = 'completed'
-	AND NOT coalesce(metadata->'output' ? '` + syncjob.OutputSkipped + `', false)`
+	AND NOT coalesce(metadata->'` + rivertype.MetadataKeyOutput + `' ? '` + syncjob.OutputSkipped + `', false)`
 
 // Account returns where the account stands in the named task's latest
 // cycle: bucket, slot, offset and pin under the cycle's plan and placement,

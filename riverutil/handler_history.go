@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/riverqueue/river/rivertype"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/syncjob"
 )
@@ -105,9 +106,9 @@ const historyCountsSQL = `SELECT
 		AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) u),
 	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE state IN ('discarded', 'cancelled') AND finalized_at >= $4
 		AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) f),
-	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('output', jsonb_build_object($5::text, $7::text))
+	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('` + rivertype.MetadataKeyOutput + `', jsonb_build_object($5::text, $7::text))
 		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) stale),
-	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('output', jsonb_build_object($5::text, $8::text))
+	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('` + rivertype.MetadataKeyOutput + `', jsonb_build_object($5::text, $8::text))
 		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) too_soon)`
 
 // historyLatenessSQL samples a cycle's ($2 task, $3 cycle start) completed

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
@@ -597,9 +598,9 @@ func (s *Scheduler) pinMoves(ctx context.Context, spec *taskspec.Spec, ref *task
 // after), never every sync job; the args are not matched through their own
 // GIN index, which would list the whole cycle.
 const skippedSQL = `SELECT
-	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('output', jsonb_build_object($8::text, $5::text))
+	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('` + rivertype.MetadataKeyOutput + `', jsonb_build_object($8::text, $5::text))
 		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $7) stale),
-	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('output', jsonb_build_object($8::text, $6::text))
+	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('` + rivertype.MetadataKeyOutput + `', jsonb_build_object($8::text, $6::text))
 		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $7) too_soon)`
 
 // Off slots: a done slot whose selected accounts differ from Expected by

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
@@ -283,7 +284,7 @@ const apartSQL = `WITH m AS MATERIALIZED (
 	)
 	SELECT id, state FROM m
 	WHERE kind = $1 AND args->>'task' = $2 AND attempted_at > $4 AND id <> $5 AND state IN ('completed', 'running')
-	  AND NOT coalesce(metadata->'output' ? '` + OutputSkipped + `', false)`
+	  AND NOT coalesce(metadata->'` + rivertype.MetadataKeyOutput + `' ? '` + OutputSkipped + `', false)`
 
 // apart decides whether the job may call Sync: not if a sync of the
 // account completed that started less than Apart before this one; wait if

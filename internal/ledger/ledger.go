@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -383,10 +384,10 @@ func (l Ledger) Backfill(ctx context.Context, tx pgx.Tx, bootstrapKind, perSlotK
 	added = tag.RowsAffected()
 	tag, err = tx.Exec(ctx, "INSERT INTO "+l.table+" (task, cycle_start, plan, slot, job_id, created_at, accounts, inserted, skipped, batches, finished_at)"+
 		" SELECT DISTINCT ON (1, 2, 3, 4) args->>'task', (args->>'cycle_start')::timestamptz, args->>'plan', (args->>'slot')::int, id, created_at,"+
-		" CASE WHEN state = 'completed' THEN (metadata->'output'->>'accounts')::bigint END,"+
-		" CASE WHEN state = 'completed' THEN (metadata->'output'->>'inserted')::bigint END,"+
-		" CASE WHEN state = 'completed' THEN (metadata->'output'->>'skipped')::bigint END,"+
-		" CASE WHEN state = 'completed' THEN (metadata->'output'->>'batches')::int END,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'"+rivertype.MetadataKeyOutput+"'->>'accounts')::bigint END,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'"+rivertype.MetadataKeyOutput+"'->>'inserted')::bigint END,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'"+rivertype.MetadataKeyOutput+"'->>'skipped')::bigint END,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'"+rivertype.MetadataKeyOutput+"'->>'batches')::int END,"+
 		" CASE WHEN state = 'completed' THEN finalized_at END"+
 		" FROM "+l.jobs+" WHERE kind = $1 AND coalesce(args->>'plan', '') <> '' AND coalesce(args->>'task', '') <> '' AND args ? 'slot'"+
 		" ORDER BY 1, 2, 3, 4, (state = 'completed') DESC, id ON CONFLICT DO NOTHING", perSlotKind)
