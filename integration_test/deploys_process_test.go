@@ -315,8 +315,9 @@ func TestDeploysProcesses(t *testing.T) {
 // tasks' cycle is enqueued on the running node 9 s after it started (an
 // outage of three 3 s slots), so the first slots fan out late, and
 // every slot is shorter than River's 5 s scheduler tick. LateGrace is
-// short (the default is a slot) so that late accounts of a slot still in
-// progress are spread, not only skipped. The late accounts
+// 100 ms (the default is a slot) so that, however late the node's fan-out
+// of the past slots runs (seconds, under load), the accounts of the slot
+// then in progress whose time has passed are spread, not only skipped. The late accounts
 // each task spreads keep the two tasks half a cycle minus a slot apart:
 // every sync the worker recorded is that far from the other task's sync
 // of the account and from its on-time syncs in the cycles around, and no
@@ -339,9 +340,9 @@ func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
 	// then the cycle that started 9 s ago is enqueued: off the node's grid,
 	// as EnqueueCycle may make it.
 	startWorker(t, b.schema, "reciprocal", "--task", "payments", "--reciprocal", "--cycle", cycle.String(),
-		"--periodic=false", "--late-grace", "500ms", "--rescue-after", "5s", "--per-slot-timeout", "4s", "--sync-timeout", "4s", "--workers", "20")
+		"--periodic=false", "--late-grace", "100ms", "--rescue-after", "5s", "--per-slot-timeout", "4s", "--sync-timeout", "4s", "--workers", "20")
 	offset, start := offsetForStartIn(cycle, -9*time.Second)
-	task := riverutil.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", LateGrace: 500 * time.Millisecond,
+	task := riverutil.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", LateGrace: 100 * time.Millisecond,
 		Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil }}
 	opposite := task
 	opposite.Name, opposite.OppositeOf = "payments_opposite", "payments"
