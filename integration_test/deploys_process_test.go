@@ -61,14 +61,16 @@ const (
 // restarts (Seed through SIGTERM, Buckets through kill -9, TriggerOffset,
 // then a rollback to the Buckets plan), one of rolling deploys where nodes
 // of both plans run together (Cycle 24 s to 40 s, a rollback to 24 s, then
-// Phase), ending with EnqueueCycle of every past cycle of every
+// Phase), and two more that change each part through the other kind of
+// deploy (Cycle and Phase by restart; Seed, Buckets, TriggerOffset by
+// rolling deploy), each ending with EnqueueCycle of every past cycle of every
 // plan and of the current one (a duplicate trigger). Each deploy happens
 // once the running plan has fanned out some slots of a cycle its own
 // trigger made. Over the whole chain, from the worker's record of each
 // sync (job id, cycle, scheduled time): no account is synced twice less
-// than half the shorter cycle apart, none goes longer than a cycle and a
-// half (of the longer cycle) plus a slot without a sync (three cycles plus
-// River's leader failover in the chain with a kill -9), every slot of
+// than half the shorter cycle apart, none goes longer than two cycles (of
+// the longer cycle) plus a slot without a sync (three cycles plus River's
+// leader failover in the chain with a kill -9), every slot of
 // every cycle the ledger recorded finished, and the last plan's first
 // full cycle syncs every account once.
 func TestDeploysProcesses(t *testing.T) {
@@ -102,6 +104,17 @@ func TestDeploysProcesses(t *testing.T) {
 			{"Cycle", rolling, func(p procPlan) procPlan { p.cycle = 40 * time.Second; return p }, 3}, // 8 slots of 5 s
 			{"Rollback", rolling, func(p procPlan) procPlan { p.cycle = cycle; return p }, 2},
 			{"Phase", rolling, func(p procPlan) procPlan { p.phase = 0.25; return p }, 2},
+		}},
+		// The other half of the matrix: each part of the plan changed
+		// through the other kind of deploy.
+		{"RestartsCyclePhase", []deploy{
+			{"Cycle", restart, func(p procPlan) procPlan { p.cycle = 40 * time.Second; return p }, 3},
+			{"Phase", restart, func(p procPlan) procPlan { p.phase = 0.25; return p }, 2},
+		}},
+		{"RollingSeedBucketsOffset", []deploy{
+			{"Seed", rolling, seed, 2},
+			{"Buckets", rolling, func(p procPlan) procPlan { p.buckets = 65536; return p }, 2},
+			{"TriggerOffset", rolling, func(p procPlan) procPlan { p.offset += 10 * time.Second; return p }, 2},
 		}},
 	} {
 		t.Run(chain.name, func(t *testing.T) {
@@ -234,8 +247,9 @@ func TestDeploysProcesses(t *testing.T) {
 			require.EqualValues(t, finalInfo.Plan.Slots, b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE plan = $1 AND cycle_start = $2 AND slot >= 0 AND finished_at IS NOT NULL",
 				finalInfo.PlanID, full), "the last plan made and ran its full cycle")
 
-			// The worker's record of each sync; a job run again (River
-			// rescued it after the kill -9) counts once.
+			// The worker's record of each sync; a job run again (River runs
+			// a job at least once: rescued after the kill -9, or retried after
+			// its attempt timed out once Sync had recorded) counts once.
 			type call struct {
 				job   int64
 				at    time.Time // the sync job's scheduled time
@@ -269,7 +283,10 @@ func TestDeploysProcesses(t *testing.T) {
 			// the stale sync, the account waits for a later cycle. Under
 			// CI's load this chain measured gaps up to 80.7 s (a deploy
 			// every 20-30 s): bounded here by three cycles plus the stall.
-			longest := maxCycle + maxCycle/2 + maxSlot
+			// A cycle of a new plan leaves an account to an older cycle's
+			// sync inside it: the account's next sync is in the new plan's
+			// next cycle, less than two (new) cycles after that one.
+			longest := 2*maxCycle + maxSlot
 			for _, d := range chain.deploys {
 				if d.how == kill9 {
 					longest = 3*maxCycle + 20*time.Second
@@ -302,7 +319,7 @@ func TestDeploysProcesses(t *testing.T) {
 					require.Greater(t, last, full.Add(-half), "account %s not synced by the full cycle at %s, nor less than half a cycle before it: %v", id, full.Format(time.TimeOnly), cs)
 				}
 			}
-			t.Logf("%s: %d deploys, %d cycles recorded (all re-enqueued, none synced again), the last plan's full cycle at +%s; %d accounts left to an earlier sync; %d syncs run again after the kill; syncs of one account %s to %s apart (bounds %s and %s)",
+			t.Logf("%s: %d deploys, %d cycles recorded (all re-enqueued, none synced again), the last plan's full cycle at +%s; %d accounts left to an earlier sync; %d syncs of a job run again (River runs a job at least once); syncs of one account %s to %s apart (bounds %s and %s)",
 				chain.name, len(chain.deploys), reEnqueued, full.Sub(start).Round(time.Second), leftToEarlier, again,
 				closest.Round(time.Millisecond), widest.Round(time.Millisecond), half, longest)
 		})
