@@ -251,11 +251,11 @@ func TestSyncedByOlderCycleLateSpread(t *testing.T) {
 	newStart, target := t0.Add(10*time.Second), t0.Add(28*time.Second)
 	require.Greater(t, target.Sub(regular), 12*time.Second)
 
-	onTime := fanOut{from: t0.Add(4 * time.Second), to: t0.Add(5 * time.Second)}
+	onTime := fanOut{from: t0.Add(4 * time.Second), to: t0.Add(5 * time.Second), spread: true, skipped: true}
 	require.False(t, syncedByOlderCycle([]*overlap{older(onTime, time.Time{})}, id, target, newStart, spec.Plan.Cycle),
 		"placed at its regular time, 19 s or more before this one: both sync")
 
-	late := fanOut{from: t0.Add(14 * time.Second), to: t0.Add(14 * time.Second)} // 5 s or more late: spread
+	late := fanOut{from: t0.Add(14 * time.Second), to: t0.Add(14 * time.Second), spread: true, skipped: true} // 5 s or more late: spread
 	sp, ok := older(late, time.Time{}).target(id)
 	require.True(t, ok)
 	require.Equal(t, late.from, sp.lo, "spread from its batch on")
@@ -263,15 +263,27 @@ func TestSyncedByOlderCycleLateSpread(t *testing.T) {
 	require.True(t, syncedByOlderCycle([]*overlap{older(late, time.Time{})}, id, target, newStart, spec.Plan.Cycle),
 		"spread between 14 s and 18 s: inside this cycle, and less than half a cycle before 28 s")
 
-	pending := fanOut{pending: true}
+	pending := fanOut{pending: true, spread: true, skipped: true}
 	require.True(t, syncedByOlderCycle([]*overlap{older(pending, t0.Add(14*time.Second))}, id, target, newStart, spec.Plan.Cycle),
 		"a pending fan-out already past the account's time spreads it when it runs")
 	require.False(t, syncedByOlderCycle([]*overlap{older(pending, t0.Add(time.Second))}, id, target, newStart, spec.Plan.Cycle),
 		"a pending fan-out still ahead of the account's time places it on time")
 
-	pastDeadline := fanOut{from: t0.Add(19 * time.Second), to: t0.Add(19 * time.Second)}
+	pastDeadline := fanOut{from: t0.Add(19 * time.Second), to: t0.Add(19 * time.Second), spread: true, skipped: true}
 	_, ok = older(pastDeadline, time.Time{}).target(id)
 	require.False(t, ok, "a fan-out past the slot's late deadline skips the account")
+
+	// The ledger's counts say what the older fan-out did with its late
+	// accounts, whatever this node's late policy is.
+	skippedOnly := late
+	skippedOnly.spread = false
+	_, ok = older(skippedOnly, time.Time{}).target(id)
+	require.False(t, ok, "it recorded late accounts skipped and none spread: this one was skipped")
+	neither := skippedOnly
+	neither.skipped = false
+	sp, ok = older(neither, time.Time{}).target(id)
+	require.True(t, ok)
+	require.Equal(t, span{regular, regular}, sp, "it recorded no late account: at its regular time")
 
 	skip := *spec
 	skip.LatePolicy = taskspec.LatePolicySkip

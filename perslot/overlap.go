@@ -61,7 +61,14 @@ type overlap struct {
 type fanOut struct {
 	from, to time.Time
 	pending  bool
+	// spread and skipped: whether the fan-out recorded late accounts
+	// spread, and late accounts skipped (both true when not recorded).
+	spread, skipped bool
 }
+
+// clockSkew is the margin for the database's clock (the ledger's
+// started_at and finished_at) against the nodes' (the placements).
+const clockSkew = time.Second
 
 // lateRules are the other cycle's late policy (its plan's, as this node
 // configures the task) and its end.
@@ -161,9 +168,16 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 		o.slots[r.Slot] = true
 		switch {
 		case r.Done && !r.StartedAt.IsZero() && !r.FinishedAt.IsZero():
-			o.runs[r.Slot] = fanOut{from: r.StartedAt, to: r.FinishedAt}
+			o.runs[r.Slot] = fanOut{from: r.StartedAt.Add(-clockSkew), to: r.FinishedAt.Add(clockSkew),
+				spread: r.LateSpread != 0, skipped: r.LateSkipped != 0}
 		case !r.Done:
-			o.runs[r.Slot] = fanOut{from: seen, pending: true}
+			// Batches it committed placed their accounts from its start;
+			// the rest are placed from now on.
+			from := seen
+			if !r.StartedAt.IsZero() {
+				from = r.StartedAt.Add(-clockSkew)
+			}
+			o.runs[r.Slot] = fanOut{from: from, pending: true, spread: true, skipped: true}
 		}
 		if r.Done && r.Accounts >= 0 && r.Inserted >= 0 {
 			switch r.Inserted {
@@ -255,13 +269,21 @@ func (o *overlap) target(id uuid.UUID) (span, bool) {
 	}
 	surelyLate := lateAfter.Before(run.from)
 	deadline := spec.LateDeadline(o.cycleStart, o.late.cycleEnd, slotStart)
-	switch {
-	case o.late.first:
+	if o.late.first {
 		deadline = o.late.cycleEnd
-	case spec.Opposed:
+	}
+	if spec.Opposed {
 		if end := slotStart.Add(o.plan.SlotDuration); end.Before(deadline) {
 			deadline = end
 		}
+	}
+	if !run.spread {
+		// The fan-out recorded no late account spread (its own late
+		// policy, whatever this node's): a late account was skipped.
+		if surelyLate && run.skipped {
+			return span{}, false
+		}
+		return at(regular), true // on time, or skipped
 	}
 	if (spec.LatePolicy == taskspec.LatePolicySkip && !o.late.first) || !run.from.Before(deadline) {
 		if surelyLate {

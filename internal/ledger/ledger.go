@@ -204,12 +204,14 @@ type SlotResult struct {
 }
 
 // RecordSlot records the slot's finished fan-out by job in tx (the
-// transaction of its last batch). A row made before the ledger existed, or
+// transaction of its last batch). Its finished_at is the statement's
+// clock, after the batch placed its accounts (the transaction's start is
+// before): the overlap rule bounds the batches' placement times by it. A row made before the ledger existed, or
 // pruned, is created; a row claimed by another job is left alone (and
 // false returned).
 func (l Ledger) RecordSlot(ctx context.Context, tx pgx.Tx, task, plan string, cycleStart time.Time, slot int, jobID int64, r SlotResult) (bool, error) {
 	tag, err := tx.Exec(ctx, "INSERT INTO "+l.table+" AS l (task, cycle_start, plan, slot, job_id, accounts, range_accounts, inserted, skipped, late_spread, late_skipped, batches, finished_at)"+
-		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now())"+
+		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, clock_timestamp())"+
 		" ON CONFLICT (task, cycle_start, plan, slot) DO UPDATE SET job_id = excluded.job_id, accounts = excluded.accounts, range_accounts = excluded.range_accounts,"+
 		" inserted = excluded.inserted, skipped = excluded.skipped, late_spread = excluded.late_spread, late_skipped = excluded.late_skipped,"+
 		" batches = excluded.batches, finished_at = excluded.finished_at"+

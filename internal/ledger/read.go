@@ -233,6 +233,9 @@ type OtherSlot struct {
 	// not recorded): a slot that inserted every account it selected
 	// synced each, one that inserted none synced none.
 	Accounts, Inserted int64
+	// LateSpread and LateSkipped are the fan-out's late accounts spread
+	// and skipped (-1 when not recorded).
+	LateSpread, LateSkipped int64
 }
 
 // OtherSlots returns the slots of the task's cycles, of any plan, that
@@ -242,7 +245,7 @@ type OtherSlot struct {
 // syncs can run after notBefore (their Deadline; cycles recorded without
 // one are included). One range of the primary key.
 func (l Ledger) OtherSlots(ctx context.Context, q Queryer, task, plan string, cycleStart, from, to, before, notBefore time.Time) ([]OtherSlot, error) {
-	rows, err := q.Query(ctx, "SELECT "+cycleColumns+", s.slot, coalesce(s.job_id, 0), s.finished_at IS NOT NULL, s.failed_at IS NOT NULL, s.started_at, s.finished_at, coalesce(s.accounts, -1), coalesce(s.inserted, -1)"+
+	rows, err := q.Query(ctx, "SELECT "+cycleColumns+", s.slot, coalesce(s.job_id, 0), s.finished_at IS NOT NULL, s.failed_at IS NOT NULL, s.started_at, s.finished_at, coalesce(s.accounts, -1), coalesce(s.inserted, -1), coalesce(s.late_spread, -1), coalesce(s.late_skipped, -1)"+
 		" FROM "+l.table+" c JOIN "+l.table+" s ON s.task = c.task AND s.cycle_start = c.cycle_start AND s.plan = c.plan AND s.slot >= 0"+
 		" WHERE c.task = $1 AND c.slot = $2 AND c.cycle_start > $3 AND c.cycle_start < $4"+
 		" AND NOT (c.plan = $5 AND c.cycle_start = $6)"+
@@ -259,7 +262,7 @@ func (l Ledger) OtherSlots(ctx context.Context, q Queryer, task, plan string, cy
 			o                 OtherSlot
 			started, finished *time.Time
 		)
-		c, err := scanCycle(rows, &o.Slot, &o.JobID, &o.Done, &o.Failed, &started, &finished, &o.Accounts, &o.Inserted)
+		c, err := scanCycle(rows, &o.Slot, &o.JobID, &o.Done, &o.Failed, &started, &finished, &o.Accounts, &o.Inserted, &o.LateSpread, &o.LateSkipped)
 		if err != nil {
 			return nil, wrap(err, "reading the task's other cycles in the ledger")
 		}
