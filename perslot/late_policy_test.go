@@ -263,10 +263,12 @@ func TestSyncedByOlderCycleLateSpread(t *testing.T) {
 	require.True(t, syncedByOlderCycle([]*overlap{older(late, time.Time{})}, id, target, newStart, spec.Plan.Cycle),
 		"spread between 14 s and 18 s: inside this cycle, and less than half a cycle before 28 s")
 
-	pending := fanOut{pending: true, spread: true, skipped: true}
-	require.True(t, syncedByOlderCycle([]*overlap{older(pending, t0.Add(14*time.Second))}, id, target, newStart, spec.Plan.Cycle),
+	// A pending fan-out places its accounts from when the overlaps were
+	// read (seen), as overlaps records it.
+	pending := func(seen time.Time) fanOut { return fanOut{from: seen, pending: true, spread: true, skipped: true} }
+	require.True(t, syncedByOlderCycle([]*overlap{older(pending(t0.Add(14*time.Second)), t0.Add(14*time.Second))}, id, target, newStart, spec.Plan.Cycle),
 		"a pending fan-out already past the account's time spreads it when it runs")
-	require.False(t, syncedByOlderCycle([]*overlap{older(pending, t0.Add(time.Second))}, id, target, newStart, spec.Plan.Cycle),
+	require.False(t, syncedByOlderCycle([]*overlap{older(pending(t0.Add(time.Second)), t0.Add(time.Second))}, id, target, newStart, spec.Plan.Cycle),
 		"a pending fan-out still ahead of the account's time places it on time")
 
 	pastDeadline := fanOut{from: t0.Add(19 * time.Second), to: t0.Add(19 * time.Second), spread: true, skipped: true}
@@ -287,10 +289,14 @@ func TestSyncedByOlderCycleLateSpread(t *testing.T) {
 
 	skip := *spec
 	skip.LatePolicy = taskspec.LatePolicySkip
-	o := older(late, time.Time{})
+	o := older(pending(t0.Add(14*time.Second)), t0.Add(14*time.Second))
 	o.late.spec = &skip
 	_, ok = o.target(id)
-	require.False(t, ok, "LatePolicySkip: the late account is skipped, this cycle must sync it")
+	require.False(t, ok, "LatePolicySkip: a pending fan-out past the account's time skips it, this cycle must sync it")
+	o = older(late, time.Time{})
+	o.late.spec = &skip
+	_, ok = o.target(id)
+	require.True(t, ok, "a finished fan-out that recorded spread accounts spread them, whatever this node's policy")
 }
 
 // TestSyncedByOlderCycleDecided: what an older cycle's slot did is read

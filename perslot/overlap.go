@@ -285,7 +285,9 @@ func (o *overlap) target(id uuid.UUID) (span, bool) {
 		}
 		return at(regular), true // on time, or skipped
 	}
-	if (spec.LatePolicy == taskspec.LatePolicySkip && !o.late.first) || !run.from.Before(deadline) {
+	// A finished fan-out that recorded spread accounts spread them,
+	// whatever this node's late policy; a pending one follows it.
+	if (run.pending && spec.LatePolicy == taskspec.LatePolicySkip && !o.late.first) || !run.from.Before(deadline) {
 		if surelyLate {
 			return span{}, false // skipped until the next cycle
 		}
