@@ -215,8 +215,9 @@ func regular(info riverutil.TaskInfo, cycleStart time.Time, id uuid.UUID) time.T
 
 // TestOppositeOfLateFanOuts enqueues a task's cycle and its OppositeOf
 // task's 12 s after the cycle started, with 3 s slots (shorter than
-// River's 5 s scheduler tick), and runs every fan-out at once: the first
-// slots of both are late. The late accounts each task spreads must still keep the two tasks
+// River's 5 s scheduler tick): the first slots of both are late. The
+// fan-outs of the slots still ahead then all run a second into one of
+// them, so that slot's first accounts are late too. The late accounts each task spreads must still keep the two tasks
 // half a cycle minus a slot apart: every sync (sync jobs are parked at
 // their scheduled times) is that far from the other task's sync of the
 // account in this cycle and from its on-time syncs in the cycles around.
@@ -235,7 +236,7 @@ func TestOppositeOfLateFanOuts(t *testing.T) {
 	// regular time are spread, not only skipped.
 	offset, start := offsetForStartIn(cycle, -12*time.Second)
 	payments := riverutil.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
-		LateGrace: 500 * time.Millisecond, Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
+		LateGrace: 100 * time.Millisecond, Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
 	reports := payments
 	reports.Name, reports.OppositeOf = "reports", "payments"
 	scheduler := newScheduler(t, b, payments, reports)
@@ -249,8 +250,24 @@ func TestOppositeOfLateFanOuts(t *testing.T) {
 	waitFor(t, 60*time.Second, "both cycles' per-slot jobs", func() bool {
 		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", perslot.Kind) == int64(2*pi.Plan.Slots)
 	})
-	// Every per-slot job runs now: the first slots late, the rest ahead.
-	_, err := b.pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = now(), state = 'available' WHERE kind = $1 AND state = 'scheduled'", perslot.Kind)
+	// The per-slot jobs of the slots still ahead are parked an hour out, so
+	// that River's scheduler does not run the slot under way on time; they
+	// all run at once a second into a slot at least two slots away. Its
+	// fan-out then finds the accounts of that slot's first second past
+	// their time (spread: within their own slot), the earlier slots' past
+	// their slot (skipped), and the later ones ahead.
+	parked, err := b.pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = now() + interval '1 hour' WHERE kind = $1 AND state = 'scheduled'", perslot.Kind)
+	require.NoError(t, err)
+	require.Positive(t, parked.RowsAffected(), "slots ahead are left to park")
+	slotDur := pi.Plan.SlotDuration
+	into := time.Since(start) % slotDur
+	release := time.Now().Add(2*slotDur - into + time.Second)
+	for time.Now().Before(release) { // waits for a moment on the wall clock, not for a condition
+		time.Sleep(time.Until(release))
+	}
+	// Every parked per-slot job runs now: the one of the slot under way
+	// late, the rest ahead.
+	_, err = b.pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = now(), state = 'available' WHERE kind = $1 AND state = 'scheduled'", perslot.Kind)
 	require.NoError(t, err)
 	led := pgx.Identifier{b.schema, "riverslot_ledger"}.Sanitize()
 	waitFor(t, 120*time.Second, "both cycles' slots fanned out", func() bool {
@@ -293,7 +310,7 @@ func TestOppositeOfLateFanOuts(t *testing.T) {
 			both++
 		}
 	}
-	t.Logf("cycle started %s before its fan-outs; %d accounts late-spread and %d skipped by the two tasks; %d of %d accounts have both syncs; closest syncs of the two tasks on one account: %s (at least %s)",
+	t.Logf("cycle enqueued %s after it started; %d accounts late-spread and %d skipped by the two tasks; %d of %d accounts have both syncs; closest syncs of the two tasks on one account: %s (at least %s)",
 		12*time.Second, spread, lateSkipped, both, accounts, closest.Round(time.Millisecond), apart)
 	require.Positive(t, both, "some accounts are synced by both tasks")
 	require.Positive(t, lateSkipped, "accounts past their slot were skipped")
