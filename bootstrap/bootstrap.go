@@ -245,6 +245,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		Deadline:  spec.SyncsUntil(cycleStart, cycleEnd).UTC(),
 		KeepUntil: cycleStart.Add(ledger.Horizon(spec.Plan.Cycle)),
 		Placement: output.Placement, Pins: ref, Fallback: pins.Fallback, First: first,
+		LatePolicy: spec.LatePolicy, LateGrace: spec.LateGrace,
 	}); err != nil {
 		return err
 	}

@@ -107,6 +107,16 @@ func TestWork(t *testing.T) {
 			require.Equal(t, 1, j.Priority)
 			require.Equal(t, "scheduled", j.State)
 		}
+		// The cycle's row records the late policy its fan-outs place by
+		// (riverslottest.Spec: spread, LateGrace a slot of 15 s).
+		var (
+			policy  string
+			graceUS int64
+		)
+		require.NoError(t, client.Driver().GetExecutor().QueryRow(ctx, "SELECT late_policy, late_grace_us FROM "+
+			pgx.Identifier{client.Schema(), "riverslot_ledger"}.Sanitize()+" WHERE slot = -1").Scan(&policy, &graceUS))
+		require.Equal(t, "spread", policy)
+		require.Equal(t, (15 * time.Second).Microseconds(), graceUS)
 	})
 
 	t.Run("RerunAddsNothingEvenNextToADiscardedPerSlotJob", func(t *testing.T) {

@@ -70,8 +70,9 @@ type fanOut struct {
 // started_at and finished_at) against the nodes' (the placements).
 const clockSkew = time.Second
 
-// lateRules are the other cycle's late policy (its plan's, as this node
-// configures the task) and its end.
+// lateRules are the other cycle's late policy (as its bootstrap recorded
+// it; as this node configures the task for a cycle recorded without one)
+// and its end.
 type lateRules struct {
 	spec     *taskspec.Spec
 	cycleEnd time.Time
@@ -148,6 +149,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			if err != nil {
 				continue // a plan this version cannot read: its own jobs are cancelled
 			}
+			other = other.WithLate(c.LatePolicy, c.LateGrace)
 			pins, err := cyclePins(other, Args{Task: spec.Name, Placement: c.Placement, Pins: c.Pins})
 			if err != nil {
 				continue // its own jobs are cancelled

@@ -275,6 +275,11 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 		return err
 	} else if ok {
 		own, b.first = &rec, rec.First
+		// Late accounts are placed by the cycle's own late policy: a
+		// deploy that changed LateGrace or LatePolicy mid-cycle does not
+		// change what the cycle's earlier fan-outs and a later plan's
+		// overlap rule took it to do.
+		b.spec = spec.WithLate(rec.LatePolicy, rec.LateGrace)
 	}
 	overlaps, err := w.overlaps(ctx, client, spec, job, own)
 	if err != nil {

@@ -271,6 +271,45 @@ func TestFanOut(t *testing.T) {
 		require.Len(t, b.syncJobs(ctx, t), 2*50, "batches 1 and 2 only")
 	})
 
+	t.Run("LateAccountsFollowTheCyclesRecordedPolicy", func(t *testing.T) {
+		t.Parallel()
+		// A cycle that started 50 s ago (slots of 15 s, LateGrace a
+		// slot): every account of slot 1 is late. Its bootstrap recorded
+		// a late policy; this node has since been deployed with the
+		// other one. The fan-out places by the cycle's, and the ledger's
+		// late counts say so.
+		for _, c := range []struct {
+			recorded, node taskspec.LatePolicy
+		}{{taskspec.LatePolicySkip, taskspec.LatePolicySpread}, {taskspec.LatePolicySpread, taskspec.LatePolicySkip}} {
+			ctx, b := setup(t, 2000, 50, func(s *taskspec.Spec) { s.LatePolicy = c.node })
+			const slot = 1
+			start := time.Now().Add(-50 * time.Second).Truncate(time.Second).UTC()
+			led := b.table("riverslot_ledger")
+			_, err := b.pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot, late_policy, late_grace_us) VALUES ($1, $2, $3, -1, $4, $5)",
+				b.spec.Name, start, b.spec.PlanID, string(c.recorded), b.spec.Plan.SlotDuration.Microseconds())
+			require.NoError(t, err)
+			res, err := b.client.Insert(ctx, NewArgs(b.spec, start, slot), &river.InsertOpts{MaxAttempts: 1})
+			require.NoError(t, err)
+			select {
+			case ev := <-b.events:
+				require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
+				require.Equal(t, res.Job.ID, ev.Job.ID)
+			case <-time.After(60 * time.Second):
+				t.Fatal("the per-slot job did not finish within 60 s")
+			}
+			n := int64(len(b.slotAccounts(slot)))
+			require.Greater(t, n, int64(100))
+			var spread, skipped int64
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT late_spread, late_skipped FROM "+led+" WHERE cycle_start = $1 AND slot = $2", start, slot).Scan(&spread, &skipped))
+			synced := int64(len(b.syncJobs(ctx, t)))
+			if c.recorded == taskspec.LatePolicySkip {
+				require.Equal(t, [3]int64{0, n, 0}, [3]int64{spread, skipped, synced}, "recorded skip, node %s: every late account skipped", c.node)
+			} else {
+				require.Equal(t, [3]int64{n, 0, n}, [3]int64{spread, skipped, synced}, "recorded spread, node %s: every late account spread", c.node)
+			}
+		}
+	})
+
 	t.Run("RetryResumesFromCursor", func(t *testing.T) {
 		t.Parallel()
 		// The first attempt fails at batch 4 (a lost connection, say); the

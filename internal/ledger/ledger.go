@@ -73,6 +73,13 @@ func DDL(schema string) []string {
 		// The pins a cycle follows may be another task's (OppositeOf):
 		// pin pruning finds the cycles that follow a task's pins here.
 		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{Table + "_pins"}.Sanitize() + ` ON ` + table + ` ((pins->>'task'), cycle_start) WHERE slot = -1 AND pins IS NOT NULL`,
+		// Version 3: the cycle's late policy, as its bootstrap's node had
+		// it: its fan-outs place late accounts by it, and a later plan's
+		// overlap rule reads it, whatever the policy of the node that runs
+		// them (a deploy may change LateGrace or LatePolicy mid-cycle).
+		`ALTER TABLE ` + table + `
+	ADD COLUMN IF NOT EXISTS late_policy text,
+	ADD COLUMN IF NOT EXISTS late_grace_us bigint`,
 	}
 }
 
@@ -285,8 +292,13 @@ type Cycle struct {
 	Fallback string
 	// First: the task's first cycle, bootstrapped after it started under
 	// FirstCycleAll: its late accounts are spread over the rest of it.
-	First     bool
-	CreatedAt time.Time
+	First bool
+	// LatePolicy and LateGrace are the late policy the cycle's bootstrap
+	// decided with (LatePolicy empty for a cycle recorded before they
+	// were: the node's own applies).
+	LatePolicy taskspec.LatePolicy
+	LateGrace  time.Duration
+	CreatedAt  time.Time
 }
 
 // RecordCycle records in tx what the bootstrap that claimed c's cycle
@@ -296,9 +308,14 @@ func (l Ledger) RecordCycle(ctx context.Context, tx pgx.Tx, c Cycle) error {
 	if c.Fallback != "" {
 		fallback = &c.Fallback
 	}
-	tag, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10, first_cycle = $11"+
+	var latePolicy *string
+	if c.LatePolicy != "" {
+		p := string(c.LatePolicy)
+		latePolicy = &p
+	}
+	tag, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10, first_cycle = $11, late_policy = $12, late_grace_us = $13"+
 		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4",
-		c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback, c.First)
+		c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback, c.First, latePolicy, c.LateGrace.Microseconds())
 	if err != nil {
 		return wrap(err, "recording the cycle's decisions in the ledger")
 	}

@@ -155,18 +155,20 @@ func (l Ledger) RangeCounts(ctx context.Context, q Queryer, task, plan string, s
 
 // cycleColumns are the columns of a cycle's row that Cycle holds, in the
 // order scanCycle reads them.
-const cycleColumns = "c.task, c.plan, c.cycle_start, c.cycle_end, c.deadline, c.keep_until, coalesce(c.placement, ''), c.pins, coalesce(c.fallback, ''), coalesce(c.first_cycle, false), c.created_at"
+const cycleColumns = "c.task, c.plan, c.cycle_start, c.cycle_end, c.deadline, c.keep_until, coalesce(c.placement, ''), c.pins, coalesce(c.fallback, ''), coalesce(c.first_cycle, false), coalesce(c.late_policy, ''), coalesce(c.late_grace_us, 0), c.created_at"
 
 // scanCycle scans cycleColumns, then extra, from row.
 func scanCycle(row pgx.Row, extra ...any) (Cycle, error) {
 	var (
 		c                   Cycle
 		end, deadline, keep *time.Time
+		graceUS             int64
 	)
-	dest := append([]any{&c.Task, &c.Plan, &c.Start, &end, &deadline, &keep, &c.Placement, &c.Pins, &c.Fallback, &c.First, &c.CreatedAt}, extra...)
+	dest := append([]any{&c.Task, &c.Plan, &c.Start, &end, &deadline, &keep, &c.Placement, &c.Pins, &c.Fallback, &c.First, &c.LatePolicy, &graceUS, &c.CreatedAt}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return Cycle{}, err
 	}
+	c.LateGrace = time.Duration(graceUS) * time.Microsecond
 	c.Start = c.Start.UTC()
 	for _, t := range []struct {
 		dst *time.Time

@@ -274,6 +274,19 @@ func UniqueEveryState() river.UniqueOpts {
 	}}
 }
 
+// WithLate returns s with the late policy a cycle's bootstrap recorded
+// (policy empty: none recorded, s as it is): the cycle's late accounts are
+// placed, and judged by a later plan, as the cycle decided, whatever the
+// node that runs its fan-outs has configured since.
+func (s *Spec) WithLate(policy LatePolicy, grace time.Duration) *Spec {
+	if policy == "" || policy.Validate() != nil || grace < 0 || (policy == s.LatePolicy && grace == s.LateGrace) {
+		return s
+	}
+	other := *s
+	other.LatePolicy, other.LateGrace = policy, grace
+	return &other
+}
+
 // ForPlan returns the spec a job made for the plan of key runs under: s
 // itself for its own plan (or the zero key, jobs made before plans were
 // recorded), else a copy
