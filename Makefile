@@ -21,9 +21,11 @@ help: ## List the targets
 # The test binaries are built first, so no compile competes with a cycle.
 # PG_OWN=1: scripts/pg.sh starts a throwaway cluster for the tests when the
 # PostgreSQL server binaries are installed (TEST_DATABASE_URL overrides).
-# -parallel 16: parallel tests within a package (INTEGRATION_PARALLEL for
-# integration_test: 40 at once drove sync lateness p50 to 17 s on 2 cores
-# and made syncs go stale); tests that start processes
+# -parallel 16: parallel tests within a package. integration_test runs
+# with -parallel 64 and starts its top-level tests itself, at most
+# INTEGRATION_PARALLEL at once (40 at once drove sync lateness p50 to 17 s
+# on 2 cores and made syncs go stale), the longest first
+# (integration_test/admit_test.go); tests that start processes
 # or commands share the server's connections (riverslottest.ReserveConnections).
 # -count=1: the database is an input Go's test cache cannot see.
 # scripts/testreport prints each package's result, the output of failed
@@ -41,7 +43,7 @@ test: ## Get a Postgres (see scripts/pg.sh), create riverslot_test, run go test 
 		echo "building the test binaries" && $(GO) test -race -count=1 -run '^$$' ./... >/dev/null && \
 		p=$(TEST_P) && if [ -z "$$p" ]; then c=$$($(GO) run ./scripts/pgensure maxconns "$$url"); p=$$(( c >= 400 ? 3 : c >= 250 ? 2 : 1 )); fi; \
 		echo "integration_test, then the other packages $$p at a time" && \
-		{ TEST_DATABASE_URL="$$url" $(GOTEST) -p 1 -parallel $(INTEGRATION_PARALLEL) ./integration_test; r1=$$?; \
+		{ TEST_DATABASE_URL="$$url" RIVERSLOT_TEST_PARALLEL=$(INTEGRATION_PARALLEL) $(GOTEST) -p 1 -parallel 64 ./integration_test; r1=$$?; \
 		  TEST_DATABASE_URL="$$url" RIVERSLOT_TEST_BINARIES=$$p $(GOTEST) -p $$p $(LONG_PKGS) $$($(GO) list ./... | grep -v -e '/integration_test$$' $(patsubst ./%,-e '/%$$',$(LONG_PKGS))); r2=$$?; \
 		  exit $$((r1 | r2)); } | tee .test-output.json | ./.testreport -slowest 15
 
@@ -61,9 +63,10 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 .PHONY: lint
 lint: ## gofmt, go vet, go mod tidy -diff and staticcheck (staticcheck.conf)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
-	$(GO) vet ./...
+	$(GO) vet -race ./... # -race: compiles the packages as make test does, which then reuses them
 	$(GO) mod tidy -diff
-	$(GO) run $(STATICCHECK) ./...
+	GOBIN=$(CURDIR)/.bin $(GO) install $(STATICCHECK)
+	GOFLAGS=-race .bin/staticcheck ./... # loads the packages vet -race compiled
 
 .PHONY: fuzz
 fuzz: ## Run the fuzz targets for 30s each

@@ -30,7 +30,7 @@ import (
 // the past, to run at once) rather than spread, which keeps "in its slot"
 // a property of the plan, not of the machine's speed.
 func TestTwoByteBucketsFullCycle(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 3000

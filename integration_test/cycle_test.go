@@ -27,7 +27,7 @@ import (
 // filtered out, and checks every promise of the pipeline against the
 // database.
 func TestTwoFullCycles(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 5000
@@ -209,7 +209,7 @@ func keys[K comparable, V any](m map[K]V) []K {
 // the last committed batch: every account of the slot has exactly one sync
 // job and no batch was inserted twice.
 func TestFanOutRetryResumes(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts  = 6000 // all in slot 0
@@ -276,7 +276,7 @@ func TestFanOutRetryResumes(t *testing.T) {
 // TestSeveralTasksOneClient runs two tasks with different names, cycles,
 // sync kinds and queues on one River client.
 func TestSeveralTasksOneClient(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const accounts = 400
 	ctx, b := setup(t, accounts)
@@ -337,7 +337,7 @@ func TestSeveralTasksOneClient(t *testing.T) {
 // TestAccountGoneBeforeSync: a sync job whose account was deleted, or no
 // longer matches the filter, completes without calling Sync.
 func TestAccountGoneBeforeSync(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	ctx, b := setup(t, 3)
 	var calls atomic.Int64

@@ -103,7 +103,7 @@ func (b *testBundle) parkedSyncs(ctx context.Context, t *testing.T) map[string]m
 // jumbos and the giant's evacuated neighbours included: every account's two
 // syncs are at least half a cycle minus a slot apart on the cycle circle.
 func TestOppositeOfWeightedTask(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx, b := setup(t, 0)
 	seedJumbos(ctx, t, b)
 	payments := riverutil.Task{Name: "payments", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
@@ -147,7 +147,7 @@ func TestOppositeOfWeightedTask(t *testing.T) {
 // half the new cycle apart, nor twice in one new cycle, and every account is
 // synced in the old cycle's span.
 func TestPlanChangeWeighted(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx, b := setup(t, 0)
 	seedJumbos(ctx, t, b)
 	task := riverutil.Task{Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",

@@ -74,7 +74,7 @@ const (
 // every cycle the ledger recorded finished, and the last plan's first
 // full cycle syncs every account once.
 func TestDeploysProcesses(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts    = 250
@@ -367,7 +367,7 @@ func TestDeploysProcesses(t *testing.T) {
 // of the account and from its on-time syncs in the cycles around, and no
 // task syncs an account twice.
 func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 600
@@ -477,7 +477,7 @@ func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
 // jobs) and every account is synced once in that cycle and once in the
 // next, never twice less than half a cycle apart.
 func TestUpgradeProcesses(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 300

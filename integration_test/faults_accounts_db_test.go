@@ -33,7 +33,7 @@ import (
 // The kill lands mid fan-out by construction (holdSyncInsertsAfter), as in
 // TestKillMidFanOut; one trial, one slot of a 16 s cycle.
 func TestKillMidFanOutAccountsDatabase(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	reserveProcessConns(t, 0, 4) // node A, then node B, each with a pool on both databases
 
 	const (

@@ -27,7 +27,7 @@ import (
 //     and without calling Sync, and it is gone from the next cycle;
 //   - no existing account's offset moves.
 func TestAccountChurn(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 4000

@@ -21,7 +21,7 @@ import (
 // the restart are retried or rescued, and every account still has exactly one
 // sync job in the cycle.
 func TestDatabaseRestart(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 3000

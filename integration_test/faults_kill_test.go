@@ -33,7 +33,7 @@ import (
 // per-slot timeouts (4 s for syncs) (a timed-out attempt resumes from its cursor),
 // the relation Scheduler.Configure sets up at minute scale.
 func TestKillMidFanOut(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts  = 20_000 // all in slot 0

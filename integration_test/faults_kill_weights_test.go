@@ -30,7 +30,7 @@ import (
 // batch) and in the pinned phase; a second process finishes the slot, and
 // every account slot 0 serves is enqueued exactly once, none of the others.
 func TestKillMidFanOutWeighted(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		light, heavyPerSlot = 5_000, 400

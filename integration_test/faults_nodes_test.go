@@ -23,7 +23,7 @@ import (
 // RunOnStart enqueues), and stops the leader's process in the middle of the
 // first full cycle.
 func TestThreeNodes(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	reserveProcessConns(t, 0, 3)
 
 	const (
@@ -121,7 +121,7 @@ func TestThreeNodes(t *testing.T) {
 // worst case, two bootstrap jobs inserted without uniqueness at all: the
 // cycle still gets exactly one per-slot job per slot.
 func TestDuplicateTriggers(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	ctx, b := setup(t, 100)
 	scheduler := newScheduler(t, b, riverutil.Task{

@@ -52,7 +52,7 @@ func (b *testBundle) accountTimes(ctx context.Context, t *testing.T, query strin
 // half a cycle apart, and every account is synced within one cycle after
 // the outage ends.
 func TestOutageLongerThanACycle(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 2000
@@ -109,119 +109,12 @@ func TestOutageLongerThanACycle(t *testing.T) {
 	require.EqualValues(t, accounts, staleSkipped, "the stale cycle syncs nobody: the current cycle covers everyone")
 }
 
-// TestPlanChange runs a 24 s cycle, stops the app in its middle and restarts
-// it with a 48 s cycle, as a new user changing Cycle would. The old
-// cycle's remaining per-slot jobs run under the plan they were made for, the
-// new cycle starting at the same instant does not collide with it, and the
-// new plan leaves to the old cycle the accounts it syncs: no account is
-// synced twice within a cycle (of either plan) or less than half a cycle
-// apart, and none skips more than one old cycle plus one new cycle.
-func TestPlanChange(t *testing.T) {
-	t.Parallel()
-
-	const (
-		accounts         = 2000
-		oldCycle         = 24 * time.Second // 8 slots of 3 s
-		newCycle         = 2 * oldCycle     // 16 slots of 3 s
-		oldSlots         = 8
-		fannedBeforeStop = oldSlots / 4 // slots fanned out before the stop
-	)
-	ctx, b := setup(t, accounts)
-	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
-
-	// A 24 s cycle starting 11 s from now, on a grid the 48 s cycle shares:
-	// the new app, started within the old cycle, bootstraps (RunOnStart)
-	// the 48 s cycle starting with it.
-	offset, oldStart := offsetForStartIn(newCycle, 11*time.Second)
-	oldTask := riverutil.Task{Name: "transactions", Cycle: oldCycle, TriggerOffset: offset % oldCycle,
-		Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()}
-	old := newScheduler(t, b, oldTask)
-	// The old plan's cycle is enqueued by hand, not by its trigger: however
-	// long a busy machine takes to stop the app, the old plan makes no
-	// second cycle.
-	oldClient := startClient(ctx, t, b, old, false, river.QueueDefault)
-	_, err := old.EnqueueCycle(ctx, oldClient, "transactions", oldStart)
-	require.NoError(t, err)
-	waitFor(t, time.Until(oldStart)+60*time.Second, "a quarter of the old cycle's slots to fan out", func() bool {
-		return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", perslot.Kind) >= fannedBeforeStop
-	})
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	require.NoError(t, oldClient.Stop(stopCtx))
-	stoppedAt := time.Now()
-	require.Less(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state = 'completed'", perslot.Kind), int64(oldSlots),
-		"stopped with old slots still to run")
-
-	newTask := oldTask
-	newTask.Cycle, newTask.TriggerOffset = newCycle, offset
-	changed := newScheduler(t, b, newTask)
-	require.NotEqual(t, taskInfo(t, old, "transactions").PlanID, taskInfo(t, changed, "transactions").PlanID)
-	startClient(ctx, t, b, changed, true, river.QueueDefault)
-
-	// The new plan's first cycle starts at oldStart too (RunOnStart); wait
-	// until it and the next one are done.
-	end := oldStart.Add(2 * newCycle)
-	waitFor(t, time.Until(end)+60*time.Second, "two new cycles", func() bool {
-		return time.Now().After(end) &&
-			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE state NOT IN ('completed', 'cancelled', 'discarded') AND (args->>'cycle_start')::timestamptz < $1", end) == 0
-	})
-
-	require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE state IN ('cancelled', 'discarded')"), "no job cancelled or failed for its plan")
-	require.EqualValues(t, oldSlots, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND args->>'plan' = $2 AND state = 'completed'",
-		perslot.Kind, taskInfo(t, old, "transactions").PlanID), "the old cycle ran all its slots under its own plan")
-	oldRun := b.measure(ctx, t, "transactions", oldStart)
-	t.Logf("old cycle (24 s and 48 s plans share its start): sync jobs=%d synced_once=%d duplicated=%d skipped as stale=%d", oldRun.SyncJobs, oldRun.SyncedOnce, oldRun.Duplicated, oldRun.Skipped)
-
-	times := b.syncTimes(ctx, t)
-	var inOld int
-	for _, id := range b.ids {
-		ts := times[id]
-		require.NotEmpty(t, ts, "account %s never synced", id)
-		// Within the old cycle [T, T+24s) and within the first new cycle
-		// [T, T+48s): exactly one sync each.
-		var old, firstNew, secondNew int
-		for _, at := range ts {
-			d := at.Sub(oldStart)
-			if d >= 0 && d < oldCycle {
-				old++
-			}
-			if d >= 0 && d < newCycle {
-				firstNew++
-			}
-			if d >= newCycle && d < 2*newCycle {
-				secondNew++
-			}
-		}
-		require.Equal(t, 1, firstNew, "account %s synced %d times within the first new cycle: %v", id, firstNew, ts)
-		require.Equal(t, 1, secondNew, "account %s synced %d times within the second new cycle: %v", id, secondNew, ts)
-		inOld += old
-		for i := 1; i < len(ts); i++ {
-			require.GreaterOrEqual(t, ts[i].Sub(ts[i-1]), newCycle/2, "account %s synced twice %s apart: %v", id, ts[i].Sub(ts[i-1]), ts)
-		}
-	}
-	// One sync job per account for the shared cycle start, all made by the
-	// old plan. A busy machine, slow to stop and restart the app, can start
-	// some of them after their NotAfter (half a cycle before the account's
-	// next regular sync): they complete without calling Sync and the new
-	// plan's cycles cover those accounts (checked above: once in each new
-	// cycle, never closer than half a cycle). Every other account is synced
-	// in the old cycle's window.
-	require.EqualValues(t, accounts, oldRun.SyncJobs)
-	require.EqualValues(t, accounts, oldRun.SyncedOnce)
-	require.GreaterOrEqual(t, int64(inOld), int64(accounts)-oldRun.Skipped, "the old cycle synced every account it did not skip as stale, under its own plan")
-	require.LessOrEqual(t, inOld, accounts)
-	require.Positive(t, inOld, "the old cycle ran syncs (a NotAfter that makes every sync stale fails here)")
-	require.Zero(t, oldRun.Duplicated, "no account has two sync jobs of the shared cycle start")
-	t.Logf("stopped %s into the old cycle; every account synced once in the old cycle, skipped by the overlapping new one, and once in the next",
-		stoppedAt.Sub(oldStart).Round(100*time.Millisecond))
-}
-
 // TestRerunFailedSlot makes a per-slot job fail for good halfway through its
 // fan-out, then does what the README tells an operator: fix the cause and
 // retry the job. The retry resumes from its cursor (no account enqueued
 // twice), and re-running the cycle's bootstrap adds no second per-slot job.
 func TestRerunFailedSlot(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const accounts = 4000
 	ctx, b := setup(t, accounts)

@@ -21,7 +21,7 @@ import (
 // long as the cycle shows what no late policy does: every missed account due
 // at once.
 func TestRestartAcrossSlots(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts  = 4000

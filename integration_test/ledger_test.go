@@ -27,7 +27,7 @@ import (
 // fan-out did, and a duplicate trigger or an EnqueueCycle of a cycle whose
 // jobs River deleted adds no per-slot job and no sync.
 func TestExactlyOnceWithShortRetention(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 400

@@ -24,7 +24,7 @@ import (
 // first fan-out attempt fail, and checks every metric against counts taken
 // from river_job and the accounts table.
 func TestMetrics(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const accounts = 2000
 	ctx, b := setup(t, accounts)

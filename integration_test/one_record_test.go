@@ -75,8 +75,9 @@ func (b *testBundle) calls(ctx context.Context, t *testing.T) map[uuid.UUID][]ti
 	return b.accountTimes(ctx, t, "SELECT account_id, synced_at FROM "+pgx.Identifier{b.schema, "synced"}.Sanitize()+" ORDER BY synced_at")
 }
 
-// TestPlanChangeShortRetention is TestPlanChange with River deleting
-// finished jobs a second after they finish: a 24 s cycle is stopped after
+// TestPlanChangeShortRetention changes Cycle as a new user would, with
+// River deleting finished jobs a second after they finish (the in-process
+// counterpart of TestDeploysProcesses' chains): a 24 s cycle is stopped after
 // its first slots fanned out, River forgets them, and the app restarts
 // with a 48 s cycle whose first cycle starts with the old one. The new
 // plan must leave to the old cycle the accounts it synced, knowing them
@@ -85,7 +86,7 @@ func (b *testBundle) calls(ctx context.Context, t *testing.T) map[uuid.UUID][]ti
 // Reading River's job table instead (as before the ledger decided), the
 // new plan syncs the old cycle's accounts again within seconds.
 func TestPlanChangeShortRetention(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 2000
@@ -224,7 +225,7 @@ func regular(info riverutil.TaskInfo, cycleStart time.Time, id uuid.UUID) time.T
 // Before the window of an opposed task ended one slot after the account's
 // regular time, thousands of accounts got their two syncs seconds apart.
 func TestOppositeOfLateFanOuts(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 2000
@@ -324,7 +325,7 @@ func TestOppositeOfLateFanOuts(t *testing.T) {
 // spreads them within half a cycle of their slot and skips the rest until
 // the next cycle; FirstCycleNext makes no cycle at all.
 func TestFirstCycle(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 1000
@@ -408,7 +409,7 @@ func TestFirstCycle(t *testing.T) {
 // keep it from any. (Judging B's cycle as if it synced its accounts, A's
 // next cycle skipped those B would have synced near it.)
 func TestRollbackAfterPlanChange(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const accounts = 1000
 	ctx, b, a, bb, client, start := twoPlans(t, accounts)
@@ -447,7 +448,7 @@ func TestRollbackAfterPlanChange(t *testing.T) {
 // the ledger alone: no account is synced twice less than half a cycle
 // apart, and every account is synced.
 func TestPlanChangesShortRetention(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts = 800
@@ -505,7 +506,7 @@ func TestPlanChangesShortRetention(t *testing.T) {
 // fan-outs, syncs parked at their times), sync every account in each 48 s
 // window and never twice less than half the shorter cycle apart.
 func TestRollingDeployBothPlans(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const accounts = 1000
 	ctx, b, a, bb, client, start := twoPlans(t, accounts)

@@ -45,7 +45,7 @@ func leastPrivilegeGrants(riverSchema, appSchema, role string) []string {
 // exactly once, without a single job error, and reads the cycle's status;
 // it cannot write the accounts table.
 func TestLeastPrivilege(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		// 16 slots of 3 s: a sync goes stale only if it starts half a cycle

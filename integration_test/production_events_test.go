@@ -268,7 +268,7 @@ func finisherArgs(cycle time.Duration, offset time.Duration, task string, extra 
 // in its hash slot; the test requires that some moved pins touch the
 // finisher's slots.
 func TestDemoWeightedCycleFinishedByUnweightedWorker(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	reserveProcessConns(t, 1, 1) // the demo, then its finisher
 
 	const (
@@ -354,7 +354,7 @@ func TestDemoWeightedCycleFinishedByUnweightedWorker(t *testing.T) {
 // apart, as in TestDemoWeightedCycleFinishedByUnweightedWorker). The killed
 // node does not work the sync queue, so no Sync call can be cut by the kill.
 func TestUnweightedCycleFinishedByWeightedWorker(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	reserveProcessConns(t, 0, 2)
 
 	const (
@@ -445,7 +445,7 @@ func TestUnweightedCycleFinishedByWeightedWorker(t *testing.T) {
 // leader run up to about 20 s late; TestStaleQueuedSyncsSkippedAfterOutage
 // covers syncs placed close to it).
 func TestLateSlotsOfAnotherGridsCycleAreSpread(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	reserveProcessConns(t, 1, 1) // the demo, then its finisher
 
 	const (
@@ -553,7 +553,7 @@ func TestLateSlotsOfAnotherGridsCycleAreSpread(t *testing.T) {
 // late policy spreads them, and every account is synced exactly once in the
 // next cycle.
 func TestStaleQueuedSyncsSkippedAfterOutage(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	reserveProcessConns(t, 0, 3)
 
 	const (

@@ -36,7 +36,7 @@ import (
 // 6.5 s into its 5 s slot, as on a loaded machine), so the late path is
 // always taken and left out of the distance, rather than only on bad days.
 func TestReciprocalTasks(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const (
 		accounts  = 2000

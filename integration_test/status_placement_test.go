@@ -26,7 +26,7 @@ import (
 // a previous sync) are counted by reason, and a done slot that selected
 // fewer accounts than it now should is in the verdict.
 func TestStatusPlacement(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	ctx, b := setup(t, 0)
 	accounts := pgx.Identifier{b.schema, "accounts"}.Sanitize()

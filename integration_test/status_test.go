@@ -19,7 +19,7 @@ import (
 // checks every count of Status against one computed directly from
 // river_job and the accounts table; then a cycle whose client stopped.
 func TestStatus(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 
 	const accounts = 1000
 	ctx, b := setup(t, accounts)

@@ -38,7 +38,7 @@ import (
 //     which is what a second computation would have stored; every account
 //     still pinned there keeps its slot (a deletion only frees room).
 func TestWeightedCycle(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx, b := setup(t, 0)
 	accounts := pgx.Identifier{b.schema, "accounts"}.Sanitize()
 	_, err := b.pool.Exec(ctx, "ALTER TABLE "+accounts+" ADD COLUMN weight double precision NOT NULL DEFAULT 1")

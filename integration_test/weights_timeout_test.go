@@ -31,7 +31,7 @@ import (
 //     per-slot jobs' pins naming cycle 2), and syncs every account exactly
 //     once, in the slot cycle 2's pins (or its hash) say.
 func TestWeightedBootstrapTinyTimeoutStillBootstraps(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx, b := setup(t, 0)
 	accounts := pgx.Identifier{b.schema, "accounts"}.Sanitize()
 	_, err := b.pool.Exec(ctx, "ALTER TABLE "+accounts+" ADD COLUMN weight double precision NOT NULL DEFAULT 1")

@@ -1,0 +1,110 @@
+package integration
+
+import (
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// expectedSeconds is how long the package's longest tests take (make test
+// on a 2-core machine, rounded): parallel starts them first, so that the
+// package ends when its longest test does rather than when a long test
+// that happened to start last does. A test not listed starts after them.
+var expectedSeconds = map[string]int{
+	"TestRestartAcrossSlots":                          186,
+	"TestDeploysProcesses":                            184,
+	"TestStaleQueuedSyncsSkippedAfterOutage":          114,
+	"TestOutageLongerThanACycle":                      110,
+	"TestTwoFullCycles":                               108,
+	"TestPlanChangeShortRetention":                    108,
+	"TestThreeNodes":                                  104,
+	"TestUnweightedCycleFinishedByWeightedWorker":     100,
+	"TestAccountChurn":                                100,
+	"TestDemoWeightedCycleFinishedByUnweightedWorker": 99,
+	"TestKillMidFanOutAccountsDatabase":               90,
+	"TestExactlyOnceWithShortRetention":               88,
+	"TestKillMidFanOutWeighted":                       73,
+	"TestLateSlotsOfAnotherGridsCycleAreSpread":       72,
+	"TestSeveralTasksOneClient":                       71,
+	"TestLeastPrivilege":                              69,
+	"TestKillMidFanOut":                               62,
+	"TestUpgradeProcesses":                            58,
+	"TestDatabaseRestart":                             54,
+	"TestReciprocalTasks":                             53,
+	"TestTwoByteBucketsFullCycle":                     51,
+	"TestOppositeOfLateFanOutsProcesses":              39,
+}
+
+// admissionWindow is how long the gate collects the tests Go resumes at
+// once (after the package's sequential part) before it starts any: Go
+// resumes paused parallel tests in no particular order.
+const admissionWindow = 300 * time.Millisecond
+
+// gate admits at most size top-level tests at a time, longest first.
+type gate struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	free    int
+	open    bool           // the admission window has passed
+	waiting map[string]int // waiting tests by name: expected seconds
+}
+
+var (
+	gateOnce sync.Once
+	theGate  *gate
+)
+
+// parallel is t.Parallel for a top-level test of this package, then waits
+// for its turn: at most RIVERSLOT_TEST_PARALLEL (make test sets it from
+// INTEGRATION_PARALLEL; default 16) run at once, the longest
+// (expectedSeconds) first. make test runs go test with a -parallel above
+// the number of tests, so that Go's own limit, which starts them in no
+// order, does not decide.
+func parallel(t *testing.T) {
+	t.Parallel()
+	gateOnce.Do(func() {
+		size := 16
+		if n, err := strconv.Atoi(os.Getenv("RIVERSLOT_TEST_PARALLEL")); err == nil && n > 0 {
+			size = n
+		}
+		theGate = &gate{free: size, waiting: map[string]int{}}
+		theGate.cond = sync.NewCond(&theGate.mu)
+		time.AfterFunc(admissionWindow, func() {
+			theGate.mu.Lock()
+			theGate.open = true
+			theGate.cond.Broadcast()
+			theGate.mu.Unlock()
+		})
+	})
+	g := theGate
+	name := t.Name()
+	g.mu.Lock()
+	g.waiting[name] = expectedSeconds[name]
+	for !g.open || g.free == 0 || !g.first(name) {
+		g.cond.Wait()
+	}
+	g.free--
+	delete(g.waiting, name)
+	g.cond.Broadcast()
+	g.mu.Unlock()
+	t.Cleanup(func() {
+		g.mu.Lock()
+		g.free++
+		g.cond.Broadcast()
+		g.mu.Unlock()
+	})
+}
+
+// first reports whether name is the waiting test to start next: the
+// longest expected, ties by name.
+func (g *gate) first(name string) bool {
+	mine := g.waiting[name]
+	for other, secs := range g.waiting {
+		if secs > mine || secs == mine && other < name {
+			return false
+		}
+	}
+	return true
+}
