@@ -337,8 +337,9 @@ func (w *Worker) record(ctx context.Context, tx pgx.Tx, b *batch, cursor fanOutC
 
 // account is one row of a keyset page.
 type account struct {
-	ID     uuid.UUID
-	Bucket int
+	ID       uuid.UUID
+	Bucket   int
+	Upstream string
 }
 
 // fanOutBatch selects, enqueues and checkpoints one batch in one transaction.
@@ -461,6 +462,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		opts.Tags = b.syncTags
 		opts.ScheduledAt = p.target
 		args := syncjob.NewArgs(spec.Name, a.ID, b.cycleStart, job.Args.Slot)
+		args.Upstream = a.Upstream
 		if p.late {
 			// Moved from its regular time: the worker could not derive
 			// its NotAfter, as it does the regular syncs' from the plan

@@ -352,7 +352,7 @@ func TestCheckKeyset(t *testing.T) {
 		u[0], u[15] = first, last
 		return u
 	}
-	page := []account{{id(10, 1), 10}, {id(10, 2), 10}, {id(11, 0), 11}}
+	page := []account{{ID: id(10, 1), Bucket: 10}, {ID: id(10, 2), Bucket: 10}, {ID: id(11, 0), Bucket: 11}}
 	cursor := fanOutCursor{Started: true, Bucket: 10, AfterID: id(10, 0).String()}
 
 	require.NoError(t, checkKeyset(page, 8, 15, fanOutCursor{}, 3))
@@ -364,9 +364,9 @@ func TestCheckKeyset(t *testing.T) {
 	}{
 		"NotPastCursor":  {page, fanOutCursor{Started: true, Bucket: 10, AfterID: id(10, 1).String()}, 8, 15},
 		"OutOfRange":     {page, fanOutCursor{}, 11, 15},
-		"NotIncreasing":  {[]account{{id(10, 2), 10}, {id(10, 1), 10}}, fanOutCursor{}, 8, 15},
-		"RepeatedRow":    {[]account{{id(10, 2), 10}, {id(10, 2), 10}}, fanOutCursor{}, 8, 15},
-		"BucketBackward": {[]account{{id(11, 0), 11}, {id(10, 9), 10}}, fanOutCursor{}, 8, 15},
+		"NotIncreasing":  {[]account{{ID: id(10, 2), Bucket: 10}, {ID: id(10, 1), Bucket: 10}}, fanOutCursor{}, 8, 15},
+		"RepeatedRow":    {[]account{{ID: id(10, 2), Bucket: 10}, {ID: id(10, 2), Bucket: 10}}, fanOutCursor{}, 8, 15},
+		"BucketBackward": {[]account{{ID: id(11, 0), Bucket: 11}, {ID: id(10, 9), Bucket: 10}}, fanOutCursor{}, 8, 15},
 	} {
 		err := checkKeyset(tt.page, tt.lo, tt.hi, tt.cursor, 3)
 		require.ErrorIs(t, err, ErrKeysetStalled, name)

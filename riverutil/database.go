@@ -17,6 +17,7 @@ import (
 	"github.com/riverslot/riverslot/bootstrap"
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -118,6 +119,9 @@ func MigrateLedger(ctx context.Context, pool *pgxpool.Pool, schema string) error
 			return fmt.Errorf("error committing the ledger's migration in schema %q: %w", schema, err)
 		}
 	}
+	if err := migrateUpstream(ctx, pool, schema); err != nil {
+		return err
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("error starting the ledger's backfill in schema %q: %w", schema, err)
@@ -128,6 +132,25 @@ func MigrateLedger(ctx context.Context, pool *pgxpool.Pool, schema string) error
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("error committing the ledger's backfill in schema %q: %w", schema, err)
+	}
+	return nil
+}
+
+// migrateUpstream creates the upstream limiter's tables (Task.Limits) in
+// schema when they are missing.
+func migrateUpstream(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	var missing bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NULL OR to_regclass($2) IS NULL",
+		sqlbucket.QualifiedTable(schema, upstream.Table), sqlbucket.QualifiedTable(schema, upstream.JobsTable)).Scan(&missing); err != nil {
+		return fmt.Errorf("error looking up the upstream tables in schema %q: %w", schema, err)
+	}
+	if !missing {
+		return nil
+	}
+	for _, ddl := range upstream.DDL(schema) {
+		if _, err := pool.Exec(ctx, ddl); err != nil {
+			return fmt.Errorf("error creating riverslot's upstream tables in schema %q: %w", schema, err)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/syncjob"
 )
@@ -253,9 +254,47 @@ type Task struct {
 	// no sooner than FirstCycleLate does.
 	FirstCycle FirstCycle
 
+	// Upstream is an optional SQL expression of Table's columns naming
+	// each account's upstream (the bank, the API host), e.g. "bank_id".
+	// The fan-out reads its value with the account (as text, cut to 128
+	// bytes) and carries it in the sync job, so no sync queries for it;
+	// accounts where it is NULL, and every account when it is empty,
+	// share the task's default upstream (key ""). Like Filter it is
+	// trusted application SQL. Defaults to "".
+	Upstream string
+
+	// Limits are each upstream's limits (Rate, Burst, Concurrency) and
+	// circuit breaker (FailureThreshold, Cooldown), held across every node
+	// in River's database (Migrate creates the tables). An operator
+	// overrides one upstream's limits at run time with
+	// Scheduler.SetUpstreamLimits or `riverslot upstream set`. A sync over
+	// its upstream's limit, or deferred by its open breaker, is snoozed
+	// (no attempt used, no worker held) in its place in line; one that
+	// cannot start before its NotAfter completes as skipped, with the
+	// reason (upstream_throttled, upstream_down). Defaults to no limits;
+	// a task with neither Upstream nor Limits does not touch the tables.
+	Limits UpstreamLimits
+
 	// Sync is the application's work for one account. Required.
 	Sync SyncFunc
 }
+
+// UpstreamLimits are an upstream's limits; a zero field sets no limit.
+// Rate is syncs started per second, Burst how many may start at once
+// above it after a quiet spell (default 1), Concurrency syncs in flight;
+// FailureThreshold consecutive failed syncs open the breaker, which then
+// defers every sync of the upstream for Cooldown (default 30 s) and lets
+// one probe through: its success closes the breaker, its failure opens it
+// for another Cooldown. A Sync returning Throttled pauses the upstream on
+// every node.
+type UpstreamLimits = upstream.Limits
+
+// Throttled returns the error a SyncFunc returns when the upstream asked
+// it to slow down (an HTTP 429 with Retry-After): the sync is tried again
+// after retryAfter without using one of its attempts, and, for a task with
+// Upstream or Limits, every sync of that upstream waits as long, on every
+// node.
+func Throttled(retryAfter time.Duration, err error) error { return syncjob.Throttled(retryAfter, err) }
 
 // config is t as taskspec.Build takes it.
 func (t Task) config() taskspec.Config {
@@ -265,6 +304,6 @@ func (t Task) config() taskspec.Config {
 		Weight: t.Weight, WeightEpsilon: t.WeightEpsilon, PinsTimeout: t.PinsTimeout, Phase: t.Phase, OppositeOf: t.OppositeOf,
 		Seed: t.Seed, BatchSize: t.BatchSize, Queue: t.Queue, ControlQueue: t.ControlQueue, Priority: t.Priority,
 		MaxAttempts: t.MaxAttempts, SyncTimeout: t.SyncTimeout, PerSlotTimeout: t.PerSlotTimeout, Lead: t.Lead,
-		LatePolicy: t.LatePolicy, LateGrace: t.LateGrace, FirstCycle: t.FirstCycle, HasSync: t.Sync != nil,
+		LatePolicy: t.LatePolicy, LateGrace: t.LateGrace, FirstCycle: t.FirstCycle, Upstream: t.Upstream, Limits: t.Limits, HasSync: t.Sync != nil,
 	}
 }

@@ -45,6 +45,11 @@ type Args struct {
 	// sync of the account started completes without calling Sync (one GIN
 	// index lookup per sync). riverslot's fan-out leaves it zero (no check).
 	Apart time.Duration `json:"apart,omitempty"`
+
+	// Upstream is the account's upstream key (Task.Upstream's value when
+	// the fan-out selected it; empty: the task's default upstream), whose
+	// limits and breaker the sync goes through when the task sets any.
+	Upstream string `json:"upstream,omitempty"`
 }
 
 // Kind returns Kind.

@@ -140,6 +140,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return err
 	}
 	if !notAfter.IsZero() && started.After(notAfter) {
+		if down, err := w.staleByUpstream(ctx, t.spec, job); err != nil {
+			return err
+		} else if down {
+			return w.skip(ctx, t.spec, job, SkippedUpstreamDown, "riverslot: sync jobs completed without calling Sync: their upstream's circuit breaker held them past their NotAfter (the upstream was down); the next cycle covers them",
+				OutputNotAfter, notAfter.UTC().Format(time.RFC3339Nano), "upstream", job.Args.Upstream)
+		}
 		return w.skip(ctx, t.spec, job, SkippedStale, "riverslot: stale sync jobs completed without calling Sync: they started less than half a cycle before their accounts' next regular sync, which covers them",
 			OutputNotAfter, notAfter.UTC().Format(time.RFC3339Nano))
 	}
@@ -179,7 +185,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			return river.JobSnooze(apartSnooze)
 		}
 	}
-	return t.sync(ctx, job.Args.AccountID, job)
+	return w.syncThrough(ctx, t, job, notAfter)
 }
 
 // notAfter returns the job's NotAfter: its own when the fan-out wrote one

@@ -8,6 +8,7 @@
 //	riverslot web     serve the operator's page and its JSON API
 //	riverslot bench   run the benchmarks against Postgres
 //	riverslot simulate  predict queue depth and lateness of a fleet (no database)
+//	riverslot upstream  list a task's upstreams or set one's limits at run time
 //
 // Every command that needs a database takes --database-url, else
 // $DATABASE_URL, else the local database its make target prepares.
@@ -41,6 +42,8 @@ commands:
   bench   run the benchmarks against Postgres
   simulate  predict a fleet's queue depth, lateness and throughput over days
           in seconds, for riverslot and its alternatives (no database)
+  upstream  list a task's upstreams (limits, breaker, counters) or set one's
+          limits at run time
 
 Database: --database-url, else $DATABASE_URL, else the local database the
 command's make target prepares (riverslot_demo for demo and worker,
@@ -98,6 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runWeb(ctx, args[1:], stdout, stderr)
 	case "simulate":
 		err = runSimulate(ctx, args[1:], stdout, stderr)
+	case "upstream":
+		err = runUpstream(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -361,11 +361,11 @@ func (l Ledger) HasCycleBefore(ctx context.Context, q Queryer, task string, star
 }
 
 // Current reports whether the ledger table exists with every column and
-// index this version records (DDL's last column and its index).
+// index this version records (each version's marker column and the pins index).
 func (l Ledger) Current(ctx context.Context, q Queryer) (bool, error) {
 	var ok bool
 	err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL
-		AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'first_cycle' AND NOT attisdropped)
+		AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('first_cycle', 'late_grace_us') AND NOT attisdropped) = 2
 		AND EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass($1) AND c.relname = $2)`,
 		l.table, Table+"_pins").Scan(&ok)
 	return ok, wrap(err, "looking up the ledger table's columns")

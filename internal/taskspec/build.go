@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -81,6 +82,8 @@ type Config struct {
 	LatePolicy     LatePolicy
 	LateGrace      time.Duration
 	FirstCycle     FirstCycle
+	Upstream       string
+	Limits         upstream.Limits
 	HasSync        bool
 }
 
@@ -245,6 +248,15 @@ func newSpec(t Config) (*Spec, error) {
 	if !t.HasSync {
 		add("Sync must be set to the function that syncs one account")
 	}
+	if t.Upstream != "" {
+		if err := CheckUpstream(t.Upstream); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := t.Limits.Validate("Limits."); err != nil {
+		errs = append(errs, err)
+	}
+	t.Limits = t.Limits.WithDefaults()
 
 	if t.OppositeOf != "" && t.Phase != 0 {
 		add("Phase and OppositeOf cannot both be set; OppositeOf %q sets Phase to that task's plus 1/2", t.OppositeOf)
@@ -298,6 +310,8 @@ func newSpec(t Config) (*Spec, error) {
 		LatePolicy:      t.LatePolicy,
 		FirstCycle:      t.FirstCycle,
 		LateGrace:       t.LateGrace,
+		Upstream:        t.Upstream,
+		Limits:          t.Limits,
 		Lead:            t.Lead,
 		TriggerLead:     triggerLead(t.Lead, t.Cycle),
 		PerSlotTimeout:  t.PerSlotTimeout,

@@ -45,6 +45,14 @@ func CheckWeight(weight string) error {
 	})
 }
 
+// CheckUpstream returns an error naming Upstream unless upstream is one
+// balanced expression (see CheckFilter).
+func CheckUpstream(upstream string) error {
+	return checkExpr(upstream, func(why string) error {
+		return fmt.Errorf("Upstream must be one balanced SQL expression of the accounts table's columns (%s), got %q; write a column or an expression such as \"bank_id\" or \"coalesce(bank_id::text, 'default')\"", why, upstream)
+	})
+}
+
 // checkExpr returns fail(why) unless expr is one balanced expression (see
 // CheckFilter). It is a lexer for the part of PostgreSQL's grammar that
 // decides where a token ends (src/backend/parser/scan.l): whatever it cannot

@@ -243,7 +243,7 @@ type PinRead struct {
 	PageRange string
 	// PinnedFirstPage selects the accounts pinned to slot $4 in the cycle
 	// ($1 task, $2 plan, $3 cycle start) by id, $5 limit; rows are (id,
-	// bucket). PinnedNextPage continues after id $6.
+	// bucket, upstream key). PinnedNextPage continues after id $6.
 	PinnedFirstPage, PinnedNextPage string
 	// Slots returns (id, slot) of the accounts of ids $4 pinned in the
 	// cycle ($1 task, $2 plan, $3 cycle start).
@@ -257,7 +257,7 @@ func (s *Spec) PinRead(schema string) PinRead {
 	bucket := s.BucketExpr()
 	// Each pin of the slot, in id order, looked up by (bucket, id) in a
 	// subquery of its own, so the filter sees only the accounts table.
-	pinnedHead := "SELECT a.i, a.b FROM " + pins + " p CROSS JOIN LATERAL (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b FROM " +
+	pinnedHead := "SELECT a.i, a.b, a.u FROM " + pins + " p CROSS JOIN LATERAL (SELECT " + s.QuotedID + " AS i, " + bucket + " AS b, " + s.UpstreamExpr() + " AS u FROM " +
 		s.QualifiedTable + " WHERE " + bucket + " = p.bucket AND " + s.QuotedID + " = p.account_id" + s.FilterClause + ") a" +
 		" WHERE p.task = $1 AND p.plan = $2 AND p.cycle_start = $3 AND p.slot = $4"
 	pinnedTail := " ORDER BY p.account_id LIMIT $5"

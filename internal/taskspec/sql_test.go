@@ -3,6 +3,7 @@ package taskspec_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/internal/upstream"
 )
 
 // TestSQL runs the queries BuildSQL, PinRead, PinOfSQL and PinsDDL build
@@ -60,6 +62,16 @@ func TestSQL(t *testing.T) {
 		require.Equal(t, []idBucket{{a1, 3}, {a2, 3}}, pageRows(t, s.SQL.FirstPage, 3, 7, 2))
 		require.Equal(t, []idBucket{{a3, 4}, {a5, 7}}, pageRows(t, s.SQL.NextPage, 3, 7, 2, 3, a2))
 		require.Empty(t, pageRows(t, s.SQL.NextPage, 3, 7, 2, 7, a5))
+
+		// With Upstream, the page carries each account's key as text:
+		// NULL is the default upstream (""), a long value is cut to
+		// upstream.MaxKeyLen bytes.
+		withKey := *s
+		withKey.Upstream = "CASE WHEN w IS NULL THEN NULL WHEN w > 5 THEN repeat('é', 100) ELSE 'bank-' || w::text END"
+		withKey.BuildSQL()
+		rows, keys := pageRowsKeys(t, withKey.SQL.FirstPage, 3, 7, 10)
+		require.Equal(t, []idBucket{{a1, 3}, {a2, 3}, {a3, 4}, {a5, 7}}, rows)
+		require.Equal(t, []string{"bank-2.5", "", "bank--1", strings.Repeat("é", upstream.MaxKeyLen/2)}, keys)
 		require.Equal(t, []idBucket{{a6, 200}}, pageRows(t, s.SQL.FirstPage, 200, 255, 10))
 		require.Empty(t, pageRows(t, s.SQL.FirstPage, 8, 199, 10))
 	})
@@ -198,13 +210,37 @@ type idBucketWeight struct {
 
 func ptr[T any](v T) *T { return &v }
 
+// pageRows returns a page query's (id, bucket) rows; their upstream keys
+// (the third column) must all be want ("" without Task.Upstream).
 func pageRows(t *testing.T, sql string, args ...any) []idBucket {
+	t.Helper()
+	rows, keys := pageRowsKeys(t, sql, args...)
+	for _, k := range keys {
+		require.Empty(t, k, "no Upstream: every account on the default upstream")
+	}
+	return rows
+}
+
+func pageRowsKeys(t *testing.T, sql string, args ...any) ([]idBucket, []string) {
 	t.Helper()
 	rows, err := riverslottest.Pool(t).Query(context.Background(), sql, args...)
 	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[idBucket])
+	type row struct {
+		ID       uuid.UUID
+		Bucket   int
+		Upstream string
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 	require.NoError(t, err)
-	return out
+	var (
+		out  []idBucket
+		keys []string
+	)
+	for _, r := range got {
+		out = append(out, idBucket{r.ID, r.Bucket})
+		keys = append(keys, r.Upstream)
+	}
+	return out, keys
 }
 
 func weightRows(t *testing.T, sql string, args ...any) []idBucketWeight {

@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverslot/riverslot/internal/metrics"
+	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -72,6 +73,13 @@ type Spec struct {
 	// so that the two tasks' syncs of it stay at least half a cycle minus
 	// a slot apart however late either fans out.
 	Opposed bool
+
+	// Upstream is the accounts table's SQL expression whose value (cut to
+	// upstream.MaxKeyLen bytes) names the account's upstream; "" puts
+	// every account on the task's default upstream (key ""). Limits are
+	// each upstream's limits, defaults applied.
+	Upstream string
+	Limits   upstream.Limits
 
 	BatchSize  int
 	LatePolicy LatePolicy
@@ -208,7 +216,7 @@ func (s *Spec) BuildSQL() {
 	}
 
 	bucket := s.BucketExpr()
-	head := "SELECT " + s.QuotedID + ", " + bucket + " FROM " + s.QualifiedTable +
+	head := "SELECT " + s.QuotedID + ", " + bucket + ", " + s.UpstreamExpr() + " FROM " + s.QualifiedTable +
 		" WHERE " + s.SlotPredicate(1, 2)
 	tail := s.FilterClause + " ORDER BY " + bucket + ", " + s.QuotedID + " LIMIT $3"
 	keyset := " AND (" + bucket + ", " + s.QuotedID + ") > ($4::int, $5::uuid)"
@@ -221,6 +229,23 @@ func (s *Spec) BuildSQL() {
 	if s.Weighted() {
 		s.buildPinsSQL()
 	}
+}
+
+// UpstreamExpr is the text expression of an account's upstream key in a
+// page query: Upstream, cut to upstream.MaxKeyLen bytes, ” when unset or
+// NULL.
+func (s *Spec) UpstreamExpr() string {
+	if s.Upstream == "" {
+		return "''::text"
+	}
+	return fmt.Sprintf("coalesce(convert_from(substring(convert_to((%s)::text, 'UTF8') from 1 for %d), 'UTF8'), '')", s.Upstream, upstream.MaxKeyLen)
+}
+
+// Limited reports whether the task's syncs go through the upstream
+// limiter: Upstream or a limit is set. A task with neither costs its syncs
+// nothing.
+func (s *Spec) Limited() bool {
+	return s.Upstream != "" || s.Limits.Rate > 0 || s.Limits.Concurrency > 0 || s.Limits.FailureThreshold > 0
 }
 
 // BucketExpr is the bucket expression of the task's ID column for its

@@ -31,6 +31,7 @@ import (
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/testkit/measure"
+	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/syncjob"
 )
@@ -131,7 +132,8 @@ func AccountsPool(tb testing.TB) (*pgxpool.Pool, string) {
 }
 
 // Schema creates a fresh schema with River's tables migrated into it (and
-// riverslot's ledger, as riverutil.Migrate creates it), and drops it when
+// riverslot's ledger and upstream tables, as riverutil.Migrate creates
+// them), and drops it when
 // the test ends. Tests that each use their own schema can run
 // in parallel.
 func Schema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool) string {
@@ -142,7 +144,7 @@ func Schema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool) string {
 	require.NoError(tb, err)
 	_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
 	require.NoError(tb, err)
-	for _, ddl := range ledger.DDL(schema) {
+	for _, ddl := range append(ledger.DDL(schema), upstream.DDL(schema)...) {
 		_, err = pool.Exec(ctx, ddl)
 		require.NoError(tb, err)
 	}

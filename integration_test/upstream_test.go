@@ -1,0 +1,253 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// fakeBanks is an HTTP server on loopback, one path per bank, that records
+// every request it receives: when it came, and how many of the bank's
+// requests were in flight then. A bank marked down answers 503.
+type fakeBanks struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	arrivals map[string][]time.Time
+	inFlight map[string]*atomic.Int64
+	maxIn    map[string]int64
+	down     map[string]bool
+	whileDn  map[string]int // requests received while down
+}
+
+func newFakeBanks(t *testing.T, banks []string, work time.Duration) *fakeBanks {
+	t.Helper()
+	f := &fakeBanks{arrivals: map[string][]time.Time{}, inFlight: map[string]*atomic.Int64{}, maxIn: map[string]int64{}, down: map[string]bool{}, whileDn: map[string]int{}}
+	for _, b := range banks {
+		f.inFlight[b] = &atomic.Int64{}
+	}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bank := r.URL.Path[1:]
+		counter, ok := f.inFlight[bank]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		n := counter.Add(1)
+		defer counter.Add(-1)
+		f.mu.Lock()
+		f.arrivals[bank] = append(f.arrivals[bank], time.Now())
+		f.maxIn[bank] = max(f.maxIn[bank], n)
+		down := f.down[bank]
+		if down {
+			f.whileDn[bank]++
+		}
+		f.mu.Unlock()
+		time.Sleep(work)
+		if down {
+			http.Error(w, "bank down", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeBanks) setDown(bank string, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down[bank] = down
+}
+
+// mostInOneSecond is the most requests the bank received in any one
+// second.
+func (f *fakeBanks) mostInOneSecond(bank string) int {
+	f.mu.Lock()
+	at := slices.Clone(f.arrivals[bank])
+	f.mu.Unlock()
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i := range at {
+		n := 0
+		for j := i; j < len(at) && at[j].Sub(at[i]) < time.Second; j++ {
+			n++
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
+// TestUpstreamLimitsAndBreaker runs one 48 s cycle of 900 accounts spread
+// unevenly over three banks (an HTTP server on loopback, 30 ms a call),
+// with limits per bank of 12 calls a second (burst 2), 3 in flight, and a
+// breaker opening after 3 failures for 2 s; bank-2 answers 503 for 16 s
+// of the cycle. The server's own record shows: no bank ever got more than
+// 14 calls in a second or more than 3 at once; while bank-2 was down it got
+// only the failures that opened its breaker, the calls already in flight
+// and one probe per cooldown; bank-1 and bank-3 were never deferred nor
+// skipped; and every account was synced exactly once in the cycle, bank-2's
+// deferred syncs after it came back, except those whose NotAfter came
+// before their place in the line after the outage: each of those is
+// skipped and reported as upstream_down.
+func TestUpstreamLimitsAndBreaker(t *testing.T) {
+	parallel(t)
+
+	const (
+		accounts = 900
+		cycle    = 48 * time.Second // 16 slots of 3 s
+		outage   = 16 * time.Second
+	)
+	limits := riverutil.UpstreamLimits{Rate: 12, Burst: 2, Concurrency: 3, FailureThreshold: 3, Cooldown: 2 * time.Second}
+	banks := []string{"bank-1", "bank-2", "bank-3"}
+	ctx, b := setup(t, accounts)
+	accountsTable := pgx.Identifier{b.schema, "accounts"}.Sanitize()
+	// Uneven: half the accounts at bank-1, 30% at bank-2, 20% at bank-3.
+	_, err := b.pool.Exec(ctx, "ALTER TABLE "+accountsTable+" ADD COLUMN bank text")
+	require.NoError(t, err)
+	bankOf := map[uuid.UUID]string{}
+	for i, id := range b.ids {
+		bank := banks[0]
+		switch {
+		case i%10 >= 8:
+			bank = banks[2]
+		case i%10 >= 5:
+			bank = banks[1]
+		}
+		bankOf[id] = bank
+	}
+	_, err = b.pool.Exec(ctx, "UPDATE "+accountsTable+" SET bank = CASE WHEN id = ANY($1) THEN 'bank-2' WHEN id = ANY($2) THEN 'bank-3' ELSE 'bank-1' END",
+		idsAt(b.ids, bankOf, "bank-2"), idsAt(b.ids, bankOf, "bank-3"))
+	require.NoError(t, err)
+
+	fake := newFakeBanks(t, banks, 30*time.Millisecond)
+	record := b.recordSync()
+	httpClient := &http.Client{Timeout: 10 * time.Second}
+	syncFn := func(ctx context.Context, id uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fake.srv.URL+"/"+job.Args.Upstream, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("bank %s answered %d", job.Args.Upstream, resp.StatusCode)
+		}
+		return record(ctx, id, job)
+	}
+	offset, start := offsetForStartIn(cycle, 6*time.Second)
+	task := riverutil.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
+		Upstream: "bank", Limits: limits, Sync: syncFn}
+	scheduler := newScheduler(t, b, task)
+	client := startClient(ctx, t, b, scheduler, false, river.QueueDefault)
+	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)
+	require.NoError(t, err)
+
+	// bank-2 goes down a third into the cycle, for a third of it.
+	downFrom, downTo := start.Add(cycle/3), start.Add(cycle/3+outage)
+	time.Sleep(time.Until(downFrom)) // a moment on the wall clock, not a condition
+	fake.setDown("bank-2", true)
+	time.Sleep(time.Until(downTo))
+	fake.setDown("bank-2", false)
+
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	waitFor(t, cycle+90*time.Second, "every sync job of the cycle to finish", func() bool {
+		return time.Now().After(start.Add(cycle)) &&
+			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state NOT IN ('completed', 'cancelled', 'discarded')", syncjob.Kind) == 0
+	})
+
+	// Every account synced once, bank-2's included, except those of
+	// bank-2's deferred syncs that ran out of time in the line after the
+	// outage: skipped and reported as upstream_down, never lost, never
+	// synced twice.
+	times := b.calls(ctx, t)
+	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid FROM "+jobs+" WHERE kind = $1 AND metadata->'output'->>'riverslot_skipped' = $2", syncjob.Kind, syncjob.SkippedUpstreamDown)
+	require.NoError(t, err)
+	skippedIDs, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	skippedDown := map[uuid.UUID]bool{}
+	for _, id := range skippedIDs {
+		require.Equal(t, "bank-2", bankOf[id], "only the bank that was down has syncs skipped as upstream_down")
+		skippedDown[id] = true
+	}
+	var syncedAfterOutage int
+	for _, id := range b.ids {
+		if skippedDown[id] {
+			require.Empty(t, times[id], "account %s: skipped and synced", id)
+			continue
+		}
+		require.Len(t, times[id], 1, "account %s of %s", id, bankOf[id])
+		if bankOf[id] == "bank-2" && times[id][0].After(downTo) {
+			syncedAfterOutage++
+		}
+	}
+	require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state <> 'completed'", syncjob.Kind), "no sync job discarded or cancelled")
+	require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND metadata->'output'->>'riverslot_skipped' <> $2", syncjob.Kind, syncjob.SkippedUpstreamDown),
+		"no sync skipped for another reason (stale, upstream_throttled)")
+	require.Positive(t, syncedAfterOutage, "bank-2's deferred syncs ran after it came back")
+	t.Logf("bank-2: %d accounts synced after the outage, %d skipped as upstream_down", syncedAfterOutage, len(skippedDown))
+
+	states, err := scheduler.Upstreams(ctx, "transactions", "", 0)
+	require.NoError(t, err)
+	byKey := map[string]riverutil.UpstreamState{}
+	for _, s := range states {
+		byKey[s.Key] = s
+	}
+	for _, bank := range banks {
+		most := fake.mostInOneSecond(bank)
+		fake.mu.Lock()
+		maxIn, calls := fake.maxIn[bank], len(fake.arrivals[bank])
+		fake.mu.Unlock()
+		t.Logf("%s: %d accounts, %d calls, most in one second %d, most in flight %d; limiter: throttled %d, deferred %d, probes %d, opens %d, skipped %d",
+			bank, len(idsAt(b.ids, bankOf, bank)), calls, most, maxIn, byKey[bank].Throttled, byKey[bank].Deferred, byKey[bank].Probes, byKey[bank].Opens, byKey[bank].Skipped)
+		require.LessOrEqual(t, most, int(limits.Rate)+limits.Burst, "%s: calls in one second", bank)
+		require.LessOrEqual(t, maxIn, int64(limits.Concurrency), "%s: calls in flight", bank)
+	}
+	require.EqualValues(t, len(skippedDown), byKey["bank-2"].Skipped, "the limiter counts what it skipped")
+	for _, bank := range []string{"bank-1", "bank-3"} {
+		require.Zero(t, byKey[bank].Skipped, bank)
+		require.Zero(t, byKey[bank].Deferred, "%s is not held back by bank-2's outage", bank)
+		require.Zero(t, byKey[bank].Opens, bank)
+	}
+	down := byKey["bank-2"]
+	require.Positive(t, down.Opens, "bank-2's breaker opened")
+	require.Positive(t, down.Deferred, "bank-2's syncs were deferred, not failed")
+	require.Positive(t, down.Probes)
+	require.Equal(t, "closed", down.Breaker, "bank-2 came back")
+	fake.mu.Lock()
+	whileDown := fake.whileDn["bank-2"]
+	fake.mu.Unlock()
+	// The failures that opened it, the calls already in flight, one probe
+	// per cooldown (and one more each time a probe failed and reopened it).
+	bound := limits.FailureThreshold + limits.Concurrency + int(outage/limits.Cooldown) + 1
+	require.LessOrEqual(t, whileDown, bound, "calls bank-2 got while down")
+	require.LessOrEqual(t, int64(whileDown), int64(limits.FailureThreshold+limits.Concurrency)+down.Probes, "calls while down: the opening failures, those in flight, probes")
+}
+
+// idsAt returns the ids of bank's accounts.
+func idsAt(ids []uuid.UUID, bankOf map[uuid.UUID]string, bank string) []uuid.UUID {
+	var out []uuid.UUID
+	for _, id := range ids {
+		if bankOf[id] == bank {
+			out = append(out, id)
+		}
+	}
+	return out
+}

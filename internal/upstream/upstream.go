@@ -1,0 +1,682 @@
+// Package upstream holds riverslot's per-upstream limits and circuit
+// breakers in PostgreSQL, in two small tables of River's schema, so that
+// every node of a cluster holds the same budget with no other
+// infrastructure:
+//
+//   - riverslot_upstream: one row per (task, upstream key), created on a
+//     key's first sync: the operator's overrides of the task's limits,
+//     the rate limiter's state (GCRA: the theoretical arrival time), a
+//     pause an upstream asked for (429 Retry-After), the breaker's state
+//     and counters.
+//   - riverslot_upstream_job: one row per sync job that holds a place in
+//     the rate limiter's line (reserved_at) or a concurrency lease
+//     (lease_until). A lease expires, so a node killed mid-sync blocks
+//     nothing for longer than the sync's timeout.
+//
+// Every decision reads the database's clock (clock_timestamp()), not the
+// node's, and takes the key's row lock for one short transaction: syncs
+// of one upstream are decided one at a time, whatever node runs them.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/riverslot/riverslot/sqlbucket"
+)
+
+// Table and JobsTable are the limiter's tables, in River's schema.
+const (
+	Table     = "riverslot_upstream"
+	JobsTable = "riverslot_upstream_job"
+)
+
+// MaxKeyLen is the longest upstream key, in bytes: the fan-out cuts longer
+// values of Task.Upstream to it.
+const MaxKeyLen = 128
+
+// CooldownDefault is the default Limits.Cooldown.
+const CooldownDefault = 30 * time.Second
+
+// Limits are an upstream's limits; a zero field sets no limit.
+type Limits struct {
+	// Rate is syncs started per second.
+	Rate float64
+	// Burst is how many syncs may start at once above the rate after a
+	// quiet spell; at least 1 (the default) when Rate is set.
+	Burst int
+	// Concurrency is syncs in flight at once.
+	Concurrency int
+	// FailureThreshold is how many consecutive failed syncs open the
+	// breaker (0: no breaker).
+	FailureThreshold int
+	// Cooldown is how long an open breaker defers syncs before one probe
+	// checks the upstream again.
+	Cooldown time.Duration
+}
+
+// Validate returns an error naming the field (prefix, e.g. "Limits.") and
+// the fix.
+func (l Limits) Validate(prefix string) error {
+	var errs []error
+	if l.Rate < 0 || math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0) {
+		errs = append(errs, fmt.Errorf("%sRate must be a finite number of syncs per second, 0 for no limit; got %v", prefix, l.Rate))
+	}
+	if l.Burst < 0 {
+		errs = append(errs, fmt.Errorf("%sBurst must be 0 (1 when Rate is set) or more; got %d", prefix, l.Burst))
+	}
+	if l.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("%sConcurrency must be 0 (no limit) or more; got %d", prefix, l.Concurrency))
+	}
+	if l.FailureThreshold < 0 {
+		errs = append(errs, fmt.Errorf("%sFailureThreshold must be 0 (no breaker) or more; got %d", prefix, l.FailureThreshold))
+	}
+	if l.Cooldown < 0 {
+		errs = append(errs, fmt.Errorf("%sCooldown must be positive (default %s); got %s", prefix, CooldownDefault, l.Cooldown))
+	}
+	return errors.Join(errs...)
+}
+
+// WithDefaults returns l with Burst and Cooldown defaulted.
+func (l Limits) WithDefaults() Limits {
+	if l.Rate > 0 && l.Burst == 0 {
+		l.Burst = 1
+	}
+	if l.Cooldown == 0 {
+		l.Cooldown = CooldownDefault
+	}
+	return l
+}
+
+// DDL returns the statements that create the limiter's tables in schema
+// ("" for the search path), idempotently.
+func DDL(schema string) []string {
+	t := sqlbucket.QualifiedTable(schema, Table)
+	j := sqlbucket.QualifiedTable(schema, JobsTable)
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + t + ` (
+	task text NOT NULL,
+	key text NOT NULL,
+	rate double precision,
+	burst int,
+	concurrency int,
+	line_tat timestamptz,
+	start_tat timestamptz,
+	paused_until timestamptz,
+	state text NOT NULL DEFAULT 'closed',
+	failures int NOT NULL DEFAULT 0,
+	open_until timestamptz,
+	probe_job bigint,
+	probe_until timestamptz,
+	calls bigint NOT NULL DEFAULT 0,
+	failed bigint NOT NULL DEFAULT 0,
+	throttled bigint NOT NULL DEFAULT 0,
+	deferred bigint NOT NULL DEFAULT 0,
+	skipped bigint NOT NULL DEFAULT 0,
+	probes bigint NOT NULL DEFAULT 0,
+	opens bigint NOT NULL DEFAULT 0,
+	updated_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (task, key)
+)`,
+		`COMMENT ON TABLE ` + t + ` IS 'riverslot: per-upstream limits (operator overrides), rate limiter, 429 pauses and circuit breaker, one row per task and upstream key'`,
+		`CREATE TABLE IF NOT EXISTS ` + j + ` (
+	task text NOT NULL,
+	key text NOT NULL,
+	job_id bigint NOT NULL,
+	reserved_at timestamptz,
+	lease_until timestamptz,
+	throttled boolean NOT NULL DEFAULT false,
+	deferred boolean NOT NULL DEFAULT false,
+	PRIMARY KEY (task, key, job_id)
+)`,
+		`COMMENT ON TABLE ` + j + ` IS 'riverslot: sync jobs holding a place in an upstream''s rate limit (reserved_at) or a concurrency lease (lease_until, expires)'`,
+	}
+}
+
+// Outcome is what a sync did to its upstream.
+type Outcome int
+
+const (
+	// Succeeded: the upstream answered.
+	Succeeded Outcome = iota
+	// Failed: the sync failed (counts toward the breaker).
+	Failed
+	// Throttled: the upstream asked to slow down (429, Retry-After).
+	Throttled
+)
+
+// Verdict is what Acquire decided for a sync.
+type Verdict int
+
+const (
+	// Run: call the upstream now (a lease is held until Release).
+	Run Verdict = iota
+	// Wait: snooze for Decision.Wait, keeping any place in line.
+	Wait
+	// Skip: the sync cannot start before its NotAfter; complete it as
+	// skipped (Decision.Reason).
+	Skip
+)
+
+// Reasons a sync is skipped by its upstream's state.
+const (
+	// SkippedDown: the upstream's breaker stays open (or a probe runs)
+	// past the sync's NotAfter.
+	SkippedDown = "upstream_down"
+	// SkippedThrottled: the upstream's rate limit, or a pause it asked
+	// for, has no room for the sync before its NotAfter.
+	SkippedThrottled = "upstream_throttled"
+)
+
+// Decision is Acquire's answer.
+type Decision struct {
+	Verdict Verdict
+	Wait    time.Duration
+	Reason  string // Skip's reason, Wait's cause ("rate", "concurrency", "paused", "open", "probe")
+	Probe   bool   // Run as the half-open breaker's probe
+}
+
+// Request names one sync job's use of its upstream.
+type Request struct {
+	Task   string
+	Key    string
+	JobID  int64
+	Limits Limits // the task's, defaults applied; a key's overrides win
+	// NotAfter is the sync's latest start (zero: none): a sync that would
+	// wait past it is skipped instead.
+	NotAfter time.Time
+	// Hold is how long a lease lasts (the sync's timeout and a margin):
+	// a lease of a node killed mid-sync expires then.
+	Hold time.Duration
+}
+
+// DB is what the limiter needs of a pool.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Limiter decides and records syncs of the upstreams of River's schema.
+type Limiter struct {
+	table, jobs string
+}
+
+// New returns the limiter over the tables of schema ("" for the search
+// path).
+func New(schema string) *Limiter {
+	return &Limiter{table: sqlbucket.QualifiedTable(schema, Table), jobs: sqlbucket.QualifiedTable(schema, JobsTable)}
+}
+
+// state is a key's row as Acquire reads it, with the job's own row, and
+// what decide sets for record to write.
+type state struct {
+	// read
+	rate                          float64
+	burst, concurrency            int
+	lineTAT, startTAT             *time.Time
+	pausedUntil                   *time.Time
+	breaker                       string
+	openUntil                     *time.Time
+	probeJob                      *int64
+	probeUntil                    *time.Time
+	failures                      int
+	now                           time.Time
+	inFlight                      int
+	hasJob                        bool
+	reservedAt                    *time.Time
+	throttled, deferred           bool
+	overrideRate                  *float64
+	overrideBurst, overrideConcur *int
+	// the request's
+	threshold int
+	cooldown  time.Duration
+	notAfter  time.Time
+	jobID     int64
+	hold      time.Duration
+	waitSeed  uint64
+	// decided
+	newLineTAT, newStartTAT     *time.Time
+	reserve                     *time.Time // the job's place in line, kept or taken
+	markThrottled, markDeferred bool
+	newProbe                    bool
+	countSkipped                bool
+	leaseRun                    bool
+	dropJob                     bool
+}
+
+// Acquire decides whether the sync of r may call its upstream now, and
+// records the decision: a place in the rate limiter's line, a lease, the
+// breaker's probe. One transaction holding the key's row lock.
+func (l *Limiter) Acquire(ctx context.Context, db DB, r Request) (Decision, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return Decision{}, wrap(err, "starting the upstream's decision")
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+
+	s := state{threshold: r.Limits.FailureThreshold, cooldown: r.Limits.Cooldown, notAfter: r.NotAfter, jobID: r.JobID, hold: r.Hold, waitSeed: seed(r.JobID)}
+	err = tx.QueryRow(ctx, `WITH u AS (
+	INSERT INTO `+l.table+` (task, key) VALUES ($1, $2)
+	ON CONFLICT (task, key) DO UPDATE SET task = EXCLUDED.task
+	RETURNING rate, burst, concurrency, line_tat, start_tat, paused_until, state, failures, open_until, probe_job, probe_until)
+SELECT u.rate, u.burst, u.concurrency, u.line_tat, u.start_tat, u.paused_until, u.state, u.failures, u.open_until, u.probe_job, u.probe_until,
+	clock_timestamp(),
+	(SELECT count(*) FROM `+l.jobs+` x WHERE x.task = $1 AND x.key = $2 AND x.lease_until > clock_timestamp() AND x.job_id <> $3),
+	j.job_id IS NOT NULL, j.reserved_at, coalesce(j.throttled, false), coalesce(j.deferred, false)
+FROM u LEFT JOIN `+l.jobs+` j ON j.task = $1 AND j.key = $2 AND j.job_id = $3`, r.Task, r.Key, r.JobID).
+		Scan(&s.overrideRate, &s.overrideBurst, &s.overrideConcur, &s.lineTAT, &s.startTAT, &s.pausedUntil, &s.breaker, &s.failures, &s.openUntil, &s.probeJob, &s.probeUntil,
+			&s.now, &s.inFlight, &s.hasJob, &s.reservedAt, &s.throttled, &s.deferred)
+	if err != nil {
+		return Decision{}, wrap(err, "reading the upstream's state")
+	}
+	s.rate, s.burst, s.concurrency = r.Limits.Rate, r.Limits.Burst, r.Limits.Concurrency
+	if s.overrideRate != nil {
+		s.rate = *s.overrideRate
+	}
+	if s.overrideBurst != nil {
+		s.burst = *s.overrideBurst
+	}
+	if s.overrideConcur != nil {
+		s.concurrency = *s.overrideConcur
+	}
+	if s.rate > 0 && s.burst < 1 {
+		s.burst = 1
+	}
+	d := s.decide()
+	if err := l.record(ctx, tx, r, &s); err != nil {
+		return Decision{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Decision{}, wrap(err, "committing the upstream's decision")
+	}
+	return d, nil
+}
+
+// later returns the later of t and a nullable u.
+func later(t time.Time, u *time.Time) time.Time {
+	if u != nil && u.After(t) {
+		return *u
+	}
+	return t
+}
+
+// decide is Acquire's rule, on the state read under the key's lock; it
+// sets what record writes.
+//
+// The rate limit is two GCRA clocks. start_tat admits actual starts: no
+// more than Burst at once and Rate a second after that, however late
+// River wakes a snoozed job. line_tat hands out places in line to the
+// syncs that must wait, Rate a second: each snoozes until its place, so
+// they wake spread out and in the order they came (their scheduled
+// order), and a newcomer joins behind them.
+func (s *state) decide() Decision {
+	now := s.now
+	// waitUntil waits until t (plus a spread of up to spread, fixed per
+	// job, so that syncs deferred together do not all wake at once), or
+	// skips when t is past the sync's NotAfter.
+	waitUntil := func(t time.Time, spread time.Duration, cause, skip string) Decision {
+		if !s.notAfter.IsZero() && t.After(s.notAfter) {
+			// Counted as skipped, not as deferred or throttled.
+			s.countSkipped, s.dropJob, s.markDeferred, s.markThrottled = true, true, false, false
+			return Decision{Verdict: Skip, Reason: s.skipReason(skip)}
+		}
+		return Decision{Verdict: Wait, Wait: max(t.Sub(now)+s.spread(t, spread), time.Millisecond), Reason: cause}
+	}
+	if s.pausedUntil != nil && s.pausedUntil.After(now) {
+		// The upstream asked for a pause: every sync waits it out and
+		// then takes a new place in line.
+		s.markThrottled = true
+		return waitUntil(*s.pausedUntil, min(time.Second, s.pausedUntil.Sub(now)/4), "paused", SkippedThrottled)
+	}
+	if s.threshold > 0 {
+		probe := false
+		switch s.breaker {
+		case "open":
+			if s.openUntil != nil && s.openUntil.After(now) {
+				s.markDeferred = true
+				return waitUntil(*s.openUntil, min(time.Second, s.cooldown/10), "open", SkippedDown)
+			}
+			probe = true
+		case "half_open":
+			switch {
+			case s.probeJob != nil && *s.probeJob == s.jobID:
+				probe = true // the probe itself, run again
+			case s.probeUntil != nil && s.probeUntil.After(now):
+				s.markDeferred = true
+				return waitUntil(now.Add(min(time.Second, s.probeUntil.Sub(now))), 250*time.Millisecond, "probe", SkippedDown)
+			default:
+				probe = true // the probe's node died: this sync probes instead
+			}
+		}
+		if probe {
+			// One probe at a time, outside the line: it holds a lease,
+			// counts against the rate, and its outcome closes or reopens
+			// the breaker.
+			s.newProbe, s.leaseRun = true, true
+			if s.rate > 0 {
+				next := later(now, s.startTAT).Add(time.Duration(float64(time.Second) / s.rate))
+				s.newStartTAT = &next
+			}
+			return Decision{Verdict: Run, Probe: true}
+		}
+	}
+	if s.rate > 0 {
+		interval := time.Duration(float64(time.Second) / s.rate)
+		tolerance := time.Duration(s.burst-1) * interval
+		if s.reservedAt != nil && s.reservedAt.After(now) {
+			return Decision{Verdict: Wait, Wait: s.reservedAt.Sub(now), Reason: "rate"}
+		}
+		joinAt := func(at time.Time) Decision {
+			if !s.notAfter.IsZero() && at.After(s.notAfter) {
+				s.countSkipped, s.dropJob = true, true
+				return Decision{Verdict: Skip, Reason: s.skipReason(SkippedThrottled)}
+			}
+			next := at.Add(interval)
+			s.newLineTAT, s.reserve, s.markThrottled = &next, &at, true
+			return Decision{Verdict: Wait, Wait: max(at.Sub(now), time.Millisecond), Reason: "rate"}
+		}
+		if s.reservedAt == nil && s.lineTAT != nil && s.lineTAT.After(now) {
+			return joinAt(*s.lineTAT) // others wait in line: behind them
+		}
+		start := later(now, s.startTAT)
+		if allow := start.Add(-tolerance); allow.After(now) {
+			if s.reservedAt != nil {
+				// At the front of the line, woken a little early or
+				// beside another: keep the place, wait for room.
+				s.reserve = s.reservedAt
+				return waitUntil(allow, 0, "rate", SkippedThrottled)
+			}
+			return joinAt(later(allow, s.lineTAT))
+		}
+		if s.concurrency <= 0 || s.inFlight < s.concurrency {
+			next := start.Add(interval)
+			s.newStartTAT = &next
+		}
+	}
+	if s.concurrency > 0 && s.inFlight >= s.concurrency {
+		// Keeps any place in line, and tries again soon.
+		s.markThrottled = true
+		s.reserve = s.reservedAt
+		w := 100 * time.Millisecond
+		if s.rate > 0 {
+			w = max(w, time.Duration(float64(time.Second)/s.rate))
+		}
+		return waitUntil(now.Add(min(w, time.Second)), 100*time.Millisecond, "concurrency", SkippedThrottled)
+	}
+	s.leaseRun = true
+	return Decision{Verdict: Run}
+}
+
+// skipReason is reason, or SkippedDown for a sync the breaker deferred
+// before: it ran out of time because the upstream was down, even when the
+// line after the outage is what it could not get through.
+func (s *state) skipReason(reason string) string {
+	if s.deferred {
+		return SkippedDown
+	}
+	return reason
+}
+
+// orderSpan is the range of NotAfter that spread orders wake-ups over.
+const orderSpan = 2 * time.Minute
+
+// spread returns where in [0, spread) the job wakes after t: ordered by
+// its NotAfter (the earliest deadline first, so that after a pause or an
+// outage the syncs with the least time left take the first places in
+// line), else fixed per job.
+func (s *state) spread(t time.Time, spread time.Duration) time.Duration {
+	if spread <= 0 {
+		return 0
+	}
+	if s.notAfter.IsZero() {
+		return time.Duration(s.waitSeed % uint64(spread))
+	}
+	frac := min(max(float64(s.notAfter.Sub(t))/float64(orderSpan), 0), 1)
+	return time.Duration(frac * float64(spread))
+}
+
+// record writes what decide set, in tx.
+func (l *Limiter) record(ctx context.Context, tx pgx.Tx, r Request, s *state) error {
+	var throttledInc, deferredInc, skippedInc, probesInc int
+	if s.markThrottled && !s.throttled {
+		throttledInc = 1
+	}
+	if s.markDeferred && !s.deferred {
+		deferredInc = 1
+	}
+	if s.countSkipped {
+		skippedInc = 1
+	}
+	var (
+		probeJob   *int64
+		probeUntil *time.Time
+	)
+	if s.newProbe {
+		probesInc = 1
+		t := s.now.Add(s.hold)
+		probeJob, probeUntil = &s.jobID, &t
+	}
+	if _, err := tx.Exec(ctx, `UPDATE `+l.table+` SET
+	line_tat = coalesce($3, line_tat),
+	start_tat = coalesce($4, start_tat),
+	state = CASE WHEN $5::bigint IS NOT NULL THEN 'half_open' ELSE state END,
+	probe_job = CASE WHEN $5::bigint IS NOT NULL THEN $5 ELSE probe_job END,
+	probe_until = CASE WHEN $5::bigint IS NOT NULL THEN $6 ELSE probe_until END,
+	throttled = throttled + $7, deferred = deferred + $8, skipped = skipped + $9, probes = probes + $10,
+	updated_at = $11
+WHERE task = $1 AND key = $2`, r.Task, r.Key, s.newLineTAT, s.newStartTAT, probeJob, probeUntil, throttledInc, deferredInc, skippedInc, probesInc, s.now); err != nil {
+		return wrap(err, "recording the upstream's decision")
+	}
+	switch {
+	case s.dropJob:
+		if s.hasJob {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3`, r.Task, r.Key, r.JobID); err != nil {
+				return wrap(err, "recording the upstream's decision")
+			}
+		}
+	case s.leaseRun || s.reserve != nil || s.markThrottled || s.markDeferred:
+		var lease *time.Time
+		if s.leaseRun {
+			t := s.now.Add(s.hold)
+			lease = &t
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+l.jobs+` (task, key, job_id, reserved_at, lease_until, throttled, deferred)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (task, key, job_id) DO UPDATE SET reserved_at = EXCLUDED.reserved_at, lease_until = EXCLUDED.lease_until,
+	throttled = `+l.jobs+`.throttled OR EXCLUDED.throttled, deferred = `+l.jobs+`.deferred OR EXCLUDED.deferred`,
+			r.Task, r.Key, r.JobID, s.reserve, lease, s.markThrottled || s.throttled, s.markDeferred || s.deferred); err != nil {
+			return wrap(err, "recording the upstream's decision")
+		}
+	}
+	return nil
+}
+
+// Release records how the sync of r went and gives back its lease: a
+// success closes a half-open breaker (and resets the failure count), a
+// failure counts toward FailureThreshold (and reopens a half-open
+// breaker), a throttle pauses the whole upstream for retryAfter on every
+// node. One statement.
+func (l *Limiter) Release(ctx context.Context, db DB, r Request, outcome Outcome, retryAfter time.Duration) (Released, error) {
+	var rel Released
+	err := db.QueryRow(ctx, `WITH j AS (DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3)
+UPDATE `+l.table+` u SET
+	calls = calls + 1,
+	failed = failed + CASE WHEN $4 = 1 THEN 1 ELSE 0 END,
+	failures = CASE $4 WHEN 0 THEN 0 WHEN 1 THEN failures + 1 ELSE failures END,
+	paused_until = CASE WHEN $4 = 2 THEN greatest(coalesce(paused_until, clock_timestamp()), clock_timestamp() + $5 * interval '1 microsecond') ELSE paused_until END,
+	state = CASE
+		WHEN $4 = 0 AND state = 'half_open' AND probe_job = $3 THEN 'closed'
+		WHEN $4 = 1 AND $6 > 0 AND (state = 'closed' AND failures + 1 >= $6 OR state = 'half_open' AND probe_job = $3) THEN 'open'
+		WHEN $4 = 2 AND state = 'half_open' AND probe_job = $3 THEN 'open'
+		ELSE state END,
+	open_until = CASE
+		WHEN $4 = 1 AND $6 > 0 AND (state = 'closed' AND failures + 1 >= $6 OR state = 'half_open' AND probe_job = $3) THEN clock_timestamp() + $7 * interval '1 microsecond'
+		WHEN $4 = 2 AND state = 'half_open' AND probe_job = $3 THEN clock_timestamp() + $5 * interval '1 microsecond'
+		ELSE open_until END,
+	opens = opens + CASE WHEN $4 = 1 AND $6 > 0 AND state = 'closed' AND failures + 1 >= $6 THEN 1 ELSE 0 END,
+	probe_job = CASE WHEN probe_job = $3 THEN NULL ELSE probe_job END,
+	probe_until = CASE WHEN probe_job = $3 THEN NULL ELSE probe_until END,
+	updated_at = clock_timestamp()
+WHERE task = $1 AND key = $2
+RETURNING state = 'open', open_until, clock_timestamp()`, r.Task, r.Key, r.JobID, int(outcome), retryAfter.Microseconds(), r.Limits.FailureThreshold, r.Limits.Cooldown.Microseconds()).
+		Scan(&rel.Open, &rel.OpenUntil, &rel.Now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Released{}, nil // the key's row is gone (dropped by hand): nothing to record
+	}
+	return rel, wrap(err, "recording the sync's outcome for its upstream")
+}
+
+// MarkDeferred records that the sync of r waits for its upstream's open
+// breaker after it failed (Released.DeferFor): it holds no place in line,
+// and should it run out of time it is skipped as upstream_down.
+func (l *Limiter) MarkDeferred(ctx context.Context, db DB, r Request) error {
+	_, err := db.Exec(ctx, `INSERT INTO `+l.jobs+` (task, key, job_id, deferred) VALUES ($1, $2, $3, true)
+ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, lease_until = NULL, reserved_at = NULL`, r.Task, r.Key, r.JobID)
+	return wrap(err, "recording the deferred sync")
+}
+
+// Stale records that the sync of r completes as stale (it started after
+// its NotAfter) and reports whether its upstream's breaker had deferred it:
+// then it ran out of time because the upstream was down, counted as
+// skipped by the upstream.
+func (l *Limiter) Stale(ctx context.Context, db DB, r Request) (deferred bool, err error) {
+	err = db.QueryRow(ctx, `WITH d AS (DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3 RETURNING deferred),
+u AS (UPDATE `+l.table+` SET skipped = skipped + 1 WHERE task = $1 AND key = $2 AND EXISTS (SELECT 1 FROM d WHERE deferred) RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM u)`, r.Task, r.Key, r.JobID).Scan(&deferred)
+	return deferred, wrap(err, "recording the stale sync")
+}
+
+// Released is the upstream's breaker after Release.
+type Released struct {
+	// Open: the breaker is open (this failure may have opened it) until
+	// OpenUntil, by the database's clock Now.
+	Open      bool
+	OpenUntil *time.Time
+	Now       time.Time
+}
+
+// DeferFor returns how long a sync that failed while the breaker is open
+// waits before it asks again (0 when the breaker is not open).
+func (r Released) DeferFor() time.Duration {
+	if !r.Open || r.OpenUntil == nil || !r.OpenUntil.After(r.Now) {
+		return 0
+	}
+	return r.OpenUntil.Sub(r.Now)
+}
+
+// Override is an operator's change of one key's limits; a nil field keeps
+// the current override, Clear drops them all (the task's limits apply).
+type Override struct {
+	Rate        *float64
+	Burst       *int
+	Concurrency *int
+	Clear       bool
+}
+
+// Validate returns an error naming the flag or field.
+func (o Override) Validate() error {
+	var errs []error
+	if o.Rate != nil && (*o.Rate < 0 || math.IsNaN(*o.Rate) || math.IsInf(*o.Rate, 0)) {
+		errs = append(errs, fmt.Errorf("rate must be a finite number of syncs per second, 0 for no limit; got %v", *o.Rate))
+	}
+	if o.Burst != nil && *o.Burst < 0 {
+		errs = append(errs, fmt.Errorf("burst must be 0 or more; got %d", *o.Burst))
+	}
+	if o.Concurrency != nil && *o.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("concurrency must be 0 (no limit) or more; got %d", *o.Concurrency))
+	}
+	return errors.Join(errs...)
+}
+
+// Set records o for (task, key), creating the key's row when the key has
+// not synced yet. Running syncs read it on their next decision: no deploy.
+func (l *Limiter) Set(ctx context.Context, db DB, task, key string, o Override) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("key is %d bytes; upstream keys are at most %d", len(key), MaxKeyLen)
+	}
+	_, err := db.Exec(ctx, `INSERT INTO `+l.table+` (task, key, rate, burst, concurrency) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (task, key) DO UPDATE SET
+	rate = CASE WHEN $6 THEN NULL ELSE coalesce(EXCLUDED.rate, `+l.table+`.rate) END,
+	burst = CASE WHEN $6 THEN NULL ELSE coalesce(EXCLUDED.burst, `+l.table+`.burst) END,
+	concurrency = CASE WHEN $6 THEN NULL ELSE coalesce(EXCLUDED.concurrency, `+l.table+`.concurrency) END,
+	updated_at = clock_timestamp()`, task, key, o.Rate, o.Burst, o.Concurrency, o.Clear)
+	return wrap(err, "setting the upstream's limits")
+}
+
+// State is one key's row, as List reads it.
+type State struct {
+	Task, Key string
+	// Rate, Burst and Concurrency are the operator's overrides (nil: the
+	// task's limits apply).
+	Rate        *float64
+	Burst       *int
+	Concurrency *int
+	// Breaker is "closed", "open" or "half_open"; OpenUntil is when an
+	// open breaker lets a probe through.
+	Breaker     string
+	OpenUntil   *time.Time
+	PausedUntil *time.Time
+	// Failures counts consecutive failed syncs.
+	Failures int
+	// InFlight is the syncs holding a lease now, Waiting those holding a
+	// place in the rate limiter's line.
+	InFlight, Waiting int
+	// Counters since the key's first sync.
+	Calls, Failed, Throttled, Deferred, Skipped, Probes, Opens int64
+	UpdatedAt                                                  time.Time
+}
+
+// List returns the keys of task ("" for every task), by task and key,
+// at most limit after the key after (keyset pagination).
+func (l *Limiter) List(ctx context.Context, db DB, task, after string, limit int) ([]State, error) {
+	rows, err := db.Query(ctx, `SELECT u.task, u.key, u.rate, u.burst, u.concurrency, u.state, u.open_until, u.paused_until, u.failures,
+	(SELECT count(*) FROM `+l.jobs+` x WHERE x.task = u.task AND x.key = u.key AND x.lease_until > clock_timestamp()),
+	(SELECT count(*) FROM `+l.jobs+` x WHERE x.task = u.task AND x.key = u.key AND x.lease_until IS NULL AND x.reserved_at IS NOT NULL),
+	u.calls, u.failed, u.throttled, u.deferred, u.skipped, u.probes, u.opens, u.updated_at
+FROM `+l.table+` u WHERE ($1 = '' OR u.task = $1) AND (u.task, u.key) > ($1, $2) ORDER BY u.task, u.key LIMIT $3`, task, after, limit)
+	if err != nil {
+		return nil, wrap(err, "listing the upstreams")
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (State, error) {
+		var s State
+		err := row.Scan(&s.Task, &s.Key, &s.Rate, &s.Burst, &s.Concurrency, &s.Breaker, &s.OpenUntil, &s.PausedUntil, &s.Failures,
+			&s.InFlight, &s.Waiting, &s.Calls, &s.Failed, &s.Throttled, &s.Deferred, &s.Skipped, &s.Probes, &s.Opens, &s.UpdatedAt)
+		return s, err
+	})
+	return out, wrap(err, "listing the upstreams")
+}
+
+// ErrMissing is returned when the limiter's tables do not exist.
+var ErrMissing = errors.New("riverslot's upstream tables are missing: run riverutil.Migrate (or `riverslot migrate`) to create them")
+
+func wrap(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Errorf("error %s: %w", what, ErrMissing)
+	}
+	return fmt.Errorf("error %s: %w", what, err)
+}
+
+// seed spreads a job's wake-up inside a window, the same for the job on
+// every try.
+func seed(jobID int64) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(strconv.FormatInt(jobID, 10)))
+	return h.Sum64()
+}

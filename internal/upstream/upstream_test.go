@@ -1,0 +1,331 @@
+package upstream_test
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/internal/upstream"
+)
+
+func TestMain(m *testing.M) { riverslottest.RunTests(m) }
+
+type bundle struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+	lim  *upstream.Limiter
+	next int64 // job ids
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	return &bundle{ctx: ctx, pool: pool, lim: upstream.New(schema)}
+}
+
+func (b *bundle) req(key string, l upstream.Limits) upstream.Request {
+	b.next++
+	return upstream.Request{Task: "transactions", Key: key, JobID: b.next, Limits: l.WithDefaults(), Hold: time.Minute}
+}
+
+func (b *bundle) acquire(t *testing.T, r upstream.Request) upstream.Decision {
+	t.Helper()
+	d, err := b.lim.Acquire(b.ctx, b.pool, r)
+	require.NoError(t, err)
+	return d
+}
+
+func (b *bundle) release(t *testing.T, r upstream.Request, o upstream.Outcome, retryAfter time.Duration) {
+	t.Helper()
+	_, err := b.lim.Release(b.ctx, b.pool, r, o, retryAfter)
+	require.NoError(t, err)
+}
+
+func (b *bundle) state(t *testing.T, key string) upstream.State {
+	t.Helper()
+	list, err := b.lim.List(b.ctx, b.pool, "transactions", "", 100)
+	require.NoError(t, err)
+	for _, s := range list {
+		if s.Key == key {
+			return s
+		}
+	}
+	t.Fatalf("no upstream %q in %+v", key, list)
+	return upstream.State{}
+}
+
+// sleepUntilDue waits out a Wait decision on the wall clock, as River's
+// snooze does: the limiter's decisions read the database's clock, which
+// this waits past.
+func sleepUntilDue(d upstream.Decision) { time.Sleep(d.Wait + 5*time.Millisecond) }
+
+// TestRateLimitLine: at 10 syncs a second with a burst of 2, the first two
+// syncs run at once; the next ones each get a place in line a tenth of a
+// second after the one before (they wake spread out, in the order they
+// came), and a sync woken before its place keeps it: it does not move the
+// line.
+func TestRateLimitLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := upstream.Limits{Rate: 10, Burst: 2}
+	interval := 100 * time.Millisecond
+
+	first, second := b.req("bank-1", limits), b.req("bank-1", limits)
+	require.Equal(t, upstream.Run, b.acquire(t, first).Verdict)
+	require.Equal(t, upstream.Run, b.acquire(t, second).Verdict)
+	var (
+		reqs  []upstream.Request
+		waits []time.Duration
+	)
+	for range 4 {
+		r := b.req("bank-1", limits)
+		d := b.acquire(t, r)
+		require.Equal(t, upstream.Wait, d.Verdict)
+		require.Equal(t, "rate", d.Reason)
+		reqs, waits = append(reqs, r), append(waits, d.Wait)
+	}
+	require.LessOrEqual(t, waits[0], interval, "the third sync's place: a tenth of a second after the burst")
+	for i := 1; i < len(waits); i++ {
+		gap := waits[i] - waits[i-1]
+		// Each decision reads the clock a little later: the gap is an
+		// interval less the time between the two decisions.
+		require.Greater(t, gap, interval/2, "place %d after place %d: %v", i, i-1, waits)
+		require.LessOrEqual(t, gap, interval, "place %d after place %d: %v", i, i-1, waits)
+	}
+	// The third sync woken early keeps its place: the wait shrinks, and a
+	// newcomer still lines up behind the fourth.
+	again := b.acquire(t, reqs[0])
+	require.Equal(t, upstream.Wait, again.Verdict)
+	require.LessOrEqual(t, again.Wait, waits[0])
+	newcomer := b.acquire(t, b.req("bank-1", limits))
+	require.Equal(t, upstream.Wait, newcomer.Verdict)
+	require.Greater(t, newcomer.Wait, waits[3], "a newcomer lines up behind the syncs waiting")
+
+	sleepUntilDue(again)
+	require.Equal(t, upstream.Run, b.acquire(t, reqs[0]).Verdict, "its place came")
+	st := b.state(t, "bank-1")
+	require.EqualValues(t, 5, st.Throttled, "four syncs and the newcomer waited, each counted once")
+	require.Equal(t, 4, st.Waiting, "three places in line and the newcomer's")
+	require.Equal(t, 3, st.InFlight, "two syncs of the burst and the third hold leases")
+
+	// Another upstream has its own budget.
+	require.Equal(t, upstream.Run, b.acquire(t, b.req("bank-2", limits)).Verdict)
+}
+
+// TestRateLimitHolds runs 40 syncs of one upstream from 8 goroutines that
+// snooze as River would (sleeping the decision's wait, then asking again)
+// and records when each was let through: in no second do more than Rate +
+// Burst start, however the goroutines interleave.
+func TestRateLimitHolds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := upstream.Limits{Rate: 20, Burst: 3}
+	reqs := make(chan upstream.Request, 40)
+	for range 40 {
+		reqs <- b.req("bank-1", limits)
+	}
+	close(reqs)
+	var (
+		mu     sync.Mutex
+		starts []time.Time
+		wg     sync.WaitGroup
+	)
+	for range 8 {
+		wg.Go(func() {
+			for r := range reqs {
+				for {
+					d, err := b.lim.Acquire(b.ctx, b.pool, r)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Verdict == upstream.Run {
+						break
+					}
+					sleepUntilDue(d)
+				}
+				var now time.Time
+				if err := b.pool.QueryRow(b.ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				starts = append(starts, now)
+				mu.Unlock()
+				if _, err := b.lim.Release(b.ctx, b.pool, r, upstream.Succeeded, 0); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, starts, 40)
+	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
+	most := 0
+	for i := range starts {
+		n := 0
+		for j := i; j < len(starts) && starts[j].Sub(starts[i]) < time.Second; j++ {
+			n++
+		}
+		most = max(most, n)
+	}
+	require.LessOrEqual(t, most, int(limits.Rate)+limits.Burst, "syncs let through in one second")
+	require.EqualValues(t, 40, b.state(t, "bank-1").Calls)
+}
+
+// TestConcurrencyLimit: two leases at most; a third sync waits until one
+// is given back, and a lease of a node killed mid-sync (never given back)
+// frees its place when it expires.
+func TestConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := upstream.Limits{Concurrency: 2}
+	one, two, three := b.req("bank-1", limits), b.req("bank-1", limits), b.req("bank-1", limits)
+	require.Equal(t, upstream.Run, b.acquire(t, one).Verdict)
+	require.Equal(t, upstream.Run, b.acquire(t, two).Verdict)
+	d := b.acquire(t, three)
+	require.Equal(t, upstream.Wait, d.Verdict)
+	require.Equal(t, "concurrency", d.Reason)
+	b.release(t, one, upstream.Succeeded, 0)
+	require.Equal(t, upstream.Run, b.acquire(t, three).Verdict, "a lease was given back")
+
+	// kill -9: a lease of 300 ms is never given back.
+	killed := b.req("bank-2", upstream.Limits{Concurrency: 1})
+	killed.Hold = 300 * time.Millisecond
+	require.Equal(t, upstream.Run, b.acquire(t, killed).Verdict)
+	waiting := b.req("bank-2", upstream.Limits{Concurrency: 1})
+	d = b.acquire(t, waiting)
+	require.Equal(t, upstream.Wait, d.Verdict)
+	time.Sleep(killed.Hold) // the lease's own expiry, on the wall clock
+	require.Equal(t, upstream.Run, b.acquire(t, waiting).Verdict, "the dead node's lease expired")
+}
+
+// TestBreaker: three failures in a row open the breaker; its syncs are
+// deferred (no call) until Cooldown, or skipped when their NotAfter comes
+// first; then one probe runs while the others wait; the probe's failure
+// reopens it, the next probe's success closes it. Another upstream is not
+// affected.
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := upstream.Limits{FailureThreshold: 3, Cooldown: 400 * time.Millisecond}
+	for i := range 3 {
+		r := b.req("bank-1", limits)
+		require.Equal(t, upstream.Run, b.acquire(t, r).Verdict, "failure %d: still closed", i)
+		rel, err := b.lim.Release(b.ctx, b.pool, r, upstream.Failed, 0)
+		require.NoError(t, err)
+		if i < 2 {
+			require.Zero(t, rel.DeferFor(), "failure %d: still closed, River retries it", i)
+		} else {
+			require.True(t, rel.Open, "the third failure opens the breaker")
+			require.InDelta(t, float64(limits.Cooldown), float64(rel.DeferFor()), float64(50*time.Millisecond), "the sync that opened it waits a cooldown")
+		}
+	}
+	st := b.state(t, "bank-1")
+	require.Equal(t, "open", st.Breaker)
+	require.EqualValues(t, 1, st.Opens)
+
+	deferred := b.req("bank-1", limits)
+	d := b.acquire(t, deferred)
+	require.Equal(t, upstream.Wait, d.Verdict)
+	require.Equal(t, "open", d.Reason)
+	require.LessOrEqual(t, d.Wait, limits.Cooldown+limits.Cooldown/10)
+	late := b.req("bank-1", limits)
+	late.NotAfter = time.Now().Add(100 * time.Millisecond)
+	d = b.acquire(t, late)
+	require.Equal(t, upstream.Skip, d.Verdict, "its NotAfter comes before the breaker lets a probe through")
+	require.Equal(t, upstream.SkippedDown, d.Reason)
+	require.Equal(t, upstream.Run, b.acquire(t, b.req("bank-2", limits)).Verdict, "another upstream is not affected")
+
+	time.Sleep(limits.Cooldown) // the breaker's own cooldown, on the wall clock
+	d = b.acquire(t, deferred)
+	require.Equal(t, upstream.Run, d.Verdict)
+	require.True(t, d.Probe)
+	other := b.req("bank-1", limits)
+	d = b.acquire(t, other)
+	require.Equal(t, upstream.Wait, d.Verdict, "one probe at a time")
+	require.Equal(t, "probe", d.Reason)
+	b.release(t, deferred, upstream.Failed, 0)
+	require.Equal(t, "open", b.state(t, "bank-1").Breaker, "the probe failed: open again")
+
+	time.Sleep(limits.Cooldown)
+	d = b.acquire(t, other)
+	require.True(t, d.Probe)
+	b.release(t, other, upstream.Succeeded, 0)
+	st = b.state(t, "bank-1")
+	require.Equal(t, "closed", st.Breaker)
+	require.Zero(t, st.Failures)
+	require.EqualValues(t, 2, st.Probes)
+	require.EqualValues(t, 1, st.Skipped)
+	require.EqualValues(t, 2, st.Deferred, "the deferred sync and the one behind the probe, each counted once")
+	require.Equal(t, upstream.Run, b.acquire(t, b.req("bank-1", limits)).Verdict, "closed: syncs run again")
+}
+
+// TestThrottledPausesTheUpstream: a sync told to retry after 500 ms pauses
+// every sync of its upstream that long (skipped when its NotAfter comes
+// first); other upstreams run.
+func TestThrottledPausesTheUpstream(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var limits upstream.Limits
+	r := b.req("bank-1", limits)
+	require.Equal(t, upstream.Run, b.acquire(t, r).Verdict)
+	b.release(t, r, upstream.Throttled, 500*time.Millisecond)
+
+	d := b.acquire(t, b.req("bank-1", limits))
+	require.Equal(t, upstream.Wait, d.Verdict)
+	require.Equal(t, "paused", d.Reason)
+	require.Greater(t, d.Wait, 300*time.Millisecond)
+	require.LessOrEqual(t, d.Wait, 500*time.Millisecond+125*time.Millisecond)
+	late := b.req("bank-1", limits)
+	late.NotAfter = time.Now().Add(100 * time.Millisecond)
+	d = b.acquire(t, late)
+	require.Equal(t, upstream.Skip, d.Verdict)
+	require.Equal(t, upstream.SkippedThrottled, d.Reason)
+	require.Equal(t, upstream.Run, b.acquire(t, b.req("bank-2", limits)).Verdict)
+	require.EqualValues(t, 1, b.state(t, "bank-1").Skipped)
+}
+
+// TestOverride: an operator's rate for one key wins over the task's until
+// it is cleared; a key that never synced can be given one.
+func TestOverride(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := upstream.Limits{Rate: 1000, Burst: 1}
+	one := 1.0
+	require.NoError(t, b.lim.Set(b.ctx, b.pool, "transactions", "bank-1", upstream.Override{Rate: &one}))
+	st := b.state(t, "bank-1")
+	require.NotNil(t, st.Rate)
+	require.InDelta(t, 1.0, *st.Rate, 0)
+
+	require.Equal(t, upstream.Run, b.acquire(t, b.req("bank-1", limits)).Verdict)
+	d := b.acquire(t, b.req("bank-1", limits))
+	require.Equal(t, upstream.Wait, d.Verdict)
+	require.Greater(t, d.Wait, 500*time.Millisecond, "one a second, not the task's thousand")
+
+	require.NoError(t, b.lim.Set(b.ctx, b.pool, "transactions", "bank-1", upstream.Override{Clear: true}))
+	require.Nil(t, b.state(t, "bank-1").Rate)
+
+	negative := -1.0
+	err := b.lim.Set(b.ctx, b.pool, "transactions", "bank-1", upstream.Override{Rate: &negative})
+	require.ErrorContains(t, err, "rate must be a finite number")
+}
+
+// TestMissingTables: a schema without the tables gets an error that says
+// how to create them.
+func TestMissingTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.EmptySchema(ctx, t, pool)
+	_, err := upstream.New(schema).Acquire(ctx, pool, upstream.Request{Task: "t", Key: "k", JobID: 1})
+	require.ErrorIs(t, err, upstream.ErrMissing)
+	require.ErrorContains(t, err, "riverutil.Migrate")
+}

@@ -1,0 +1,148 @@
+package syncjob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/upstream"
+)
+
+// Reasons a sync completes without calling Sync because of its upstream
+// (Task.Limits): it could not start before its NotAfter.
+const (
+	// SkippedUpstreamDown: the upstream's breaker stayed open (or its probe
+	// ran) past the sync's NotAfter.
+	SkippedUpstreamDown = upstream.SkippedDown
+	// SkippedUpstreamThrottled: the upstream's rate limit, or a pause it
+	// asked for, had no room for the sync before its NotAfter.
+	SkippedUpstreamThrottled = upstream.SkippedThrottled
+)
+
+// holdMargin is added to a task's SyncTimeout for a concurrency lease: a
+// lease of a node killed mid-sync frees its place that long after.
+const holdMargin = 5 * time.Second
+
+// ThrottledError is the error Throttled returns.
+type ThrottledError struct {
+	// RetryAfter is how long the upstream asked to wait.
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *ThrottledError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("upstream throttled the sync: retry after %s", e.RetryAfter)
+	}
+	return fmt.Sprintf("upstream throttled the sync (retry after %s): %v", e.RetryAfter, e.Err)
+}
+
+func (e *ThrottledError) Unwrap() error { return e.Err }
+
+// Throttled returns the error a SyncFunc returns when the upstream asked
+// it to slow down (an HTTP 429 with Retry-After): the sync is tried again
+// after retryAfter (1 s when not positive) without using one of its
+// attempts, and, for a task with Upstream or Limits, every sync of the
+// same upstream waits as long, on every node.
+func Throttled(retryAfter time.Duration, err error) error {
+	if retryAfter <= 0 {
+		retryAfter = time.Second
+	}
+	return &ThrottledError{RetryAfter: retryAfter, Err: err}
+}
+
+// staleByUpstream records a stale sync of a task with upstream limits with
+// its upstream, and reports whether the upstream's breaker had deferred it
+// (then it is skipped as upstream_down, not stale).
+func (w *Worker) staleByUpstream(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args]) (bool, error) {
+	if !spec.Limited() {
+		return false, nil
+	}
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return false, err
+	}
+	return upstream.New(client.Schema()).Stale(ctx, w.pool, upstream.Request{Task: spec.Name, Key: job.Args.Upstream, JobID: job.ID})
+}
+
+// syncThrough calls the task's Sync for job, through its upstream's limits
+// and breaker when the task has any.
+func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[Args], notAfter time.Time) error {
+	spec := t.spec
+	if !spec.Limited() {
+		err := t.sync(ctx, job.Args.AccountID, job)
+		var throttled *ThrottledError
+		if errors.As(err, &throttled) {
+			return river.JobSnooze(throttled.RetryAfter)
+		}
+		return err
+	}
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return err
+	}
+	lim := upstream.New(client.Schema())
+	req := upstream.Request{Task: spec.Name, Key: job.Args.Upstream, JobID: job.ID, Limits: spec.Limits, NotAfter: notAfter, Hold: spec.SyncTimeout + holdMargin}
+	d, err := lim.Acquire(ctx, w.pool, req)
+	if err != nil {
+		if taskspec.Unreachable(err) {
+			return river.JobSnooze(w.waits.Next(job.ID))
+		}
+		return fmt.Errorf("error deciding the sync of account %s with its upstream %q: %w", job.Args.AccountID, job.Args.Upstream, err)
+	}
+	switch d.Verdict {
+	case upstream.Wait:
+		return river.JobSnooze(d.Wait)
+	case upstream.Skip:
+		msg := "riverslot: sync jobs completed without calling Sync: their upstream's rate limit, or a pause it asked for, had no room for them before their NotAfter; the next cycle covers them"
+		if d.Reason == upstream.SkippedDown {
+			msg = "riverslot: sync jobs completed without calling Sync: their upstream's circuit breaker stayed open past their NotAfter (the upstream is down); the next cycle covers them"
+		}
+		return w.skip(ctx, spec, job, d.Reason, msg, "upstream", job.Args.Upstream)
+	}
+	if d.Probe {
+		w.logger.InfoContext(ctx, "riverslot: probing an upstream whose circuit breaker is open",
+			slog.String("task", spec.Name), slog.String("upstream", job.Args.Upstream), slog.Int64("job_id", job.ID))
+	}
+
+	syncErr := t.sync(ctx, job.Args.AccountID, job)
+	outcome, retryAfter := upstream.Succeeded, time.Duration(0)
+	var throttled *ThrottledError
+	switch {
+	case errors.As(syncErr, &throttled):
+		outcome, retryAfter = upstream.Throttled, throttled.RetryAfter
+	case syncErr != nil:
+		outcome = upstream.Failed
+	}
+	// Recorded even when the sync's own context ended (its timeout).
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	rel, err := lim.Release(rctx, w.pool, req, outcome, retryAfter)
+	if err != nil {
+		w.logger.WarnContext(ctx, "riverslot: could not record a sync's outcome for its upstream; its concurrency lease expires by itself",
+			slog.String("task", spec.Name), slog.String("upstream", job.Args.Upstream), slog.Int64("job_id", job.ID),
+			slog.Duration("lease_expires_in", req.Hold), slog.String("error", err.Error()))
+	}
+	if throttled != nil {
+		return river.JobSnooze(retryAfter)
+	}
+	if wait := rel.DeferFor(); syncErr != nil && wait > 0 {
+		// The upstream is down (this failure may have opened its
+		// breaker): the sync waits for it with the others, without
+		// burning one of its attempts on River's backoff, which could
+		// bring it back after its NotAfter.
+		if err := lim.MarkDeferred(rctx, w.pool, req); err != nil {
+			return err
+		}
+		w.warnOnce(ctx, spec, job, "breaker-open:"+job.Args.Upstream, "riverslot: an upstream's circuit breaker is open: its syncs are deferred (snoozed, no attempt used) until a probe finds it back",
+			slog.String("upstream", job.Args.Upstream), slog.Duration("cooldown", spec.Limits.Cooldown), slog.String("error", syncErr.Error()))
+		return river.JobSnooze(wait)
+	}
+	return syncErr
+}
