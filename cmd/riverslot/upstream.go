@@ -7,12 +7,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+
 	"github.com/riverslot/riverslot/internal/upstream"
+	"github.com/riverslot/riverslot/riverutil"
 )
 
 const upstreamAbout = `Lists a task's upstreams (Task.Upstream's values) as the limiter holds
@@ -23,23 +28,35 @@ upstream, no deploy needed.
   riverslot upstream list --schema S [--task T] [--after KEY] [--limit N] [--json]
   riverslot upstream set  --schema S --task T --key K [--rate R] [--burst B] [--concurrency C]
   riverslot upstream set  --schema S --task T --key K --clear
+  riverslot upstream check --schema S --task T --table accounts --filter F
+                           --upstream EXPR --cycle 24h --rate R
+
+check counts the task's accounts per upstream and slot (one scan of the
+accounts table) and compares the rate each upstream's busiest slot needs
+with its limit (--rate, or the key's override): it lists every upstream
+that does not fit (syncs would wait in line, and those reaching their
+NotAfter be skipped) and exits 1 when one does not.
 
 set changes only the flags given; --rate 0 or --concurrency 0 lifts that
 limit for the key; --clear drops the key's overrides (the task's Limits
 apply). A key that has not synced yet can be given limits.
 
-Exit codes: 0 success, 1 the database failed, 2 bad input.
+Exit codes: 0 success, 1 the database failed (or, for check, an upstream
+does not fit), 2 bad input.
 `
 
 func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "set") {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "set" && args[0] != "check") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(stdout, upstreamAbout)
 			return nil
 		}
-		return usageErr("upstream needs a subcommand: list or set (riverslot upstream -h)")
+		return usageErr("upstream needs a subcommand: list, set or check (riverslot upstream -h)")
 	}
 	sub := args[0]
+	if sub == "check" {
+		return runUpstreamCheck(ctx, args[1:], stdout, stderr)
+	}
 	fs := newFlagSet("upstream "+sub, upstreamAbout, stderr)
 	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
 	schema := fs.String("schema", "", "schema of River's tables (river.Config.Schema); required")
@@ -186,4 +203,80 @@ func upstreamErr(err error) error {
 		return usageErr("%v", err)
 	}
 	return err
+}
+
+func runUpstreamCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("upstream check", upstreamAbout, stderr)
+	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
+	tf := addTaskFlags(fs)
+	expr := fs.String("upstream", "", "the task's Upstream: SQL expression over the accounts table naming each account's upstream (empty: one upstream)")
+	rate := fs.Float64("rate", 0, "the task's Limits.Rate: syncs a second per upstream (0: no limit)")
+	asJSON := fs.Bool("json", false, "print a JSON array instead of the table")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := tf.check(); err != nil {
+		return err
+	}
+	pool, err := connect(ctx, databaseURL(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rt := tf.riverTask()
+	rt.Upstream, rt.Limits = *expr, riverutil.UpstreamLimits{Rate: *rate}
+	rt.Sync = func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
+	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverutil.Task{rt}})
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if err := scheduler.Configure(&river.Config{Schema: *tf.schema}); err != nil {
+		return usageErr("%v", err)
+	}
+	budgets, err := scheduler.UpstreamBudgets(ctx, *tf.task)
+	if err != nil {
+		return err
+	}
+	over := 0
+	for _, b := range budgets {
+		if !b.Fits {
+			over++
+		}
+	}
+	if *asJSON {
+		type row struct {
+			Key         string  `json:"key"`
+			Accounts    int64   `json:"accounts"`
+			NeedRate    float64 `json:"need_rate"`
+			AverageRate float64 `json:"average_rate"`
+			Rate        float64 `json:"rate_limit"`
+			Fits        bool    `json:"fits"`
+		}
+		rows := make([]row, 0, len(budgets))
+		for _, b := range budgets {
+			rows = append(rows, row{b.Key, b.Accounts, b.NeedRate, b.AverageRate, b.Rate, b.Fits})
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rows); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "UPSTREAM\tACCOUNTS\tNEEDS/S (BUSIEST SLOT)\tAVERAGE/S\tLIMIT/S\tFITS")
+		for _, b := range budgets {
+			limit := "none"
+			if b.Rate > 0 {
+				limit = strconv.FormatFloat(b.Rate, 'g', 4, 64)
+			}
+			fmt.Fprintf(tw, "%q\t%d\t%.2f\t%.2f\t%s\t%v\n", b.Key, b.Accounts, b.NeedRate, b.AverageRate, limit, b.Fits)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if over > 0 {
+		return &exitError{code: 1, msg: fmt.Sprintf("%d of %d upstreams need more than their rate limit in their busiest slot: raise their --rate (riverslot upstream set), lengthen the cycle, or accept that their syncs wait and the latest are skipped as upstream_throttled", over, len(budgets))}
+	}
+	return nil
 }

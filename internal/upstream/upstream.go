@@ -660,7 +660,7 @@ FROM `+l.table+` u WHERE ($1 = '' OR u.task = $1) AND (u.task, u.key) > ($1, $2)
 }
 
 // ErrMissing is returned when the limiter's tables do not exist.
-var ErrMissing = errors.New("riverslot's upstream tables are missing: run riverutil.Migrate (or `riverslot migrate`) to create them")
+var ErrMissing = errors.New("riverslot's upstream tables are missing: run riverutil.Migrate on River's schema to create them")
 
 func wrap(err error, what string) error {
 	if err == nil {
