@@ -15,7 +15,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/riverslot/riverslot/internal/metrics"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/syncjob"
 )
@@ -155,7 +160,11 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 	offset, start := offsetForStartIn(cycle, 6*time.Second)
 	task := riverutil.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
 		Upstream: "bank", Limits: limits, Sync: syncFn}
-	scheduler := newScheduler(t, b, task)
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { require.NoError(t, provider.Shutdown(context.Background())) })
+	scheduler, err := riverutil.New(b.pool, &riverutil.Config{Logger: riverslottest.Logger(t), MeterProvider: provider, Tasks: []riverutil.Task{task}})
+	require.NoError(t, err)
 	client := startClient(ctx, t, b, scheduler, false, river.QueueDefault)
 	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)
 	require.NoError(t, err)
@@ -221,6 +230,7 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 		require.LessOrEqual(t, maxIn, int64(limits.Concurrency), "%s: calls in flight", bank)
 	}
 	require.EqualValues(t, len(skippedDown), byKey["bank-2"].Skipped, "the limiter counts what it skipped")
+	require.Positive(t, byKey["bank-1"].Throttled, "bank-1's syncs came faster than its rate at times: the limit held them")
 	for _, bank := range []string{"bank-1", "bank-3"} {
 		require.Zero(t, byKey[bank].Skipped, bank)
 		require.Zero(t, byKey[bank].Deferred, "%s is not held back by bank-2's outage", bank)
@@ -239,6 +249,50 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 	bound := limits.FailureThreshold + limits.Concurrency + int(outage/limits.Cooldown) + 1
 	require.LessOrEqual(t, whileDown, bound, "calls bank-2 got while down")
 	require.LessOrEqual(t, int64(whileDown), int64(limits.FailureThreshold+limits.Concurrency)+down.Probes, "calls while down: the opening failures, those in flight, probes")
+
+	// The metrics count by task and outcome or cause, never by bank: as
+	// the limiter and the server count.
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	points := map[string][]metricdata.DataPoint[int64]{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				points[m.Name] = sum.DataPoints
+			}
+		}
+	}
+	by := func(name, attr string) map[string]int64 {
+		out := map[string]int64{}
+		for _, p := range points[name] {
+			for _, kv := range p.Attributes.ToSlice() {
+				require.NotEqual(t, "upstream", string(kv.Key), "no per-upstream label")
+			}
+			v, _ := p.Attributes.Value(attribute.Key(attr))
+			out[v.AsString()] += p.Value
+		}
+		return out
+	}
+	var calls, callsOK, waits int64
+	for _, bank := range banks {
+		calls += byKey[bank].Calls
+		waits += byKey[bank].Throttled + byKey[bank].Deferred
+	}
+	outcomes := by(metrics.UpstreamCalls, "outcome")
+	for _, n := range outcomes {
+		callsOK += n
+	}
+	require.Equal(t, calls, callsOK, "every call through the limiter is counted once, by outcome: %v", outcomes)
+	require.Positive(t, outcomes["failed"], "bank-2's failures")
+	fake.mu.Lock()
+	served := len(fake.arrivals["bank-1"]) + len(fake.arrivals["bank-2"]) + len(fake.arrivals["bank-3"])
+	fake.mu.Unlock()
+	require.EqualValues(t, served, outcomes["succeeded"]+outcomes["failed"], "the server saw every call the metrics count")
+	causes := by(metrics.UpstreamWaits, "cause")
+	require.Positive(t, causes["rate"])
+	require.Positive(t, causes["open"]+causes["probe"], "waits for bank-2's breaker: %v", causes)
+	require.GreaterOrEqual(t, causes["rate"]+causes["concurrency"]+causes["paused"]+causes["open"]+causes["probe"], waits, "a sync waits at least once each time the limiter counts it")
+	require.EqualValues(t, len(skippedDown), by(metrics.SyncSkipped, "reason")[syncjob.SkippedUpstreamDown])
 }
 
 // idsAt returns the ids of bank's accounts.

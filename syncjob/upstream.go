@@ -98,6 +98,7 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 	}
 	switch d.Verdict {
 	case upstream.Wait:
+		spec.Metrics.UpstreamWait(ctx, spec.Name, d.Reason)
 		return river.JobSnooze(d.Wait)
 	case upstream.Skip:
 		msg := "riverslot: sync jobs completed without calling Sync: their upstream's rate limit, or a pause it asked for, had no room for them before their NotAfter; the next cycle covers them"
@@ -120,6 +121,7 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 	case syncErr != nil:
 		outcome = upstream.Failed
 	}
+	spec.Metrics.UpstreamCall(ctx, spec.Name, outcome.String())
 	// Recorded even when the sync's own context ended (its timeout).
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

@@ -28,6 +28,8 @@ const (
 	SlotLag        = "riverslot.slot.lag"
 	SlotRetries    = "riverslot.slot.retries"
 	SyncSkipped    = "riverslot.sync.skipped"
+	UpstreamWaits  = "riverslot.upstream.waits"
+	UpstreamCalls  = "riverslot.upstream.calls"
 )
 
 // Instruments are riverslot's metrics. The zero value is not usable; a nil
@@ -42,6 +44,8 @@ type Instruments struct {
 	slotLag        metric.Float64Histogram
 	slotRetries    metric.Int64Counter
 	syncSkipped    metric.Int64Counter
+	upstreamWaits  metric.Int64Counter
+	upstreamCalls  metric.Int64Counter
 }
 
 // latenessBuckets suit start lateness: River polls every second by default
@@ -56,7 +60,7 @@ func New(provider metric.MeterProvider) (*Instruments, error) {
 	}
 	m := provider.Meter(ScopeName)
 	in := &Instruments{}
-	var errs [9]error
+	var errs [11]error
 	in.fanOutDuration, errs[0] = m.Float64Histogram(FanOutDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time one per-slot fan-out attempt took to enqueue its slot's sync jobs."),
 		metric.WithExplicitBucketBoundaries(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
@@ -78,7 +82,14 @@ func New(provider metric.MeterProvider) (*Instruments, error) {
 	in.slotRetries, errs[7] = m.Int64Counter(SlotRetries, metric.WithUnit("{attempt}"),
 		metric.WithDescription("Per-slot fan-out attempts after the first (a failed, timed-out or rescued fan-out resuming from its cursor)."))
 	in.syncSkipped, errs[8] = m.Int64Counter(SyncSkipped, metric.WithUnit("{job}"),
-		metric.WithDescription("Sync jobs completed without calling Sync, by reason: stale (started past half a cycle before the account's next regular sync) or too_soon (the account's previous sync started less than half a cycle before)."))
+		metric.WithDescription("Sync jobs completed without calling Sync, by reason: stale (started past half a cycle before the account's next regular sync), too_soon (the account's previous sync started less than half a cycle before), upstream_down (its upstream's breaker held it past its NotAfter) or upstream_throttled (its upstream's limits had no room for it before its NotAfter)."))
+	// By task and cause or outcome only: an upstream's key is not a
+	// label (thousands of banks would be thousands of series);
+	// Scheduler.Upstreams and riverslot upstream list show each one.
+	in.upstreamWaits, errs[9] = m.Int64Counter(UpstreamWaits, metric.WithUnit("{wait}"),
+		metric.WithDescription("Sync jobs snoozed by their upstream's limits, by cause: rate, concurrency, paused (the upstream asked for it), open (its breaker is open), probe (its breaker's probe runs)."))
+	in.upstreamCalls, errs[10] = m.Int64Counter(UpstreamCalls, metric.WithUnit("{call}"),
+		metric.WithDescription("Sync calls through an upstream's limits, by outcome: succeeded, failed, throttled."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -144,4 +155,22 @@ func (in *Instruments) SyncSkipped(ctx context.Context, task, reason string) {
 		return
 	}
 	in.syncSkipped.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("task", task), attribute.String("reason", reason))))
+}
+
+// UpstreamWait records a sync job snoozed by its upstream's limits, for
+// cause (rate, concurrency, paused, open, probe).
+func (in *Instruments) UpstreamWait(ctx context.Context, task, cause string) {
+	if in == nil {
+		return
+	}
+	in.upstreamWaits.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("task", task), attribute.String("cause", cause))))
+}
+
+// UpstreamCall records a sync's call through its upstream's limits, by
+// outcome (succeeded, failed, throttled).
+func (in *Instruments) UpstreamCall(ctx context.Context, task, outcome string) {
+	if in == nil {
+		return
+	}
+	in.upstreamCalls.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("task", task), attribute.String("outcome", outcome))))
 }

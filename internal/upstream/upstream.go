@@ -9,9 +9,13 @@
 //     pause an upstream asked for (429 Retry-After), the breaker's state
 //     and counters.
 //   - riverslot_upstream_job: one row per sync job that holds a place in
-//     the rate limiter's line (reserved_at) or a concurrency lease
-//     (lease_until). A lease expires, so a node killed mid-sync blocks
-//     nothing for longer than the sync's timeout.
+//     the rate limiter's line (reserved_at) or waits for the breaker.
+//
+// A sync in flight holds a lease in its key's row (leases: job id to
+// expiry; in_flight counts them), which expires, so a node killed mid-sync
+// blocks nothing for longer than the sync's timeout. Both tables are
+// UNLOGGED: the state is rebuilt as syncs run, and a PostgreSQL crash
+// (not a restart) empties them, operators' overrides included.
 //
 // Every decision reads the database's clock (clock_timestamp()), not the
 // node's, and takes the key's row lock for one short transaction: syncs
@@ -102,7 +106,7 @@ func DDL(schema string) []string {
 	t := sqlbucket.QualifiedTable(schema, Table)
 	j := sqlbucket.QualifiedTable(schema, JobsTable)
 	return []string{
-		`CREATE TABLE IF NOT EXISTS ` + t + ` (
+		`CREATE UNLOGGED TABLE IF NOT EXISTS ` + t + ` (
 	task text NOT NULL,
 	key text NOT NULL,
 	rate double precision,
@@ -113,6 +117,8 @@ func DDL(schema string) []string {
 	paused_until timestamptz,
 	state text NOT NULL DEFAULT 'closed',
 	failures int NOT NULL DEFAULT 0,
+	in_flight int NOT NULL DEFAULT 0,
+	leases jsonb NOT NULL DEFAULT '{}',
 	open_until timestamptz,
 	probe_job bigint,
 	probe_until timestamptz,
@@ -127,17 +133,16 @@ func DDL(schema string) []string {
 	PRIMARY KEY (task, key)
 )`,
 		`COMMENT ON TABLE ` + t + ` IS 'riverslot: per-upstream limits (operator overrides), rate limiter, 429 pauses and circuit breaker, one row per task and upstream key'`,
-		`CREATE TABLE IF NOT EXISTS ` + j + ` (
+		`CREATE UNLOGGED TABLE IF NOT EXISTS ` + j + ` (
 	task text NOT NULL,
 	key text NOT NULL,
 	job_id bigint NOT NULL,
 	reserved_at timestamptz,
-	lease_until timestamptz,
 	throttled boolean NOT NULL DEFAULT false,
 	deferred boolean NOT NULL DEFAULT false,
 	PRIMARY KEY (task, key, job_id)
 )`,
-		`COMMENT ON TABLE ` + j + ` IS 'riverslot: sync jobs holding a place in an upstream''s rate limit (reserved_at) or a concurrency lease (lease_until, expires)'`,
+		`COMMENT ON TABLE ` + j + ` IS 'riverslot: sync jobs holding a place in an upstream''s rate limit (reserved_at), or waiting for its breaker (deferred)'`,
 	}
 }
 
@@ -152,6 +157,19 @@ const (
 	// Throttled: the upstream asked to slow down (429, Retry-After).
 	Throttled
 )
+
+// String is the outcome's metric label.
+func (o Outcome) String() string {
+	switch o {
+	case Succeeded:
+		return "succeeded"
+	case Failed:
+		return "failed"
+	case Throttled:
+		return "throttled"
+	}
+	return "unknown"
+}
 
 // Verdict is what Acquire decided for a sync.
 type Verdict int
@@ -258,6 +276,11 @@ type state struct {
 // records the decision: a place in the rate limiter's line, a lease, the
 // breaker's probe. One transaction holding the key's row lock.
 func (l *Limiter) Acquire(ctx context.Context, db DB, r Request) (Decision, error) {
+	if ok, err := l.fast(ctx, db, r); err != nil {
+		return Decision{}, err
+	} else if ok {
+		return Decision{Verdict: Run}, nil
+	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return Decision{}, wrap(err, "starting the upstream's decision")
@@ -268,10 +291,10 @@ func (l *Limiter) Acquire(ctx context.Context, db DB, r Request) (Decision, erro
 	err = tx.QueryRow(ctx, `WITH u AS (
 	INSERT INTO `+l.table+` (task, key) VALUES ($1, $2)
 	ON CONFLICT (task, key) DO UPDATE SET task = EXCLUDED.task
-	RETURNING rate, burst, concurrency, line_tat, start_tat, paused_until, state, failures, open_until, probe_job, probe_until)
+	RETURNING rate, burst, concurrency, line_tat, start_tat, paused_until, state, failures, open_until, probe_job, probe_until, leases)
 SELECT u.rate, u.burst, u.concurrency, u.line_tat, u.start_tat, u.paused_until, u.state, u.failures, u.open_until, u.probe_job, u.probe_until,
 	clock_timestamp(),
-	(SELECT count(*) FROM `+l.jobs+` x WHERE x.task = $1 AND x.key = $2 AND x.lease_until > clock_timestamp() AND x.job_id <> $3),
+	(SELECT count(*) FROM jsonb_each_text(u.leases) e WHERE e.key <> $3::text AND e.value::float8 > extract(epoch FROM clock_timestamp())),
 	j.job_id IS NOT NULL, j.reserved_at, coalesce(j.throttled, false), coalesce(j.deferred, false)
 FROM u LEFT JOIN `+l.jobs+` j ON j.task = $1 AND j.key = $2 AND j.job_id = $3`, r.Task, r.Key, r.JobID).
 		Scan(&s.overrideRate, &s.overrideBurst, &s.overrideConcur, &s.lineTAT, &s.startTAT, &s.pausedUntil, &s.breaker, &s.failures, &s.openUntil, &s.probeJob, &s.probeUntil,
@@ -300,6 +323,40 @@ FROM u LEFT JOIN `+l.jobs+` j ON j.task = $1 AND j.key = $2 AND j.job_id = $3`, 
 		return Decision{}, wrap(err, "committing the upstream's decision")
 	}
 	return d, nil
+}
+
+// fast is Acquire's common case in one statement, which holds the key's
+// row lock only while it runs: the key exists, is neither paused nor (with
+// a breaker) other than closed, no sync waits in line, the start clock and
+// the in-flight counter have room, and the job holds no place in line.
+// It takes a lease and reports true; anything else goes the slow way (a
+// transaction that decides with the whole state, repairs the in-flight
+// counter from the leases and clears expired ones).
+func (l *Limiter) fast(ctx context.Context, db DB, r Request) (bool, error) {
+	var n int
+	err := db.QueryRow(ctx, `WITH u AS (
+	UPDATE `+l.table+` SET
+		start_tat = CASE WHEN coalesce(rate, $4) > 0
+			THEN greatest(coalesce(start_tat, clock_timestamp()), clock_timestamp()) + (1e6 / coalesce(rate, $4)) * interval '1 microsecond'
+			ELSE start_tat END,
+		in_flight = in_flight + 1,
+		leases = leases || jsonb_build_object($3::text, extract(epoch FROM clock_timestamp()) + $8::float8 / 1e6),
+		updated_at = clock_timestamp()
+	WHERE task = $1 AND key = $2
+		AND (paused_until IS NULL OR paused_until <= clock_timestamp())
+		AND ($6 = 0 OR state = 'closed')
+		AND (coalesce(rate, $4) = 0 OR (
+			(line_tat IS NULL OR line_tat <= clock_timestamp())
+			AND greatest(coalesce(start_tat, clock_timestamp()), clock_timestamp())
+				- (greatest(coalesce(burst, $5), 1) - 1) * (1e6 / coalesce(rate, $4)) * interval '1 microsecond' <= clock_timestamp()))
+		AND (coalesce(concurrency, $7) = 0 OR in_flight < coalesce(concurrency, $7))
+		AND NOT EXISTS (SELECT 1 FROM `+l.jobs+` j WHERE j.task = $1 AND j.key = $2 AND j.job_id = $3)
+	RETURNING 1)
+SELECT count(*) FROM u`, r.Task, r.Key, r.JobID, r.Limits.Rate, r.Limits.Burst, r.Limits.FailureThreshold, r.Limits.Concurrency, r.Hold.Microseconds()).Scan(&n)
+	if err != nil {
+		return false, wrap(err, "deciding the sync with its upstream")
+	}
+	return n == 1, nil
 }
 
 // later returns the later of t and a nullable u.
@@ -466,6 +523,12 @@ func (l *Limiter) record(ctx context.Context, tx pgx.Tx, r Request, s *state) er
 		t := s.now.Add(s.hold)
 		probeJob, probeUntil = &s.jobID, &t
 	}
+	// The in-flight counter the fast path reads, repaired from the live
+	// leases (a lease of a killed node expires; its count would not).
+	inFlight := s.inFlight
+	if s.leaseRun {
+		inFlight++
+	}
 	if _, err := tx.Exec(ctx, `UPDATE `+l.table+` SET
 	line_tat = coalesce($3, line_tat),
 	start_tat = coalesce($4, start_tat),
@@ -473,28 +536,34 @@ func (l *Limiter) record(ctx context.Context, tx pgx.Tx, r Request, s *state) er
 	probe_job = CASE WHEN $5::bigint IS NOT NULL THEN $5 ELSE probe_job END,
 	probe_until = CASE WHEN $5::bigint IS NOT NULL THEN $6 ELSE probe_until END,
 	throttled = throttled + $7, deferred = deferred + $8, skipped = skipped + $9, probes = probes + $10,
+	in_flight = $12,
+	leases = (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}') FROM jsonb_each(leases) e
+		WHERE e.key <> $13::text AND (e.value)::float8 > extract(epoch FROM $11::timestamptz))
+		|| CASE WHEN $14 THEN jsonb_build_object($13::text, extract(epoch FROM $11::timestamptz) + $15::float8 / 1e6) ELSE '{}' END,
 	updated_at = $11
-WHERE task = $1 AND key = $2`, r.Task, r.Key, s.newLineTAT, s.newStartTAT, probeJob, probeUntil, throttledInc, deferredInc, skippedInc, probesInc, s.now); err != nil {
+WHERE task = $1 AND key = $2`, r.Task, r.Key, s.newLineTAT, s.newStartTAT, probeJob, probeUntil, throttledInc, deferredInc, skippedInc, probesInc, s.now, inFlight,
+		fmt.Sprint(r.JobID), s.leaseRun, r.Hold.Microseconds()); err != nil {
 		return wrap(err, "recording the upstream's decision")
 	}
+	// Places of jobs River deleted while they waited (they never came
+	// back); expired leases went above.
+	if _, err := tx.Exec(ctx, `DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id <> $3 AND reserved_at < $4::timestamptz - interval '1 hour'`,
+		r.Task, r.Key, r.JobID, s.now); err != nil {
+		return wrap(err, "clearing the upstream's abandoned places")
+	}
 	switch {
-	case s.dropJob:
+	case s.dropJob || s.leaseRun:
 		if s.hasJob {
 			if _, err := tx.Exec(ctx, `DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3`, r.Task, r.Key, r.JobID); err != nil {
 				return wrap(err, "recording the upstream's decision")
 			}
 		}
-	case s.leaseRun || s.reserve != nil || s.markThrottled || s.markDeferred:
-		var lease *time.Time
-		if s.leaseRun {
-			t := s.now.Add(s.hold)
-			lease = &t
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+l.jobs+` (task, key, job_id, reserved_at, lease_until, throttled, deferred)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (task, key, job_id) DO UPDATE SET reserved_at = EXCLUDED.reserved_at, lease_until = EXCLUDED.lease_until,
+	case s.reserve != nil || s.markThrottled || s.markDeferred:
+		if _, err := tx.Exec(ctx, `INSERT INTO `+l.jobs+` (task, key, job_id, reserved_at, throttled, deferred)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (task, key, job_id) DO UPDATE SET reserved_at = EXCLUDED.reserved_at,
 	throttled = `+l.jobs+`.throttled OR EXCLUDED.throttled, deferred = `+l.jobs+`.deferred OR EXCLUDED.deferred`,
-			r.Task, r.Key, r.JobID, s.reserve, lease, s.markThrottled || s.throttled, s.markDeferred || s.deferred); err != nil {
+			r.Task, r.Key, r.JobID, s.reserve, s.markThrottled || s.throttled, s.markDeferred || s.deferred); err != nil {
 			return wrap(err, "recording the upstream's decision")
 		}
 	}
@@ -511,6 +580,8 @@ func (l *Limiter) Release(ctx context.Context, db DB, r Request, outcome Outcome
 	err := db.QueryRow(ctx, `WITH j AS (DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3)
 UPDATE `+l.table+` u SET
 	calls = calls + 1,
+	in_flight = greatest(in_flight - CASE WHEN leases ? $3::text THEN 1 ELSE 0 END, 0),
+	leases = leases - $3::text,
 	failed = failed + CASE WHEN $4 = 1 THEN 1 ELSE 0 END,
 	failures = CASE $4 WHEN 0 THEN 0 WHEN 1 THEN failures + 1 ELSE failures END,
 	paused_until = CASE WHEN $4 = 2 THEN greatest(coalesce(paused_until, clock_timestamp()), clock_timestamp() + $5 * interval '1 microsecond') ELSE paused_until END,
@@ -541,7 +612,7 @@ RETURNING state = 'open', open_until, clock_timestamp()`, r.Task, r.Key, r.JobID
 // and should it run out of time it is skipped as upstream_down.
 func (l *Limiter) MarkDeferred(ctx context.Context, db DB, r Request) error {
 	_, err := db.Exec(ctx, `INSERT INTO `+l.jobs+` (task, key, job_id, deferred) VALUES ($1, $2, $3, true)
-ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, lease_until = NULL, reserved_at = NULL`, r.Task, r.Key, r.JobID)
+ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, reserved_at = NULL`, r.Task, r.Key, r.JobID)
 	return wrap(err, "recording the deferred sync")
 }
 
@@ -643,8 +714,8 @@ type State struct {
 // at most limit after the key after (keyset pagination).
 func (l *Limiter) List(ctx context.Context, db DB, task, after string, limit int) ([]State, error) {
 	rows, err := db.Query(ctx, `SELECT u.task, u.key, u.rate, u.burst, u.concurrency, u.state, u.open_until, u.paused_until, u.failures,
-	(SELECT count(*) FROM `+l.jobs+` x WHERE x.task = u.task AND x.key = u.key AND x.lease_until > clock_timestamp()),
-	(SELECT count(*) FROM `+l.jobs+` x WHERE x.task = u.task AND x.key = u.key AND x.lease_until IS NULL AND x.reserved_at IS NOT NULL),
+	(SELECT count(*) FROM jsonb_each_text(u.leases) e WHERE e.value::float8 > extract(epoch FROM clock_timestamp())),
+	(SELECT count(*) FROM `+l.jobs+` x WHERE x.task = u.task AND x.key = u.key AND x.reserved_at IS NOT NULL),
 	u.calls, u.failed, u.throttled, u.deferred, u.skipped, u.probes, u.opens, u.updated_at
 FROM `+l.table+` u WHERE ($1 = '' OR u.task = $1) AND (u.task, u.key) > ($1, $2) ORDER BY u.task, u.key LIMIT $3`, task, after, limit)
 	if err != nil {

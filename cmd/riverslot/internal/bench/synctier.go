@@ -34,10 +34,12 @@ func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil
 
 // syncTier runs SyncTierJobs jobs through riverslot's sync worker with a
 // no-op Sync (as the fan-out makes them: tagged with the plan, accounts
-// that exist, so each checks its account and derives its NotAfter) and the
+// that exist, so each checks its account and derives its NotAfter), the
 // same number through River's own no-op worker, same fields, same
-// MaxWorkers, one River client each, alternating, and reports the median
-// jobs a second of each: what the sync tier costs per job.
+// MaxWorkers, and through riverslot's sync worker again with every sync
+// going through its upstream's limits (23 upstreams, limits set high), one
+// River client each, in turn, and reports the median jobs a second of
+// each: what the sync tier costs per job, and what the limiter costs.
 func (r *Runner) syncTier(ctx context.Context) error {
 	n, workers := r.cfg.SyncTierJobs, r.cfg.SyncTierWorkers
 	accounts, drop, err := r.schema(ctx, "synctier_accounts")
@@ -56,32 +58,55 @@ func (r *Runner) syncTier(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var riverslots, raws []time.Duration
+	var riverslots, raws, limiteds []time.Duration
 	for rep := range r.cfg.Reps {
-		rs, err := r.syncTierOnce(ctx, accounts, ids, workers, true)
+		rs, err := r.syncTierOnce(ctx, accounts, ids, workers, tierRiverslot)
 		if err != nil {
 			return err
 		}
-		raw, err := r.syncTierOnce(ctx, accounts, ids, workers, false)
+		raw, err := r.syncTierOnce(ctx, accounts, ids, workers, tierRiver)
 		if err != nil {
 			return err
 		}
-		r.logf("sync tier %d jobs, MaxWorkers %d, rep %d: riverslot %s, River no-op %s", n, workers, rep+1, rs.Round(time.Millisecond), raw.Round(time.Millisecond))
-		riverslots, raws = append(riverslots, rs), append(raws, raw)
+		lim, err := r.syncTierOnce(ctx, accounts, ids, workers, tierLimited)
+		if err != nil {
+			return err
+		}
+		r.logf("sync tier %d jobs, MaxWorkers %d, rep %d: riverslot %s, River no-op %s, riverslot with upstream limits set high %s", n, workers, rep+1,
+			rs.Round(time.Millisecond), raw.Round(time.Millisecond), lim.Round(time.Millisecond))
+		riverslots, raws, limiteds = append(riverslots, rs), append(raws, raw), append(limiteds, lim)
 	}
-	rs, raw := median(riverslots), median(raws)
+	rs, raw, lim := median(riverslots), median(raws), median(limiteds)
 	r.row(fmt.Sprintf("sync tier (jobs/s; no-op Sync against River's no-op worker, MaxWorkers %d, median of %d)", workers, r.cfg.Reps), human(n),
 		fmt.Sprintf("%.0f/s (%.2f s)", perSec(n, rs), rs.Seconds()),
 		fmt.Sprintf("%.0f/s (%.2f s) River no-op worker", perSec(n, raw), raw.Seconds()),
 		fmt.Sprintf("%.2f", raw.Seconds()/rs.Seconds()))
+	r.row(fmt.Sprintf("upstream limiter (jobs/s; no-op Sync over %d upstreams, limits set high, against no limits, MaxWorkers %d, median of %d)", limiterKeys, workers, r.cfg.Reps), human(n),
+		fmt.Sprintf("%.0f/s (%.2f s)", perSec(n, lim), lim.Seconds()),
+		fmt.Sprintf("%.0f/s (%.2f s) no limits", perSec(n, rs), rs.Seconds()),
+		fmt.Sprintf("%.2f", rs.Seconds()/lim.Seconds()))
 	return nil
 }
+
+// The sync-tier runs: riverslot's sync worker, River's no-op worker, and
+// riverslot's with every sync through its upstream's limits.
+type tier int
+
+const (
+	tierRiverslot tier = iota
+	tierRiver
+	tierLimited
+)
+
+// limiterKeys is how many upstreams the limited run spreads its syncs
+// over (the demo's 23 banks).
+const limiterKeys = 23
 
 // syncTierOnce inserts one job per id into a fresh River schema (riverslot
 // sync jobs of a cycle that started now, or River no-op jobs with the same
 // fields), then starts a client with workers MaxWorkers and returns how long
 // it took to complete them all.
-func (r *Runner) syncTierOnce(ctx context.Context, accounts string, ids []uuid.UUID, workers int, riverslot bool) (time.Duration, error) {
+func (r *Runner) syncTierOnce(ctx context.Context, accounts string, ids []uuid.UUID, workers int, run tier) (time.Duration, error) {
 	schema, drop, err := r.schema(ctx, "synctier")
 	if err != nil {
 		return 0, err
@@ -95,11 +120,18 @@ func (r *Runner) syncTierOnce(ctx context.Context, accounts string, ids []uuid.U
 	}
 	start := time.Now().Truncate(time.Second)
 	params := make([]river.InsertManyParams, len(ids))
-	if riverslot {
+	if run != tierRiver {
+		task := riverutil.Task{Name: "synctier", Cycle: 24 * time.Hour, Schema: accounts, Table: "accounts", Queue: "synctier",
+			Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil }}
+		if run == tierLimited {
+			// Limits no run reaches: what deciding and recording each
+			// sync costs, not waiting.
+			task.Upstream = fmt.Sprintf("'bank-' || get_byte(uuid_send(id), 0) %% %d", limiterKeys)
+			task.Limits = riverutil.UpstreamLimits{Rate: 1e6, Burst: 100_000, Concurrency: 100_000, FailureThreshold: 1000}
+		}
 		scheduler, err := riverutil.New(r.cfg.Pool, &riverutil.Config{
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Tasks: []riverutil.Task{{Name: "synctier", Cycle: 24 * time.Hour, Schema: accounts, Table: "accounts", Queue: "synctier",
-				Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil }}},
+			Tasks:  []riverutil.Task{task},
 		})
 		if err != nil {
 			return 0, err
@@ -115,7 +147,11 @@ func (r *Runner) syncTierOnce(ctx context.Context, accounts string, ids []uuid.U
 		opts := &river.InsertOpts{Queue: "synctier", Priority: 2, MaxAttempts: 5, Tags: []string{taskspec.PlanTag(info.PlanID)}}
 		for i, id := range ids {
 			slot := info.Plan.SlotOf(id)
-			params[i] = river.InsertManyParams{Args: syncjob.NewArgs("synctier", id, start, slot), InsertOpts: opts}
+			args := syncjob.NewArgs("synctier", id, start, slot)
+			if run == tierLimited {
+				args.Upstream = fmt.Sprintf("bank-%d", int(id[0])%limiterKeys) // as the fan-out reads it
+			}
+			params[i] = river.InsertManyParams{Args: args, InsertOpts: opts}
 		}
 	} else {
 		river.AddWorker(config.Workers, noopWorker{})
