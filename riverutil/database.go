@@ -140,8 +140,9 @@ func MigrateLedger(ctx context.Context, pool *pgxpool.Pool, schema string) error
 // schema when they are missing.
 func migrateUpstream(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	var missing bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NULL OR to_regclass($2) IS NULL",
-		sqlbucket.QualifiedTable(schema, upstream.Table), sqlbucket.QualifiedTable(schema, upstream.JobsTable)).Scan(&missing); err != nil {
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NULL OR to_regclass($2) IS NULL OR to_regclass($3) IS NULL",
+		sqlbucket.QualifiedTable(schema, upstream.Table), sqlbucket.QualifiedTable(schema, upstream.JobsTable),
+		sqlbucket.QualifiedTable(schema, upstream.LimitsTable)).Scan(&missing); err != nil {
 		return fmt.Errorf("error looking up the upstream tables in schema %q: %w", schema, err)
 	}
 	if !missing {

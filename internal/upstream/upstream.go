@@ -15,7 +15,9 @@
 // expiry; in_flight counts them), which expires, so a node killed mid-sync
 // blocks nothing for longer than the sync's timeout. Both tables are
 // UNLOGGED: the state is rebuilt as syncs run, and a PostgreSQL crash
-// (not a restart) empties them, operators' overrides included.
+// (not a restart) empties them; operators' overrides are also kept in a
+// logged table (riverslot_upstream_limits) and copied back into a key's
+// row when it is made again.
 //
 // Every decision reads the database's clock (clock_timestamp()), not the
 // node's, and takes the key's row lock for one short transaction: syncs
@@ -39,8 +41,9 @@ import (
 
 // Table and JobsTable are the limiter's tables, in River's schema.
 const (
-	Table     = "riverslot_upstream"
-	JobsTable = "riverslot_upstream_job"
+	Table       = "riverslot_upstream"
+	JobsTable   = "riverslot_upstream_job"
+	LimitsTable = "riverslot_upstream_limits"
 )
 
 // MaxKeyLen is the longest upstream key, in bytes: the fan-out cuts longer
@@ -105,7 +108,18 @@ func (l Limits) WithDefaults() Limits {
 func DDL(schema string) []string {
 	t := sqlbucket.QualifiedTable(schema, Table)
 	j := sqlbucket.QualifiedTable(schema, JobsTable)
+	o := sqlbucket.QualifiedTable(schema, LimitsTable)
 	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + o + ` (
+	task text NOT NULL,
+	key text NOT NULL,
+	rate double precision,
+	burst int,
+	concurrency int,
+	updated_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (task, key)
+)`,
+		`COMMENT ON TABLE ` + o + ` IS 'riverslot: operators'' overrides of an upstream''s limits (riverslot upstream set); durable, copied into riverslot_upstream'`,
 		`CREATE UNLOGGED TABLE IF NOT EXISTS ` + t + ` (
 	task text NOT NULL,
 	key text NOT NULL,
@@ -226,13 +240,14 @@ type DB interface {
 
 // Limiter decides and records syncs of the upstreams of River's schema.
 type Limiter struct {
-	table, jobs string
+	table, jobs, limits string
 }
 
 // New returns the limiter over the tables of schema ("" for the search
 // path).
 func New(schema string) *Limiter {
-	return &Limiter{table: sqlbucket.QualifiedTable(schema, Table), jobs: sqlbucket.QualifiedTable(schema, JobsTable)}
+	return &Limiter{table: sqlbucket.QualifiedTable(schema, Table), jobs: sqlbucket.QualifiedTable(schema, JobsTable),
+		limits: sqlbucket.QualifiedTable(schema, LimitsTable)}
 }
 
 // state is a key's row as Acquire reads it, with the job's own row, and
@@ -289,7 +304,8 @@ func (l *Limiter) Acquire(ctx context.Context, db DB, r Request) (Decision, erro
 
 	s := state{threshold: r.Limits.FailureThreshold, cooldown: r.Limits.Cooldown, notAfter: r.NotAfter, jobID: r.JobID, hold: r.Hold, waitSeed: seed(r.JobID)}
 	err = tx.QueryRow(ctx, `WITH u AS (
-	INSERT INTO `+l.table+` (task, key) VALUES ($1, $2)
+	INSERT INTO `+l.table+` (task, key, rate, burst, concurrency)
+	SELECT $1, $2, o.rate, o.burst, o.concurrency FROM (SELECT 1) x LEFT JOIN `+l.limits+` o ON o.task = $1 AND o.key = $2
 	ON CONFLICT (task, key) DO UPDATE SET task = EXCLUDED.task
 	RETURNING rate, burst, concurrency, line_tat, start_tat, paused_until, state, failures, open_until, probe_job, probe_until, leases)
 SELECT u.rate, u.burst, u.concurrency, u.line_tat, u.start_tat, u.paused_until, u.state, u.failures, u.open_until, u.probe_job, u.probe_until,
@@ -678,12 +694,19 @@ func (l *Limiter) Set(ctx context.Context, db DB, task, key string, o Override) 
 	if len(key) > MaxKeyLen {
 		return fmt.Errorf("key is %d bytes; upstream keys are at most %d", len(key), MaxKeyLen)
 	}
-	_, err := db.Exec(ctx, `INSERT INTO `+l.table+` (task, key, rate, burst, concurrency) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (task, key) DO UPDATE SET
-	rate = CASE WHEN $6 THEN NULL ELSE coalesce(EXCLUDED.rate, `+l.table+`.rate) END,
-	burst = CASE WHEN $6 THEN NULL ELSE coalesce(EXCLUDED.burst, `+l.table+`.burst) END,
-	concurrency = CASE WHEN $6 THEN NULL ELSE coalesce(EXCLUDED.concurrency, `+l.table+`.concurrency) END,
-	updated_at = clock_timestamp()`, task, key, o.Rate, o.Burst, o.Concurrency, o.Clear)
+	// The durable record first, then the running state's copy, which a
+	// PostgreSQL crash empties (the next sync of the key copies it back).
+	_, err := db.Exec(ctx, `WITH o AS (
+	INSERT INTO `+l.limits+` (task, key, rate, burst, concurrency) VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT (task, key) DO UPDATE SET
+		rate = CASE WHEN $6 THEN NULL ELSE coalesce(EXCLUDED.rate, `+l.limits+`.rate) END,
+		burst = CASE WHEN $6 THEN NULL ELSE coalesce(EXCLUDED.burst, `+l.limits+`.burst) END,
+		concurrency = CASE WHEN $6 THEN NULL ELSE coalesce(EXCLUDED.concurrency, `+l.limits+`.concurrency) END,
+		updated_at = clock_timestamp()
+	RETURNING rate, burst, concurrency)
+INSERT INTO `+l.table+` (task, key, rate, burst, concurrency) SELECT $1, $2, rate, burst, concurrency FROM o
+ON CONFLICT (task, key) DO UPDATE SET rate = EXCLUDED.rate, burst = EXCLUDED.burst, concurrency = EXCLUDED.concurrency, updated_at = clock_timestamp()`,
+		task, key, o.Rate, o.Burst, o.Concurrency, o.Clear)
 	return wrap(err, "setting the upstream's limits")
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -17,10 +18,11 @@ import (
 func TestMain(m *testing.M) { riverslottest.RunTests(m) }
 
 type bundle struct {
-	ctx  context.Context
-	pool *pgxpool.Pool
-	lim  *upstream.Limiter
-	next int64 // job ids
+	ctx    context.Context
+	schema string
+	pool   *pgxpool.Pool
+	lim    *upstream.Limiter
+	next   int64 // job ids
 }
 
 func setup(t *testing.T) *bundle {
@@ -28,7 +30,7 @@ func setup(t *testing.T) *bundle {
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := riverslottest.Schema(ctx, t, pool)
-	return &bundle{ctx: ctx, pool: pool, lim: upstream.New(schema)}
+	return &bundle{ctx: ctx, schema: schema, pool: pool, lim: upstream.New(schema)}
 }
 
 func (b *bundle) req(key string, l upstream.Limits) upstream.Request {
@@ -310,11 +312,20 @@ func TestOverride(t *testing.T) {
 	require.Equal(t, upstream.Wait, d.Verdict)
 	require.Greater(t, d.Wait, 500*time.Millisecond, "one a second, not the task's thousand")
 
+	// A PostgreSQL crash empties the unlogged running state: the
+	// override comes back with the key's next sync.
+	_, err := b.pool.Exec(b.ctx, "TRUNCATE "+pgx.Identifier{b.schema, upstream.Table}.Sanitize())
+	require.NoError(t, err)
+	require.Equal(t, upstream.Run, b.acquire(t, b.req("bank-1", limits)).Verdict)
+	d = b.acquire(t, b.req("bank-1", limits))
+	require.Equal(t, upstream.Wait, d.Verdict, "the durable override applies again")
+	require.NotNil(t, b.state(t, "bank-1").Rate)
+
 	require.NoError(t, b.lim.Set(b.ctx, b.pool, "transactions", "bank-1", upstream.Override{Clear: true}))
 	require.Nil(t, b.state(t, "bank-1").Rate)
 
 	negative := -1.0
-	err := b.lim.Set(b.ctx, b.pool, "transactions", "bank-1", upstream.Override{Rate: &negative})
+	err = b.lim.Set(b.ctx, b.pool, "transactions", "bank-1", upstream.Override{Rate: &negative})
 	require.ErrorContains(t, err, "rate must be a finite number")
 }
 
