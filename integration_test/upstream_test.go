@@ -37,11 +37,16 @@ type fakeBanks struct {
 	maxIn    map[string]int64
 	down     map[string]bool
 	whileDn  map[string]int // requests received while down
+	// throttle: the bank's next request is answered 429 with this
+	// Retry-After (whole seconds); throttledAt is when it was.
+	throttle    map[string]time.Duration
+	throttledAt map[string]time.Time
 }
 
 func newFakeBanks(t *testing.T, banks []string, work time.Duration) *fakeBanks {
 	t.Helper()
-	f := &fakeBanks{arrivals: map[string][]time.Time{}, inFlight: map[string]*atomic.Int64{}, maxIn: map[string]int64{}, down: map[string]bool{}, whileDn: map[string]int{}}
+	f := &fakeBanks{arrivals: map[string][]time.Time{}, inFlight: map[string]*atomic.Int64{}, maxIn: map[string]int64{}, down: map[string]bool{}, whileDn: map[string]int{},
+		throttle: map[string]time.Duration{}, throttledAt: map[string]time.Time{}}
 	for _, b := range banks {
 		f.inFlight[b] = &atomic.Int64{}
 	}
@@ -61,7 +66,17 @@ func newFakeBanks(t *testing.T, banks []string, work time.Duration) *fakeBanks {
 		if down {
 			f.whileDn[bank]++
 		}
+		retry, throttle := f.throttle[bank]
+		if throttle {
+			delete(f.throttle, bank)
+			f.throttledAt[bank] = time.Now()
+		}
 		f.mu.Unlock()
+		if throttle {
+			w.Header().Set("Retry-After", fmt.Sprint(int(retry.Seconds())))
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+			return
+		}
 		time.Sleep(work)
 		if down {
 			http.Error(w, "bank down", http.StatusServiceUnavailable)
@@ -77,6 +92,27 @@ func (f *fakeBanks) setDown(bank string, down bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.down[bank] = down
+}
+
+// throttleNext makes the bank answer its next request 429 with
+// Retry-After retry.
+func (f *fakeBanks) throttleNext(bank string, retry time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.throttle[bank] = retry
+}
+
+// arrivalsBetween counts the bank's requests that arrived in (from, to).
+func (f *fakeBanks) arrivalsBetween(bank string, from, to time.Time) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, at := range f.arrivals[bank] {
+		if at.After(from) && at.Before(to) {
+			n++
+		}
+	}
+	return n
 }
 
 // mostInOneSecond is the most requests the bank received in any one
@@ -120,24 +156,7 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 	limits := riverutil.UpstreamLimits{Rate: 12, Burst: 2, Concurrency: 3, FailureThreshold: 3, Cooldown: 2 * time.Second}
 	banks := []string{"bank-1", "bank-2", "bank-3"}
 	ctx, b := setup(t, accounts)
-	accountsTable := pgx.Identifier{b.schema, "accounts"}.Sanitize()
-	// Uneven: half the accounts at bank-1, 30% at bank-2, 20% at bank-3.
-	_, err := b.pool.Exec(ctx, "ALTER TABLE "+accountsTable+" ADD COLUMN bank text")
-	require.NoError(t, err)
-	bankOf := map[uuid.UUID]string{}
-	for i, id := range b.ids {
-		bank := banks[0]
-		switch {
-		case i%10 >= 8:
-			bank = banks[2]
-		case i%10 >= 5:
-			bank = banks[1]
-		}
-		bankOf[id] = bank
-	}
-	_, err = b.pool.Exec(ctx, "UPDATE "+accountsTable+" SET bank = CASE WHEN id = ANY($1) THEN 'bank-2' WHEN id = ANY($2) THEN 'bank-3' ELSE 'bank-1' END",
-		idsAt(b.ids, bankOf, "bank-2"), idsAt(b.ids, bankOf, "bank-3"))
-	require.NoError(t, err)
+	bankOf := assignBanks(ctx, t, b, banks)
 
 	fake := newFakeBanks(t, banks, 30*time.Millisecond)
 	record := b.recordSync()
@@ -293,6 +312,31 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 	require.Positive(t, causes["open"]+causes["probe"], "waits for bank-2's breaker: %v", causes)
 	require.GreaterOrEqual(t, causes["rate"]+causes["concurrency"]+causes["paused"]+causes["open"]+causes["probe"], waits, "a sync waits at least once each time the limiter counts it")
 	require.EqualValues(t, len(skippedDown), by(metrics.SyncSkipped, "reason")[syncjob.SkippedUpstreamDown])
+}
+
+// assignBanks adds a bank column to the accounts and spreads them
+// unevenly over banks (three): half at the first, 30% at the second, 20%
+// at the third.
+func assignBanks(ctx context.Context, t *testing.T, b *testBundle, banks []string) map[uuid.UUID]string {
+	t.Helper()
+	accountsTable := pgx.Identifier{b.schema, "accounts"}.Sanitize()
+	_, err := b.pool.Exec(ctx, "ALTER TABLE "+accountsTable+" ADD COLUMN bank text")
+	require.NoError(t, err)
+	bankOf := map[uuid.UUID]string{}
+	for i, id := range b.ids {
+		bank := banks[0]
+		switch {
+		case i%10 >= 8:
+			bank = banks[2]
+		case i%10 >= 5:
+			bank = banks[1]
+		}
+		bankOf[id] = bank
+	}
+	_, err = b.pool.Exec(ctx, "UPDATE "+accountsTable+" SET bank = CASE WHEN id = ANY($1) THEN $3 WHEN id = ANY($2) THEN $4 ELSE $5 END",
+		idsAt(b.ids, bankOf, banks[1]), idsAt(b.ids, bankOf, banks[2]), banks[1], banks[2], banks[0])
+	require.NoError(t, err)
+	return bankOf
 }
 
 // idsAt returns the ids of bank's accounts.

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,10 +83,22 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	reciprocal := fs.Bool("reciprocal", false, "also run <--task>_opposite over the same accounts, opposite --task (Task.OppositeOf), as riverslot demo --reciprocal does")
 	record := fs.Bool("record", true, "record each sync in <--schema>.synced if that table exists (see above)")
 	metricsAddr := fs.String("metrics-addr", "", "serve riverslot's OpenTelemetry metrics in Prometheus' format at http://ADDR/metrics, e.g. :9090 (default: no metrics)")
+	upstreamExpr := fs.String("upstream", "", "the task's Upstream: SQL expression over the accounts table naming each account's upstream, e.g. bank (default: one upstream)")
+	upstreamURL := fs.String("upstream-url", "", "call GET URL/<the account's upstream key> in each sync (before recording it): a 2xx succeeds, a 429 with Retry-After (seconds) is riverutil.Throttled, anything else fails the sync (default: no call)")
+	upstreamRate := fs.Float64("upstream-rate", 0, "the task's Limits.Rate: syncs started per second per upstream (0: none)")
+	upstreamBurst := fs.Int("upstream-burst", 0, "the task's Limits.Burst (default 1 with --upstream-rate)")
+	upstreamConcurrency := fs.Int("upstream-concurrency", 0, "the task's Limits.Concurrency: syncs in flight per upstream (0: none)")
+	upstreamFailures := fs.Int("upstream-failures", 0, "the task's Limits.FailureThreshold: consecutive failures that open an upstream's breaker (0: no breaker)")
+	upstreamCooldown := fs.Duration("upstream-cooldown", 0, "the task's Limits.Cooldown: how long an open breaker defers syncs before a probe (default 30s)")
 	webAddr := fs.String("web-addr", "", "serve the operator's page (as riverslot web) and /metrics on one port, e.g. 127.0.0.1:8080 (default: no page); it has no authentication: keep it on 127.0.0.1 or behind a proxy that has")
 	riverLogLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *upstreamURL != "" {
+		if u, err := url.Parse(*upstreamURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usageErr("--upstream-url must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8081/banks, got %q", *upstreamURL)
+		}
 	}
 	switch {
 	case *workers < 1 || *workers > river.QueueNumWorkersMax:
@@ -186,7 +200,14 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if task.Weight != "" {
 		task.PinsTimeout = *pinsTimeout
 	}
+	task.Upstream = *upstreamExpr
+	task.Limits = riverutil.UpstreamLimits{Rate: *upstreamRate, Burst: *upstreamBurst, Concurrency: *upstreamConcurrency,
+		FailureThreshold: *upstreamFailures, Cooldown: *upstreamCooldown}
+	callUpstream := upstreamCaller(*upstreamURL)
 	task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+		if err := callUpstream(ctx, job.Args.Upstream); err != nil {
+			return err
+		}
 		if !recordOK {
 			return nil
 		}
@@ -314,5 +335,39 @@ func checkWorkerSchema(ctx context.Context, q interface {
 		return usageErr("--schema %s: schema %q was not created by riverslot demo; nothing was started. "+
 			"The worker's built-in sync only records syncs for the demo, so on an app's schema it would complete the app's sync jobs without running them. "+
 			"Run the app's own workers (Scheduler.Configure) to work its jobs, and riverslot status --schema %s or the app's metrics to observe them", schema, schema, schema)
+	}
+}
+
+// upstreamCaller returns the worker's call of an account's upstream: GET
+// base/<key> (nothing without base). A 2xx succeeds; a 429 is
+// riverutil.Throttled for its Retry-After (seconds, default 1 s); anything
+// else is an error that names the status.
+func upstreamCaller(base string) func(ctx context.Context, key string) error {
+	if base == "" {
+		return func(context.Context, string) error { return nil }
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	return func(ctx context.Context, key string) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/"+url.PathEscape(key), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests:
+			retry := time.Second
+			if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+				retry = time.Duration(secs) * time.Second
+			}
+			return riverutil.Throttled(retry, fmt.Errorf("upstream %q answered 429", key))
+		case resp.StatusCode < 200 || resp.StatusCode > 299:
+			return fmt.Errorf("upstream %q answered %d", key, resp.StatusCode)
+		}
+		return nil
 	}
 }
