@@ -30,11 +30,9 @@ func TestUpstreamCommand(t *testing.T) {
 	_, err := pool.Exec(ctx, "ALTER TABLE "+table+" ADD COLUMN bank text")
 	require.NoError(t, err)
 	// Two thirds of the accounts at big, the rest at small.
-	var big, small []string
+	var big []string
 	for i, id := range ids {
-		if i%3 == 2 {
-			small = append(small, id.String())
-		} else {
+		if i%3 != 2 {
 			big = append(big, id.String())
 		}
 	}
