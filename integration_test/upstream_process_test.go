@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -24,8 +23,8 @@ import (
 // record: no bank got more than 14 calls in a second nor more than 3 at
 // once, whichever node sent them; after the 429 no call reached bank-3 for
 // 3 s except the two that may already have been let through; every
-// account was synced exactly once (by the three nodes together) or, for
-// bank-2 only, skipped and reported as upstream_down.
+// account was synced exactly once (by the three nodes together) or skipped
+// and reported, as upstream_down for bank-2 only (checkSyncedOrReported).
 func TestUpstreamLimitsProcesses(t *testing.T) {
 	parallel(t)
 	reserveProcessConns(t, 0, 3)
@@ -73,26 +72,8 @@ func TestUpstreamLimitsProcesses(t *testing.T) {
 			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state NOT IN ('completed', 'cancelled', 'discarded')", syncjob.Kind) == 0
 	})
 
-	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid FROM "+jobs+" WHERE kind = $1 AND metadata->'output'->>'riverslot_skipped' = $2", syncjob.Kind, syncjob.SkippedUpstreamDown)
-	require.NoError(t, err)
-	skippedIDs, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	require.NoError(t, err)
-	skipped := map[uuid.UUID]bool{}
-	for _, id := range skippedIDs {
-		require.Equal(t, "bank-2", bankOf[id], "only the bank that was down has syncs skipped as upstream_down")
-		skipped[id] = true
-	}
+	res := checkSyncedOrReported(ctx, t, b, bankOf, "bank-2")
 	synced := pgx.Identifier{b.schema, "synced"}.Sanitize()
-	calls := b.calls(ctx, t)
-	for _, id := range b.ids {
-		if skipped[id] {
-			require.Empty(t, calls[id], "account %s: skipped and synced", id)
-			continue
-		}
-		require.Len(t, calls[id], 1, "account %s of %s", id, bankOf[id])
-	}
-	require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND (state <> 'completed' OR metadata->'output'->>'riverslot_skipped' <> $2)", syncjob.Kind, syncjob.SkippedUpstreamDown),
-		"no sync job discarded, cancelled or skipped for another reason")
 	require.GreaterOrEqual(t, b.count(ctx, t, "SELECT count(DISTINCT client_id) FROM "+synced), int64(2), "the nodes shared the syncs")
 
 	for _, bank := range banks {
@@ -109,7 +90,7 @@ func TestUpstreamLimitsProcesses(t *testing.T) {
 	fake.mu.Unlock()
 	require.False(t, throttledAt.IsZero(), "bank-3 answered a 429")
 	during := fake.arrivalsBetween("bank-3", throttledAt, throttledAt.Add(retry))
-	t.Logf("bank-3: %d calls in the %s after its 429; bank-2: %d calls while down, %d syncs skipped as upstream_down", during, retry, whileDown, len(skipped))
+	t.Logf("bank-3: %d calls in the %s after its 429; bank-2: %d calls while down, %d syncs skipped as upstream_down", during, retry, whileDown, res.skipped["bank-2"][syncjob.SkippedUpstreamDown])
 	require.LessOrEqual(t, during, limits.Concurrency-1, "after the 429, only calls already let through reach bank-3 before its Retry-After")
 	require.LessOrEqual(t, whileDown, limits.FailureThreshold+limits.Concurrency+int(outage/limits.Cooldown)+1, "calls bank-2 got while down")
 }

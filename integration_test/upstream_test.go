@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -140,11 +141,12 @@ func (f *fakeBanks) mostInOneSecond(bank string) int {
 // of the cycle. The server's own record shows: no bank ever got more than
 // 14 calls in a second or more than 3 at once; while bank-2 was down it got
 // only the failures that opened its breaker, the calls already in flight
-// and one probe per cooldown; bank-1 and bank-3 were never deferred nor
-// skipped; and every account was synced exactly once in the cycle, bank-2's
-// deferred syncs after it came back, except those whose NotAfter came
-// before their place in the line after the outage: each of those is
-// skipped and reported as upstream_down.
+// and one probe per cooldown; bank-1 and bank-3 were never deferred by it;
+// and every account was synced exactly once in the cycle, bank-2's
+// deferred syncs after it came back, or skipped and reported: bank-2's
+// whose NotAfter came before their place in the line after the outage as
+// upstream_down, and on a machine too busy to start syncs in time, stale
+// or upstream_throttled (checkSyncedOrReported).
 func TestUpstreamLimitsAndBreaker(t *testing.T) {
 	parallel(t)
 
@@ -201,36 +203,16 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state NOT IN ('completed', 'cancelled', 'discarded')", syncjob.Kind) == 0
 	})
 
-	// Every account synced once, bank-2's included, except those of
-	// bank-2's deferred syncs that ran out of time in the line after the
-	// outage: skipped and reported as upstream_down, never lost, never
-	// synced twice.
-	times := b.calls(ctx, t)
-	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid FROM "+jobs+" WHERE kind = $1 AND metadata->'output'->>'riverslot_skipped' = $2", syncjob.Kind, syncjob.SkippedUpstreamDown)
-	require.NoError(t, err)
-	skippedIDs, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	require.NoError(t, err)
-	skippedDown := map[uuid.UUID]bool{}
-	for _, id := range skippedIDs {
-		require.Equal(t, "bank-2", bankOf[id], "only the bank that was down has syncs skipped as upstream_down")
-		skippedDown[id] = true
-	}
+	res := checkSyncedOrReported(ctx, t, b, bankOf, "bank-2")
+	skippedDown := res.skipped["bank-2"][syncjob.SkippedUpstreamDown]
 	var syncedAfterOutage int
-	for _, id := range b.ids {
-		if skippedDown[id] {
-			require.Empty(t, times[id], "account %s: skipped and synced", id)
-			continue
-		}
-		require.Len(t, times[id], 1, "account %s of %s", id, bankOf[id])
-		if bankOf[id] == "bank-2" && times[id][0].After(downTo) {
+	for id, at := range res.synced {
+		if bankOf[id] == "bank-2" && at.After(downTo) {
 			syncedAfterOutage++
 		}
 	}
-	require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state <> 'completed'", syncjob.Kind), "no sync job discarded or cancelled")
-	require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND metadata->'output'->>'riverslot_skipped' <> $2", syncjob.Kind, syncjob.SkippedUpstreamDown),
-		"no sync skipped for another reason (stale, upstream_throttled)")
 	require.Positive(t, syncedAfterOutage, "bank-2's deferred syncs ran after it came back")
-	t.Logf("bank-2: %d accounts synced after the outage, %d skipped as upstream_down", syncedAfterOutage, len(skippedDown))
+	t.Logf("bank-2: %d accounts synced after the outage", syncedAfterOutage)
 
 	states, err := scheduler.Upstreams(ctx, "transactions", "", 0)
 	require.NoError(t, err)
@@ -248,10 +230,12 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 		require.LessOrEqual(t, most, int(limits.Rate)+limits.Burst, "%s: calls in one second", bank)
 		require.LessOrEqual(t, maxIn, int64(limits.Concurrency), "%s: calls in flight", bank)
 	}
-	require.EqualValues(t, len(skippedDown), byKey["bank-2"].Skipped, "the limiter counts what it skipped")
+	for _, bank := range banks {
+		limiterSkips := res.skipped[bank][syncjob.SkippedUpstreamDown] + res.skipped[bank][syncjob.SkippedUpstreamThrottled]
+		require.EqualValues(t, limiterSkips, byKey[bank].Skipped, "%s: the limiter counts what it skipped", bank)
+	}
 	require.Positive(t, byKey["bank-1"].Throttled, "bank-1's syncs came faster than its rate at times: the limit held them")
 	for _, bank := range []string{"bank-1", "bank-3"} {
-		require.Zero(t, byKey[bank].Skipped, bank)
 		require.Zero(t, byKey[bank].Deferred, "%s is not held back by bank-2's outage", bank)
 		require.Zero(t, byKey[bank].Opens, bank)
 	}
@@ -311,7 +295,39 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 	require.Positive(t, causes["rate"])
 	require.Positive(t, causes["open"]+causes["probe"], "waits for bank-2's breaker: %v", causes)
 	require.GreaterOrEqual(t, causes["rate"]+causes["concurrency"]+causes["paused"]+causes["open"]+causes["probe"], waits, "a sync waits at least once each time the limiter counts it")
-	require.EqualValues(t, len(skippedDown), by(metrics.SyncSkipped, "reason")[syncjob.SkippedUpstreamDown])
+	require.EqualValues(t, skippedDown, by(metrics.SyncSkipped, "reason")[syncjob.SkippedUpstreamDown])
+
+	// Status, its JSON and the operator's page show the upstreams with the
+	// limits in force, the one that most needs a look first.
+	st, err := scheduler.Status(ctx, "transactions")
+	require.NoError(t, err)
+	require.NotNil(t, st.Upstreams)
+	require.Equal(t, 3, st.Upstreams.Keys)
+	require.Zero(t, st.Upstreams.NotClosed)
+	require.Len(t, st.Upstreams.Top, 3)
+	worst := banks[0]
+	for _, bank := range banks[1:] {
+		w, c := byKey[worst], byKey[bank]
+		if c.Skipped > w.Skipped || c.Skipped == w.Skipped && c.Throttled > w.Throttled {
+			worst = bank
+		}
+	}
+	require.Equal(t, worst, st.Upstreams.Top[0].Key, "most skipped, then most throttled, first")
+	for _, u := range st.Upstreams.Top {
+		require.InDelta(t, limits.Rate, u.RateLimit, 0)
+		require.Equal(t, limits.Concurrency, u.ConcurrencyLimit)
+		require.Equal(t, byKey[u.Key].Calls, u.Calls)
+	}
+	js, err := json.Marshal(st)
+	require.NoError(t, err)
+	require.Contains(t, string(js), `"upstreams":{"keys":3,"not_closed":0,"top":[{"key":"`+worst+`"`)
+	handler, err := scheduler.NewHandler(&riverutil.HandlerConfig{})
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?task=transactions", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Contains(t, rec.Body.String(), `<table id="upstreams">`)
+	require.Contains(t, rec.Body.String(), `<td class="l">bank-2</td>`)
 }
 
 // assignBanks adds a bank column to the accounts and spreads them
@@ -337,6 +353,63 @@ func assignBanks(ctx context.Context, t *testing.T, b *testBundle, banks []strin
 		idsAt(b.ids, bankOf, banks[1]), idsAt(b.ids, bankOf, banks[2]), banks[1], banks[2], banks[0])
 	require.NoError(t, err)
 	return bankOf
+}
+
+// syncedOrReported is what became of every account's sync in a cycle.
+type syncedOrReported struct {
+	synced  map[uuid.UUID]time.Time   // when Sync recorded it
+	skipped map[string]map[string]int // by bank and reason
+}
+
+// checkSyncedOrReported checks that every account was synced exactly once
+// or its sync job completed without calling Sync and said why (nothing
+// lost, nothing twice, no job discarded or cancelled); that only downBank's
+// syncs were skipped as upstream_down; and that the cycle's other syncs
+// were all synced, except, on a machine too busy to start them in time,
+// those skipped as stale or upstream_throttled (by their own NotAfter, not
+// by downBank's outage). It logs the skips by bank and reason.
+func checkSyncedOrReported(ctx context.Context, t *testing.T, b *testBundle, bankOf map[uuid.UUID]string, downBank string) syncedOrReported {
+	t.Helper()
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state <> 'completed'", syncjob.Kind), "no sync job discarded or cancelled")
+	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, metadata->'output'->>'riverslot_skipped' FROM "+jobs+
+		" WHERE kind = $1 AND metadata->'output'->>'riverslot_skipped' IS NOT NULL", syncjob.Kind)
+	require.NoError(t, err)
+	reasons := map[uuid.UUID]string{}
+	var (
+		id     uuid.UUID
+		reason string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &reason}, func() error {
+		require.NotContains(t, reasons, id, "account %s has two sync jobs", id)
+		reasons[id] = reason
+		return nil
+	})
+	require.NoError(t, err)
+	out := syncedOrReported{synced: map[uuid.UUID]time.Time{}, skipped: map[string]map[string]int{}}
+	calls := b.calls(ctx, t)
+	for _, id := range b.ids {
+		bank := bankOf[id]
+		if reason, ok := reasons[id]; ok {
+			require.Empty(t, calls[id], "account %s: skipped (%s) and synced", id, reason)
+			switch reason {
+			case syncjob.SkippedUpstreamDown:
+				require.Equal(t, downBank, bank, "account %s: only the bank that was down has syncs skipped as upstream_down", id)
+			case syncjob.SkippedStale, syncjob.SkippedUpstreamThrottled:
+			default:
+				t.Fatalf("account %s of %s skipped for %q", id, bank, reason)
+			}
+			if out.skipped[bank] == nil {
+				out.skipped[bank] = map[string]int{}
+			}
+			out.skipped[bank][reason]++
+			continue
+		}
+		require.Len(t, calls[id], 1, "account %s of %s: synced once, or skipped and reported", id, bank)
+		out.synced[id] = calls[id][0]
+	}
+	t.Logf("%d accounts synced; skipped by bank and reason: %v", len(out.synced), out.skipped)
+	return out
 }
 
 // idsAt returns the ids of bank's accounts.

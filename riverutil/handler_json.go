@@ -39,6 +39,31 @@ type statusJSON struct {
 	OffSlots           int              `json:"off_slots"`
 	PerSlot            []statusSlotJSON `json:"per_slot"`
 	Census             *censusJSON      `json:"census,omitempty"`
+	Upstreams          *upstreamsJSON   `json:"upstreams,omitempty"`
+}
+
+type upstreamsJSON struct {
+	Keys      int            `json:"keys"`
+	NotClosed int            `json:"not_closed"`
+	Top       []upstreamJSON `json:"top"`
+}
+
+type upstreamJSON struct {
+	Key              string  `json:"key"`
+	Breaker          string  `json:"breaker"`
+	OpenUntil        *string `json:"open_until"`
+	PausedUntil      *string `json:"paused_until"`
+	RateNow          float64 `json:"rate_now"`
+	RateLimit        float64 `json:"rate_limit"`
+	InFlight         int     `json:"in_flight"`
+	ConcurrencyLimit int     `json:"concurrency_limit"`
+	Waiting          int     `json:"waiting"`
+	Calls            int64   `json:"calls"`
+	Failed           int64   `json:"failed"`
+	Throttled        int64   `json:"throttled"`
+	Deferred         int64   `json:"deferred"`
+	Skipped          int64   `json:"skipped"`
+	Probes           int64   `json:"probes"`
 }
 
 type censusJSON struct {
@@ -88,6 +113,14 @@ func (st TaskStatus) MarshalJSON() ([]byte, error) {
 	if cs := st.Census; cs != nil {
 		out.Census = &censusJSON{CycleStart: cs.CycleStart.Format(time.RFC3339), Steps: cs.Steps, NextBucket: cs.NextBucket,
 			Finished: cs.Finished, Stalls: cs.Stalls, StalledSince: rfc3339(&cs.StalledSince)}
+	}
+	if us := st.Upstreams; us != nil {
+		out.Upstreams = &upstreamsJSON{Keys: us.Keys, NotClosed: us.NotClosed, Top: make([]upstreamJSON, 0, len(us.Top))}
+		for _, u := range us.Top {
+			out.Upstreams.Top = append(out.Upstreams.Top, upstreamJSON{Key: u.Key, Breaker: u.Breaker, OpenUntil: rfc3339(u.OpenUntil), PausedUntil: rfc3339(u.PausedUntil),
+				RateNow: u.RateNow, RateLimit: u.RateLimit, InFlight: u.InFlight, ConcurrencyLimit: u.ConcurrencyLimit, Waiting: u.Waiting,
+				Calls: u.Calls, Failed: u.Failed, Throttled: u.Throttled, Deferred: u.Deferred, Skipped: u.Skipped, Probes: u.Probes})
+		}
 	}
 	if c.NextSlot >= 0 {
 		next, at := c.NextSlot, c.NextSlotAt.UTC().Format(time.RFC3339)

@@ -110,6 +110,12 @@ th{text-align:left} .l{text-align:left} .err{color:#8a1119;white-space:pre-wrap;
 <div class="card" style="margin-top:16px"><h2>Sync jobs of this cycle</h2>
 <table id="syncs"><tr><th>enqueued</th><th>skipped late</th><th>pending</th><th>running</th><th>retryable</th><th>completed</th><th>failed</th><th>cancelled</th><th>stale</th><th>too soon</th><th>lateness p50</th><th>p99</th></tr>
 <tr><td>{{.Enqueued}}</td><td>{{.Skipped}}</td><td>{{.Pending}}</td><td>{{.Running}}</td><td>{{.Retryable}}</td><td>{{.Completed}}</td><td>{{.Discarded}}</td><td>{{.Cancelled}}</td><td>{{.SkippedStale}}</td><td>{{.SkippedTooSoon}}</td><td>{{secs .LatenessP50}}</td><td>{{secs .LatenessP99}}</td></tr></table></div>
+{{end}}{{with .Upstreams}}
+<div class="card scroll" style="margin-top:16px"><h2>Upstreams</h2>
+<p class="muted">{{.Keys}} upstreams, {{.NotClosed}} with a breaker open or half-open; the {{len .Top}} that most need a look (all of them: riverslot upstream list)</p>
+<table id="upstreams"><tr><th class="l">upstream</th><th>breaker</th><th>rate now</th><th>limit</th><th>in flight</th><th>limit</th><th>waiting</th><th>calls</th><th>failed</th><th>throttled</th><th>deferred</th><th>skipped</th><th>probes</th><th class="l">paused until</th></tr>
+{{range .Top}}<tr><td class="l">{{.Key}}</td><td class="{{if eq .Breaker "closed"}}ok{{else}}err{{end}}">{{.Breaker}}</td><td>{{printf "%.1f/s" .RateNow}}</td><td>{{if .RateLimit}}{{printf "%g/s" .RateLimit}}{{else}}-{{end}}</td><td>{{.InFlight}}</td><td>{{if .ConcurrencyLimit}}{{.ConcurrencyLimit}}{{else}}-{{end}}</td><td>{{.Waiting}}</td><td>{{.Calls}}</td><td>{{.Failed}}</td><td>{{.Throttled}}</td><td>{{.Deferred}}</td><td>{{.Skipped}}</td><td>{{.Probes}}</td><td class="l">{{tsp .PausedUntil}}</td></tr>
+{{end}}</table></div>
 {{end}}{{end}}
 <div class="row" style="margin-top:16px">
 <div class="card"><h2>Coverage of the last cycles</h2>{{.Coverage}}<p class="muted">share of the accounts synced within their cycle, oldest left</p></div>

@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/sqlbucket"
 	"github.com/riverslot/riverslot/syncjob"
@@ -40,6 +41,59 @@ type TaskStatus struct {
 	// Census is the latest weight census of a weighted task (nil for
 	// another task, or before its first census).
 	Census *CensusStatus
+	// Upstreams sums up the task's upstreams (nil for a task without
+	// Upstream or Limits, or before its first sync).
+	Upstreams *UpstreamsStatus
+}
+
+// UpstreamsStatus is a task's upstreams at a glance.
+type UpstreamsStatus struct {
+	// Keys is how many upstreams synced or were given limits; NotClosed
+	// how many have a breaker open or half-open.
+	Keys, NotClosed int
+	// Top are the UpstreamsTop that most need a look: breaker not closed
+	// first, then paused (a 429), then by syncs skipped, then by syncs
+	// throttled. The whole list: Scheduler.Upstreams.
+	Top []UpstreamStatus
+}
+
+// UpstreamsTop is how many upstreams Status shows.
+const UpstreamsTop = 10
+
+// UpstreamStatus is one upstream with the limits in force: an operator's
+// override, else the task's Limits (0: none).
+type UpstreamStatus struct {
+	UpstreamState
+	RateLimit        float64
+	ConcurrencyLimit int
+}
+
+// upstreams reads the task's upstreams (nil for a task without limits).
+func (s *Scheduler) upstreams(ctx context.Context, spec *taskspec.Spec) (*UpstreamsStatus, error) {
+	if !spec.Limited() {
+		return nil, nil
+	}
+	keys, notClosed, top, err := upstream.New(s.riverSchema).Summary(ctx, s.pool, spec.Name, UpstreamsTop)
+	switch {
+	case errors.Is(err, upstream.ErrMissing):
+		return nil, nil // Check reports the missing tables
+	case err != nil:
+		return nil, err
+	case keys == 0:
+		return nil, nil
+	}
+	out := &UpstreamsStatus{Keys: keys, NotClosed: notClosed}
+	for _, st := range top {
+		u := UpstreamStatus{UpstreamState: st, RateLimit: spec.Limits.Rate, ConcurrencyLimit: spec.Limits.Concurrency}
+		if st.Rate != nil {
+			u.RateLimit = *st.Rate
+		}
+		if st.Concurrency != nil {
+			u.ConcurrencyLimit = *st.Concurrency
+		}
+		out.Top = append(out.Top, u)
+	}
+	return out, nil
 }
 
 // CensusStatus is where a weighted task's latest weight census stands.
@@ -429,6 +483,10 @@ func (s *Scheduler) statusOf(ctx context.Context, spec *taskspec.Spec, cycleStar
 		// down while River's is not. Status still answers.
 		s.log().WarnContext(ctx, "riverslot: Status could not read the weight census", slog.String("task", spec.Name), slog.String("error", err.Error()))
 		st.Census = nil
+	}
+	if st.Upstreams, err = s.upstreams(ctx, spec); err != nil {
+		s.log().WarnContext(ctx, "riverslot: Status could not read the task's upstreams", slog.String("task", spec.Name), slog.String("error", err.Error()))
+		st.Upstreams = nil
 	}
 	if prev.SlotsDone+prev.SlotsFailed > 0 || slices.ContainsFunc(prev.PerSlot, func(p SlotStatus) bool { return p.State != SlotMissing }) {
 		st.Previous = prev

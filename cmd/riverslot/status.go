@@ -151,6 +151,17 @@ func printStatus(w io.Writer, st *riverutil.TaskStatus) {
 		fmt.Fprintf(w, "weight census of cycle %s: STALLED, %d attempts in a row took no step since %s (a lock on the accounts table, or a slow database); it backs off and retries\n",
 			cs.CycleStart.Format(time.RFC3339), cs.Stalls, cs.StalledSince.Format(time.RFC3339))
 	}
+	if us := st.Upstreams; us != nil {
+		fmt.Fprintf(w, "upstreams: %d, %d with a breaker open or half-open (all: riverslot upstream list)\n", us.Keys, us.NotClosed)
+		for _, u := range us.Top {
+			limit := "no rate limit"
+			if u.RateLimit > 0 {
+				limit = fmt.Sprintf("limit %g/s", u.RateLimit)
+			}
+			fmt.Fprintf(w, "  %q: breaker %s, %.1f/s now (%s), %d in flight, %d waiting; throttled %d, deferred %d, skipped %d, probes %d\n",
+				u.Key, u.Breaker, u.RateNow, limit, u.InFlight, u.Waiting, u.Throttled, u.Deferred, u.Skipped, u.Probes)
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := "slot\tstarts\tstate\tenqueued/expected\t"
 	if pinned {

@@ -133,6 +133,9 @@ func DDL(schema string) []string {
 	failures int NOT NULL DEFAULT 0,
 	in_flight int NOT NULL DEFAULT 0,
 	leases jsonb NOT NULL DEFAULT '{}',
+	win_start timestamptz,
+	win_calls int NOT NULL DEFAULT 0,
+	last_rate double precision NOT NULL DEFAULT 0,
 	open_until timestamptz,
 	probe_job bigint,
 	probe_until timestamptz,
@@ -361,10 +364,10 @@ func (l *Limiter) fast(ctx context.Context, db DB, r Request) (bool, error) {
 	WHERE task = $1 AND key = $2
 		AND (paused_until IS NULL OR paused_until <= clock_timestamp())
 		AND ($6 = 0 OR state = 'closed')
-		AND (coalesce(rate, $4) = 0 OR (
+		AND CASE WHEN coalesce(rate, $4) <= 0 THEN true ELSE
 			(line_tat IS NULL OR line_tat <= clock_timestamp())
 			AND greatest(coalesce(start_tat, clock_timestamp()), clock_timestamp())
-				- (greatest(coalesce(burst, $5), 1) - 1) * (1e6 / coalesce(rate, $4)) * interval '1 microsecond' <= clock_timestamp()))
+				- (greatest(coalesce(burst, $5), 1) - 1) * (1e6 / coalesce(rate, $4)) * interval '1 microsecond' <= clock_timestamp() END
 		AND (coalesce(concurrency, $7) = 0 OR in_flight < coalesce(concurrency, $7))
 		AND NOT EXISTS (SELECT 1 FROM `+l.jobs+` j WHERE j.task = $1 AND j.key = $2 AND j.job_id = $3)
 	RETURNING 1)
@@ -596,6 +599,10 @@ func (l *Limiter) Release(ctx context.Context, db DB, r Request, outcome Outcome
 	err := db.QueryRow(ctx, `WITH j AS (DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3)
 UPDATE `+l.table+` u SET
 	calls = calls + 1,
+	win_calls = CASE WHEN win_start IS NULL OR clock_timestamp() - win_start >= interval '10 seconds' THEN 1 ELSE win_calls + 1 END,
+	last_rate = CASE WHEN win_start IS NOT NULL AND clock_timestamp() - win_start >= interval '10 seconds'
+		THEN win_calls / extract(epoch FROM clock_timestamp() - win_start)::float8 ELSE last_rate END,
+	win_start = CASE WHEN win_start IS NULL OR clock_timestamp() - win_start >= interval '10 seconds' THEN clock_timestamp() ELSE win_start END,
 	in_flight = greatest(in_flight - CASE WHEN leases ? $3::text THEN 1 ELSE 0 END, 0),
 	leases = leases - $3::text,
 	failed = failed + CASE WHEN $4 = 1 THEN 1 ELSE 0 END,
@@ -728,29 +735,56 @@ type State struct {
 	// InFlight is the syncs holding a lease now, Waiting those holding a
 	// place in the rate limiter's line.
 	InFlight, Waiting int
+	// RateNow is calls a second over the last window of about 10 s.
+	RateNow float64
 	// Counters since the key's first sync.
 	Calls, Failed, Throttled, Deferred, Skipped, Probes, Opens int64
 	UpdatedAt                                                  time.Time
 }
 
+// stateColumns are State's columns of a row u, in scanState's order.
+const stateColumns = `u.task, u.key, u.rate, u.burst, u.concurrency, u.state, u.open_until, u.paused_until, u.failures,
+	(SELECT count(*) FROM jsonb_each_text(u.leases) e WHERE e.value::float8 > extract(epoch FROM clock_timestamp())),
+	(SELECT count(*) FROM %s x WHERE x.task = u.task AND x.key = u.key AND x.reserved_at IS NOT NULL),
+	CASE WHEN u.win_start IS NULL THEN 0
+		WHEN clock_timestamp() - u.win_start < interval '10 seconds' THEN u.last_rate
+		ELSE u.win_calls / extract(epoch FROM clock_timestamp() - u.win_start)::float8 END,
+	u.calls, u.failed, u.throttled, u.deferred, u.skipped, u.probes, u.opens, u.updated_at`
+
+func scanState(row pgx.CollectableRow) (State, error) {
+	var s State
+	err := row.Scan(&s.Task, &s.Key, &s.Rate, &s.Burst, &s.Concurrency, &s.Breaker, &s.OpenUntil, &s.PausedUntil, &s.Failures,
+		&s.InFlight, &s.Waiting, &s.RateNow, &s.Calls, &s.Failed, &s.Throttled, &s.Deferred, &s.Skipped, &s.Probes, &s.Opens, &s.UpdatedAt)
+	return s, err
+}
+
 // List returns the keys of task ("" for every task), by task and key,
 // at most limit after the key after (keyset pagination).
 func (l *Limiter) List(ctx context.Context, db DB, task, after string, limit int) ([]State, error) {
-	rows, err := db.Query(ctx, `SELECT u.task, u.key, u.rate, u.burst, u.concurrency, u.state, u.open_until, u.paused_until, u.failures,
-	(SELECT count(*) FROM jsonb_each_text(u.leases) e WHERE e.value::float8 > extract(epoch FROM clock_timestamp())),
-	(SELECT count(*) FROM `+l.jobs+` x WHERE x.task = u.task AND x.key = u.key AND x.reserved_at IS NOT NULL),
-	u.calls, u.failed, u.throttled, u.deferred, u.skipped, u.probes, u.opens, u.updated_at
+	rows, err := db.Query(ctx, `SELECT `+fmt.Sprintf(stateColumns, l.jobs)+`
 FROM `+l.table+` u WHERE ($1 = '' OR u.task = $1) AND (u.task, u.key) > ($1, $2) ORDER BY u.task, u.key LIMIT $3`, task, after, limit)
 	if err != nil {
 		return nil, wrap(err, "listing the upstreams")
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (State, error) {
-		var s State
-		err := row.Scan(&s.Task, &s.Key, &s.Rate, &s.Burst, &s.Concurrency, &s.Breaker, &s.OpenUntil, &s.PausedUntil, &s.Failures,
-			&s.InFlight, &s.Waiting, &s.Calls, &s.Failed, &s.Throttled, &s.Deferred, &s.Skipped, &s.Probes, &s.Opens, &s.UpdatedAt)
-		return s, err
-	})
+	out, err := pgx.CollectRows(rows, scanState)
 	return out, wrap(err, "listing the upstreams")
+}
+
+// Summary is a task's upstreams at a glance: how many, how many with a
+// breaker not closed, and the n that most need a look (breaker not closed
+// first, then paused, then by syncs skipped, then by syncs throttled).
+func (l *Limiter) Summary(ctx context.Context, db DB, task string, n int) (keys, notClosed int, top []State, err error) {
+	if err := db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state <> 'closed') FROM `+l.table+` WHERE task = $1`, task).Scan(&keys, &notClosed); err != nil {
+		return 0, 0, nil, wrap(err, "summing up the upstreams")
+	}
+	rows, err := db.Query(ctx, `SELECT `+fmt.Sprintf(stateColumns, l.jobs)+`
+FROM `+l.table+` u WHERE u.task = $1
+ORDER BY u.state <> 'closed' DESC, coalesce(u.paused_until > clock_timestamp(), false) DESC, u.skipped DESC, u.throttled DESC, u.key LIMIT $2`, task, n)
+	if err != nil {
+		return 0, 0, nil, wrap(err, "summing up the upstreams")
+	}
+	top, err = pgx.CollectRows(rows, scanState)
+	return keys, notClosed, top, wrap(err, "summing up the upstreams")
 }
 
 // ErrMissing is returned when the limiter's tables do not exist.
