@@ -352,6 +352,9 @@ func upstreamCaller(base string) func(ctx context.Context, key string) error {
 		if err != nil {
 			return err
 		}
+		// When the sync sent it: the limits bound sends; a server sees
+		// them later by however long each took to reach it.
+		req.Header.Set("X-Riverslot-Sent-At", time.Now().UTC().Format(time.RFC3339Nano))
 		resp, err := client.Do(req)
 		if err != nil {
 			return err
