@@ -58,17 +58,27 @@ func Throttled(retryAfter time.Duration, err error) error {
 }
 
 // staleByUpstream records a stale sync of a task with upstream limits with
-// its upstream, and reports whether the upstream's breaker had deferred it
-// (then it is skipped as upstream_down, not stale).
-func (w *Worker) staleByUpstream(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args]) (bool, error) {
+// its upstream, and returns why its upstream held it ("" when it did not):
+// upstream_down when the breaker had deferred it, upstream_throttled when
+// it waited in the rate limiter's line.
+func (w *Worker) staleByUpstream(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args]) (string, error) {
 	if !spec.Limited() {
-		return false, nil
+		return "", nil
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
-		return false, err
+		return "", err
 	}
-	return upstream.New(client.Schema()).Stale(ctx, w.pool, upstream.Request{Task: spec.Name, Key: job.Args.Upstream, JobID: job.ID})
+	deferred, throttled, err := upstream.New(client.Schema()).Stale(ctx, w.pool, upstream.Request{Task: spec.Name, Key: job.Args.Upstream, JobID: job.ID})
+	switch {
+	case err != nil:
+		return "", err
+	case deferred:
+		return SkippedUpstreamDown, nil
+	case throttled:
+		return SkippedUpstreamThrottled, nil
+	}
+	return "", nil
 }
 
 // syncThrough calls the task's Sync for job, through its upstream's limits

@@ -140,11 +140,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return err
 	}
 	if !notAfter.IsZero() && started.After(notAfter) {
-		if down, err := w.staleByUpstream(ctx, t.spec, job); err != nil {
+		if held, err := w.staleByUpstream(ctx, t.spec, job); err != nil {
 			return err
-		} else if down {
-			return w.skip(ctx, t.spec, job, SkippedUpstreamDown, "riverslot: sync jobs completed without calling Sync: their upstream's circuit breaker held them past their NotAfter (the upstream was down); the next cycle covers them",
-				OutputNotAfter, notAfter.UTC().Format(time.RFC3339Nano), "upstream", job.Args.Upstream)
+		} else if held != "" {
+			msg := "riverslot: sync jobs completed without calling Sync: their upstream's circuit breaker held them past their NotAfter (the upstream was down); the next cycle covers them"
+			if held == SkippedUpstreamThrottled {
+				msg = "riverslot: sync jobs completed without calling Sync: their place in their upstream's rate limit came past their NotAfter; the next cycle covers them"
+			}
+			return w.skip(ctx, t.spec, job, held, msg, OutputNotAfter, notAfter.UTC().Format(time.RFC3339Nano), "upstream", job.Args.Upstream)
 		}
 		return w.skip(ctx, t.spec, job, SkippedStale, "riverslot: stale sync jobs completed without calling Sync: they started less than half a cycle before their accounts' next regular sync, which covers them",
 			OutputNotAfter, notAfter.UTC().Format(time.RFC3339Nano))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,6 +52,8 @@ type demoOptions struct {
 	// fanOutBaseline: time River's raw insert after the run
 	// (--fanout-baseline).
 	fanOutBaseline bool
+	// upstreams: the --upstream* flags.
+	upstreams demoUpstreamOptions
 }
 
 // tasks are the names of the demo's tasks: --task, and with --reciprocal
@@ -80,8 +83,12 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	fs.StringVar(&o.weights, "weights", "", "pareto: give every account a weight (column weight, Pareto(1.5) from a fixed seed) and run the task weighted (Task.Weight), reporting per-slot weight max/mean against hash-only placement")
 	fs.BoolVar(&o.fanOutBaseline, "fanout-baseline", false, "after the run, time River's own insert of a mean slot's sync jobs (their four fields) into the same river_job, and report the live fan-out's rate against it (fanout_vs_raw_insert)")
 	fs.DurationVar(&o.completedRetention, "completed-retention", time.Hour, "River's CompletedJobRetentionPeriod: how long River keeps completed jobs (0: River's 24h); riverslot's ledger keeps cycles unique whatever it is, e.g. 1m. The default, 1h, keeps the demo under Check's row budget")
+	addDemoUpstreamFlags(fs, &o.upstreams)
 	logLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if err := o.upstreams.check(); err != nil {
 		return nil, err
 	}
 	o.databaseURL = databaseURL()
@@ -199,6 +206,11 @@ type demo struct {
 	stderr  io.Writer
 	// tty is whether stderr is a terminal: live line or one line per slot.
 	tty bool
+	// banks is the fake upstream server of --upstreams (nil without), and
+	// httpClient the syncs' client of it; scheduler is the run's.
+	banks      *demoBanks
+	httpClient *http.Client
+	scheduler  *riverutil.Scheduler
 	// maxRiverJobRows is the most rows river_job held at a progress read.
 	maxRiverJobRows int64
 }
@@ -228,8 +240,14 @@ func (d *demo) run(ctx context.Context) error {
 		Filter: "active",
 		// The app's own record of what it synced, as an app keeps
 		// last_synced_at: the run's figures read it, so they hold after
-		// River deletes completed jobs (--completed-retention).
+		// River deletes completed jobs (--completed-retention). With
+		// --upstreams the sync first calls the account's bank.
 		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+			if d.banks != nil {
+				if err := d.banks.call(ctx, d.httpClient, job.Args.Upstream); err != nil {
+					return err
+				}
+			}
 			_, err := d.pool.Exec(ctx, "INSERT INTO "+d.synced()+" (task, account_id, cycle_start) VALUES ($1, $2, $3)",
 				job.Args.Task, accountID, job.Args.CycleStart)
 			return err
@@ -239,6 +257,9 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	if d.opts.weights != "" {
 		task.Weight = "weight"
+	}
+	if d.opts.upstreams.count > 0 {
+		task.Upstream, task.Limits = "bank", d.opts.upstreams.limits(d.opts.cycle)
 	}
 	probe, err := riverutil.New(d.pool, &riverutil.Config{Tasks: []riverutil.Task{task}})
 	if err != nil {
@@ -261,6 +282,27 @@ func (d *demo) run(ctx context.Context) error {
 	// trigger lead before it starts; RunOnStart bootstraps the first one
 	// (or, with --keep, the unfinished one) when the client becomes leader.
 	task.TriggerOffset = gridOffset(first, d.opts.cycle)
+	if o := &d.opts.upstreams; o.count > 0 {
+		cycle := d.opts.cycle
+		down := func(key string, at time.Time) bool {
+			if key != o.downKey {
+				return false
+			}
+			for _, s := range starts {
+				if from, to := s.Add(time.Duration(o.downFrom*float64(cycle))), s.Add(time.Duration(o.downTo*float64(cycle))); !at.Before(from) && at.Before(to) {
+					return true
+				}
+			}
+			return false
+		}
+		if d.banks, err = startDemoBanks(o.keys(), down); err != nil {
+			return err
+		}
+		defer d.banks.close()
+		d.httpClient = &http.Client{Timeout: 30 * time.Second}
+		defer d.httpClient.CloseIdleConnections()
+		d.logf("%d upstreams (bank-00 to %s) served at %s; limits %+v", o.count, o.keys()[o.count-1], d.banks.url, task.Limits)
+	}
 	tasks := []riverutil.Task{task}
 	if d.opts.reciprocal {
 		opposite := task
@@ -277,6 +319,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.scheduler = scheduler
 	config := &river.Config{
 		Logger:            slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: d.opts.logLevel})),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: d.opts.workers}},

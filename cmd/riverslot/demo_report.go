@@ -42,6 +42,9 @@ type demoSummary struct {
 	LatenessP50Seconds  float64         `json:"lateness_p50_seconds"`
 	LatenessP99Seconds  float64         `json:"lateness_p99_seconds"`
 	PerCycle            []*demoCycleRow `json:"per_cycle"`
+	// Upstreams are --upstreams' banks: what each server received and
+	// what the limiter did (omitted without --upstreams).
+	Upstreams []demoUpstream `json:"upstreams,omitempty"`
 	// MaxRiverJobRows is the most rows river_job held at once, sampled at
 	// each progress read (every 0.5 s); CompletedRetentionSeconds is River's
 	// CompletedJobRetentionPeriod (--completed-retention; 0: River's 24 h).
@@ -272,6 +275,23 @@ func (d *demo) report(ctx context.Context, starts []time.Time) error {
 	if err != nil {
 		return fmt.Errorf("error measuring the run: %w", err)
 	}
+	if d.banks != nil {
+		accounts := map[string]int64{}
+		rows, err := d.accounts.Query(ctx, "SELECT bank, count(*) FROM "+d.table()+" WHERE active GROUP BY bank")
+		if err != nil {
+			return fmt.Errorf("error counting the accounts per upstream: %w", err)
+		}
+		var (
+			key string
+			n   int64
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error { accounts[key] = n; return nil }); err != nil {
+			return fmt.Errorf("error counting the accounts per upstream: %w", err)
+		}
+		if s.Upstreams, err = d.banks.report(ctx, d.scheduler, d.opts.task, &d.opts.upstreams, d.opts.cycle, accounts); err != nil {
+			return fmt.Errorf("error reading the upstreams: %w", err)
+		}
+	}
 	if d.opts.json {
 		enc := json.NewEncoder(d.stdout)
 		enc.SetIndent("", "  ")
@@ -367,6 +387,7 @@ func (d *demo) printSummary(s *demoSummary) {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t\n", i+1, c.CycleStart, c.Accounts, c.Synced, c.Missed, c.Duplicates, c.PeakPending)
 	}
 	_ = tw.Flush()
+	printDemoUpstreams(w, s.Upstreams)
 }
 
 // measuredTableName is the copy of the accounts that the report measures

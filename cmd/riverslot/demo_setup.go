@@ -118,6 +118,15 @@ func (d *demo) prepare(ctx context.Context) (int64, error) {
 	} else if err := d.seed(ctx); err != nil {
 		return 0, err
 	}
+	if d.opts.upstreams.count > 0 {
+		// Each account's bank, from its first UUID byte: uneven, fixed.
+		if _, err := d.accounts.Exec(ctx, "ALTER TABLE "+d.table()+" ADD COLUMN IF NOT EXISTS bank text"); err != nil {
+			return 0, fmt.Errorf("error adding the bank column: %w", err)
+		}
+		if _, err := d.accounts.Exec(ctx, "UPDATE "+d.table()+" SET bank = "+d.opts.upstreams.bankExpr()); err != nil {
+			return 0, fmt.Errorf("error spreading the accounts over the upstreams: %w", err)
+		}
+	}
 	d.logf("creating the bucket index")
 	if err := sqlbucket.CreateIndex(ctx, d.accounts, d.opts.schema, "accounts", "id"); err != nil {
 		return 0, err

@@ -640,14 +640,15 @@ ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, reserved_at = NUL
 }
 
 // Stale records that the sync of r completes as stale (it started after
-// its NotAfter) and reports whether its upstream's breaker had deferred it:
-// then it ran out of time because the upstream was down, counted as
-// skipped by the upstream.
-func (l *Limiter) Stale(ctx context.Context, db DB, r Request) (deferred bool, err error) {
-	err = db.QueryRow(ctx, `WITH d AS (DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3 RETURNING deferred),
-u AS (UPDATE `+l.table+` SET skipped = skipped + 1 WHERE task = $1 AND key = $2 AND EXISTS (SELECT 1 FROM d WHERE deferred) RETURNING 1)
-SELECT EXISTS (SELECT 1 FROM u)`, r.Task, r.Key, r.JobID).Scan(&deferred)
-	return deferred, wrap(err, "recording the stale sync")
+// its NotAfter) and says whether its upstream had held it: its breaker
+// deferred it (it ran out of time because the upstream was down) or it
+// waited in the rate limiter's line. Such a sync counts as skipped by the
+// upstream.
+func (l *Limiter) Stale(ctx context.Context, db DB, r Request) (deferred, throttled bool, err error) {
+	err = db.QueryRow(ctx, `WITH d AS (DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3 RETURNING deferred, throttled),
+u AS (UPDATE `+l.table+` SET skipped = skipped + 1 WHERE task = $1 AND key = $2 AND EXISTS (SELECT 1 FROM d WHERE deferred OR throttled) RETURNING 1)
+SELECT coalesce((SELECT deferred FROM d), false), coalesce((SELECT throttled FROM d), false), EXISTS (SELECT 1 FROM u)`, r.Task, r.Key, r.JobID).Scan(&deferred, &throttled, new(bool))
+	return deferred, throttled, wrap(err, "recording the stale sync")
 }
 
 // Released is the upstream's breaker after Release.
