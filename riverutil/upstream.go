@@ -34,13 +34,14 @@ func (s *Scheduler) SetUpstreamLimits(ctx context.Context, taskName, key string,
 }
 
 // Upstreams returns the task's upstreams that synced or were given limits,
-// by key, at most limit (1,000 when not positive) after the key after: a
+// by key, at most limit (1,000 when below 2) after the key after ("" for
+// the first page, which starts with the default upstream ""): a
 // page of a list that may hold thousands.
 func (s *Scheduler) Upstreams(ctx context.Context, taskName, after string, limit int) ([]UpstreamState, error) {
 	if _, err := s.spec(taskName); err != nil {
 		return nil, err
 	}
-	if limit <= 0 {
+	if limit < 2 {
 		limit = 1000
 	}
 	return upstream.New(s.riverSchema).List(ctx, s.pool, taskName, after, limit)

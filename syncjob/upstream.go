@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/upstream"
@@ -81,6 +82,19 @@ func (w *Worker) staleByUpstream(ctx context.Context, spec *taskspec.Spec, job *
 	return "", nil
 }
 
+// forget drops the job's place with its upstream when it ends without
+// asking again (account gone, too soon), for a task with limits.
+func (w *Worker) forget(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args]) error {
+	if !spec.Limited() {
+		return nil
+	}
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return err
+	}
+	return upstream.New(client.Schema()).Forget(ctx, w.pool, upstream.Request{Task: spec.Name, Key: job.Args.Upstream, JobID: job.ID})
+}
+
 // syncThrough calls the task's Sync for job, through its upstream's limits
 // and breaker when the task has any.
 func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[Args], notAfter time.Time) error {
@@ -121,21 +135,47 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 		w.logger.InfoContext(ctx, "riverslot: probing an upstream whose circuit breaker is open",
 			slog.String("task", spec.Name), slog.String("upstream", job.Args.Upstream), slog.Int64("job_id", job.ID))
 	}
+	// The outcome is recorded even when the sync's own context ended (its
+	// timeout) or Sync panicked (River recovers it and retries the job).
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	released := false
+	defer func() {
+		if !released {
+			_, _ = lim.Release(rctx, w.pool, req, upstream.Failed, 0)
+		}
+	}()
+	if d.Delay > 0 {
+		// Its start under the rate is a moment away: wait for it here.
+		select {
+		case <-time.After(d.Delay):
+		case <-ctx.Done():
+			released = true
+			_, _ = lim.Release(rctx, w.pool, req, upstream.Neutral, 0)
+			return ctx.Err()
+		}
+	}
 
 	syncErr := t.sync(ctx, job.Args.AccountID, job)
 	outcome, retryAfter := upstream.Succeeded, time.Duration(0)
-	var throttled *ThrottledError
+	var (
+		throttled *ThrottledError
+		cancelled *rivertype.JobCancelError
+		snoozed   *rivertype.JobSnoozeError
+	)
 	switch {
 	case errors.As(syncErr, &throttled):
 		outcome, retryAfter = upstream.Throttled, throttled.RetryAfter
+	case errors.As(syncErr, &cancelled), errors.As(syncErr, &snoozed), errors.Is(syncErr, context.Canceled) && ctx.Err() != nil:
+		// The app cancelled or snoozed the job, or this node is shutting
+		// down: nothing learnt about the upstream.
+		outcome = upstream.Neutral
 	case syncErr != nil:
 		outcome = upstream.Failed
 	}
 	spec.Metrics.UpstreamCall(ctx, spec.Name, outcome.String())
-	// Recorded even when the sync's own context ended (its timeout).
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
 	rel, err := lim.Release(rctx, w.pool, req, outcome, retryAfter)
+	released = true
 	if err != nil {
 		w.logger.WarnContext(ctx, "riverslot: could not record a sync's outcome for its upstream; its concurrency lease expires by itself",
 			slog.String("task", spec.Name), slog.String("upstream", job.Args.Upstream), slog.Int64("job_id", job.ID),
@@ -144,7 +184,7 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 	if throttled != nil {
 		return river.JobSnooze(retryAfter)
 	}
-	if wait := rel.DeferFor(); syncErr != nil && wait > 0 {
+	if wait := rel.DeferFor(); outcome == upstream.Failed && wait > 0 {
 		// The upstream is down (this failure may have opened its
 		// breaker): the sync waits for it with the others, without
 		// burning one of its attempts on River's backoff, which could

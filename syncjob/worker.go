@@ -1,6 +1,7 @@
 package syncjob
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -123,9 +124,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if job.Args.AccountID == uuid.Nil {
 		return river.JobCancel(errors.New("sync job has no account_id"))
 	}
-	if job.Attempt == 1 && job.AttemptedAt != nil {
-		// First attempts only: a retry's scheduled time is River's
-		// backoff, not the account's time.
+	if job.Attempt == 1 && job.AttemptedAt != nil && !bytes.Contains(job.Metadata, []byte(`"snoozes"`)) {
+		// First attempts only, and not after a snooze: a retry's or a
+		// snoozed job's scheduled time is River's, not the account's.
 		t.spec.Metrics.SyncStarted(ctx, t.spec.Name, job.ScheduledAt, *job.AttemptedAt)
 	}
 
@@ -174,7 +175,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if !exists {
 		w.logger.DebugContext(ctx, "riverslot: account gone or filtered out since fan-out; nothing to sync",
 			slog.String("task", t.spec.Name), slog.String("account_id", job.Args.AccountID.String()))
-		return nil
+		return w.forget(ctx, t.spec, job)
 	}
 	if job.Args.Apart > 0 {
 		verdict, err := w.apart(ctx, job, started)
@@ -183,6 +184,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		}
 		switch verdict {
 		case apartTooSoon:
+			if err := w.forget(ctx, t.spec, job); err != nil {
+				return err
+			}
 			return w.skip(ctx, t.spec, job, SkippedTooSoon, "riverslot: sync jobs completed without calling Sync: another sync of the same account started less than half a cycle before (overlapping cycles of a plan or grid change)")
 		case apartWait:
 			return river.JobSnooze(apartSnooze)

@@ -76,7 +76,7 @@ func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		clear = fs.Bool("clear", false, "drop the key's overrides: the task's Limits apply")
 	} else {
 		after = fs.String("after", "", "list the keys after this one (the last key of the previous page)")
-		limit = fs.Int("limit", 100, "at most this many keys (1-10000)")
+		limit = fs.Int("limit", 100, "at most this many keys (2-10000)")
 		asJSON = fs.Bool("json", false, "print a JSON array instead of the table")
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
@@ -122,8 +122,10 @@ func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if !o.Clear && o.Rate == nil && o.Burst == nil && o.Concurrency == nil {
 			return usageErr("set needs --rate, --burst, --concurrency or --clear")
 		}
-	} else if *limit < 1 || *limit > 10000 {
-		return usageErr("--limit must be 1-10000, got %d", *limit)
+	} else if *limit < 2 || *limit > 10000 {
+		return usageErr("--limit must be 2-10000, got %d", *limit)
+	} else if *task == "" && *after != "" {
+		return usageErr("--after needs --task: keys are paged within one task")
 	}
 
 	pool, err := connect(ctx, databaseURL(), 2)

@@ -120,7 +120,7 @@ func TestUpstreamCommand(t *testing.T) {
 		{append(set, "--key", "big", "--rate", "-1"), "--rate must be a finite number"},
 		{append(set, "--key", strings.Repeat("k", 129), "--rate", "1"), "--key is 129 bytes"},
 		{[]string{"upstream", "nope"}, "upstream needs a subcommand"},
-		{append(list, "--limit", "0"), "--limit must be 1-10000"},
+		{append(list, "--limit", "1"), "--limit must be 2-10000"},
 	} {
 		code, _, stderr := runCmd(t, c.args...)
 		require.Equal(t, 2, code, "%v: %s", c.args, stderr)

@@ -173,6 +173,10 @@ const (
 	Failed
 	// Throttled: the upstream asked to slow down (429, Retry-After).
 	Throttled
+	// Neutral: the sync ended without an answer about the upstream (it
+	// was cancelled, snoozed, or its node shut down): neither a success
+	// nor a failure for the breaker, not a call.
+	Neutral
 )
 
 // String is the outcome's metric label.
@@ -184,6 +188,8 @@ func (o Outcome) String() string {
 		return "failed"
 	case Throttled:
 		return "throttled"
+	case Neutral:
+		return "neutral"
 	}
 	return "unknown"
 }
@@ -217,7 +223,16 @@ type Decision struct {
 	Wait    time.Duration
 	Reason  string // Skip's reason, Wait's cause ("rate", "concurrency", "paused", "open", "probe")
 	Probe   bool   // Run as the half-open breaker's probe
+	// Delay is how long a Run waits before it calls the upstream (at most
+	// MaxDelay): its start was given to it under the rate, a moment
+	// ahead, so that syncs that River wakes together on one fetch are
+	// paced in process instead of sent back to sleep.
+	Delay time.Duration
 }
+
+// MaxDelay is the longest Decision.Delay: River's default fetch poll
+// interval, how far apart River wakes snoozed jobs that are due.
+const MaxDelay = time.Second
 
 // Request names one sync job's use of its upstream.
 type Request struct {
@@ -281,6 +296,7 @@ type state struct {
 	hold      time.Duration
 	waitSeed  uint64
 	// decided
+	delay                       time.Duration // a Run's Delay
 	newLineTAT, newStartTAT     *time.Time
 	reserve                     *time.Time // the job's place in line, kept or taken
 	markThrottled, markDeferred bool
@@ -429,7 +445,11 @@ func (s *state) decide() Decision {
 				probe = true // the probe itself, run again
 			case s.probeUntil != nil && s.probeUntil.After(now):
 				s.markDeferred = true
-				return waitUntil(now.Add(min(time.Second, s.probeUntil.Sub(now))), 250*time.Millisecond, "probe", SkippedDown)
+				// The probe's outcome closes or reopens the breaker; ask
+				// again in a quarter cooldown (at least a second), not
+				// every second: thousands of deferred syncs would poll
+				// the key's row.
+				return waitUntil(now.Add(min(max(time.Second, s.cooldown/4), s.probeUntil.Sub(now))), 250*time.Millisecond, "probe", SkippedDown)
 			default:
 				probe = true // the probe's node died: this sync probes instead
 			}
@@ -466,9 +486,22 @@ func (s *state) decide() Decision {
 		}
 		start := later(now, s.startTAT)
 		if allow := start.Add(-tolerance); allow.After(now) {
+			front := s.reservedAt != nil || s.lineTAT == nil || !s.lineTAT.After(now)
+			if front && allow.Sub(now) <= MaxDelay && (s.concurrency <= 0 || s.inFlight < s.concurrency) &&
+				(s.notAfter.IsZero() || !allow.After(s.notAfter)) {
+				// At the front of the line (its place came, or there is
+				// no line) and the next start is a moment away: take it
+				// and wait for it in process. Syncs River woke together
+				// run paced, at the rate, instead of all but Burst of
+				// them going back to sleep until River's next fetch.
+				next := start.Add(interval)
+				s.newStartTAT, s.leaseRun, s.delay = &next, true, allow.Sub(now)
+				return Decision{Verdict: Run, Delay: s.delay}
+			}
 			if s.reservedAt != nil {
-				// At the front of the line, woken a little early or
-				// beside another: keep the place, wait for room.
+				// At the front of the line, with no start within
+				// MaxDelay (or the in-flight limit reached): keep the
+				// place, wait for room.
 				s.reserve = s.reservedAt
 				return waitUntil(allow, 0, "rate", SkippedThrottled)
 			}
@@ -561,7 +594,7 @@ func (l *Limiter) record(ctx context.Context, tx pgx.Tx, r Request, s *state) er
 		|| CASE WHEN $14 THEN jsonb_build_object($13::text, extract(epoch FROM $11::timestamptz) + $15::float8 / 1e6) ELSE '{}' END,
 	updated_at = $11
 WHERE task = $1 AND key = $2`, r.Task, r.Key, s.newLineTAT, s.newStartTAT, probeJob, probeUntil, throttledInc, deferredInc, skippedInc, probesInc, s.now, inFlight,
-		fmt.Sprint(r.JobID), s.leaseRun, r.Hold.Microseconds()); err != nil {
+		fmt.Sprint(r.JobID), s.leaseRun, (r.Hold + s.delay).Microseconds()); err != nil {
 		return wrap(err, "recording the upstream's decision")
 	}
 	// Places of jobs River deleted while they waited (they never came
@@ -598,7 +631,7 @@ func (l *Limiter) Release(ctx context.Context, db DB, r Request, outcome Outcome
 	var rel Released
 	err := db.QueryRow(ctx, `WITH j AS (DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3)
 UPDATE `+l.table+` u SET
-	calls = calls + 1,
+	calls = calls + CASE WHEN $4 = 3 THEN 0 ELSE 1 END,
 	win_calls = CASE WHEN win_start IS NULL OR clock_timestamp() - win_start >= interval '10 seconds' THEN 1 ELSE win_calls + 1 END,
 	last_rate = CASE WHEN win_start IS NOT NULL AND clock_timestamp() - win_start >= interval '10 seconds'
 		THEN win_calls / extract(epoch FROM clock_timestamp() - win_start)::float8 ELSE last_rate END,
@@ -634,8 +667,9 @@ RETURNING state = 'open', open_until, clock_timestamp()`, r.Task, r.Key, r.JobID
 // breaker after it failed (Released.DeferFor): it holds no place in line,
 // and should it run out of time it is skipped as upstream_down.
 func (l *Limiter) MarkDeferred(ctx context.Context, db DB, r Request) error {
-	_, err := db.Exec(ctx, `INSERT INTO `+l.jobs+` (task, key, job_id, deferred) VALUES ($1, $2, $3, true)
-ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, reserved_at = NULL`, r.Task, r.Key, r.JobID)
+	_, err := db.Exec(ctx, `WITH j AS (INSERT INTO `+l.jobs+` (task, key, job_id, deferred) VALUES ($1, $2, $3, true)
+	ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, reserved_at = NULL RETURNING 1)
+UPDATE `+l.table+` SET deferred = deferred + 1 WHERE task = $1 AND key = $2 AND EXISTS (SELECT 1 FROM j)`, r.Task, r.Key, r.JobID)
 	return wrap(err, "recording the deferred sync")
 }
 
@@ -649,6 +683,13 @@ func (l *Limiter) Stale(ctx context.Context, db DB, r Request) (deferred, thrott
 u AS (UPDATE `+l.table+` SET skipped = skipped + 1 WHERE task = $1 AND key = $2 AND EXISTS (SELECT 1 FROM d WHERE deferred OR throttled) RETURNING 1)
 SELECT coalesce((SELECT deferred FROM d), false), coalesce((SELECT throttled FROM d), false), EXISTS (SELECT 1 FROM u)`, r.Task, r.Key, r.JobID).Scan(&deferred, &throttled, new(bool))
 	return deferred, throttled, wrap(err, "recording the stale sync")
+}
+
+// Forget drops the sync of r's place in line or deferral, for a sync that
+// ends before it asks again (its account is gone, another sync of it ran).
+func (l *Limiter) Forget(ctx context.Context, db DB, r Request) error {
+	_, err := db.Exec(ctx, `DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3`, r.Task, r.Key, r.JobID)
+	return wrap(err, "forgetting the sync's place")
 }
 
 // Released is the upstream's breaker after Release.
@@ -713,7 +754,12 @@ func (l *Limiter) Set(ctx context.Context, db DB, task, key string, o Override) 
 		updated_at = clock_timestamp()
 	RETURNING rate, burst, concurrency)
 INSERT INTO `+l.table+` (task, key, rate, burst, concurrency) SELECT $1, $2, rate, burst, concurrency FROM o
-ON CONFLICT (task, key) DO UPDATE SET rate = EXCLUDED.rate, burst = EXCLUDED.burst, concurrency = EXCLUDED.concurrency, updated_at = clock_timestamp()`,
+ON CONFLICT (task, key) DO UPDATE SET rate = EXCLUDED.rate, burst = EXCLUDED.burst, concurrency = EXCLUDED.concurrency,
+	-- A new rate restarts the clocks: places handed out at the old one
+	-- would keep newcomers behind a line paced for it.
+	line_tat = CASE WHEN EXCLUDED.rate IS DISTINCT FROM `+l.table+`.rate OR EXCLUDED.burst IS DISTINCT FROM `+l.table+`.burst THEN NULL ELSE `+l.table+`.line_tat END,
+	start_tat = CASE WHEN EXCLUDED.rate IS DISTINCT FROM `+l.table+`.rate OR EXCLUDED.burst IS DISTINCT FROM `+l.table+`.burst THEN NULL ELSE `+l.table+`.start_tat END,
+	updated_at = clock_timestamp()`,
 		task, key, o.Rate, o.Burst, o.Concurrency, o.Clear)
 	return wrap(err, "setting the upstream's limits")
 }
@@ -760,10 +806,19 @@ func scanState(row pgx.CollectableRow) (State, error) {
 }
 
 // List returns the keys of task ("" for every task), by task and key,
-// at most limit after the key after (keyset pagination).
+// at most limit after the key after (keyset pagination within one task;
+// "" starts at the first key, the task's default upstream "" included).
 func (l *Limiter) List(ctx context.Context, db DB, task, after string, limit int) ([]State, error) {
+	if task == "" && after != "" {
+		return nil, errors.New("listing after a key needs a task: keys are paged within one task")
+	}
+	if limit < 2 {
+		// A page of one holding only the default key "" could not be
+		// continued (after "" is the first page).
+		return nil, fmt.Errorf("limit must be at least 2, got %d", limit)
+	}
 	rows, err := db.Query(ctx, `SELECT `+fmt.Sprintf(stateColumns, l.jobs)+`
-FROM `+l.table+` u WHERE ($1 = '' OR u.task = $1) AND (u.task, u.key) > ($1, $2) ORDER BY u.task, u.key LIMIT $3`, task, after, limit)
+FROM `+l.table+` u WHERE ($1 = '' OR u.task = $1) AND ($2 = '' OR u.key > $2) ORDER BY u.task, u.key LIMIT $3`, task, after, limit)
 	if err != nil {
 		return nil, wrap(err, "listing the upstreams")
 	}

@@ -69,16 +69,15 @@ func (b *bundle) state(t *testing.T, key string) upstream.State {
 // this waits past.
 func sleepUntilDue(d upstream.Decision) { time.Sleep(d.Wait + 5*time.Millisecond) }
 
-// TestRateLimitLine: at 10 syncs a second with a burst of 2, the first two
-// syncs run at once; the next ones each get a place in line a tenth of a
-// second after the one before (they wake spread out, in the order they
-// came), and a sync woken before its place keeps it: it does not move the
-// line.
+// TestRateLimitLine: at one sync every 2 s with a burst of 2, the first
+// two syncs run at once; the next ones each get a place in line 2 s after
+// the one before (they wake spread out, in the order they came), and a
+// sync woken before its place keeps it: it does not move the line.
 func TestRateLimitLine(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	limits := upstream.Limits{Rate: 10, Burst: 2}
-	interval := 100 * time.Millisecond
+	limits := upstream.Limits{Rate: 0.5, Burst: 2}
+	interval := 2 * time.Second
 
 	first, second := b.req("bank-1", limits), b.req("bank-1", limits)
 	require.Equal(t, upstream.Run, b.acquire(t, first).Verdict)
@@ -94,7 +93,7 @@ func TestRateLimitLine(t *testing.T) {
 		require.Equal(t, "rate", d.Reason)
 		reqs, waits = append(reqs, r), append(waits, d.Wait)
 	}
-	require.LessOrEqual(t, waits[0], interval, "the third sync's place: a tenth of a second after the burst")
+	require.LessOrEqual(t, waits[0], interval, "the third sync's place: an interval after the burst")
 	for i := 1; i < len(waits); i++ {
 		gap := waits[i] - waits[i-1]
 		// Each decision reads the clock a little later: the gap is an
@@ -112,7 +111,9 @@ func TestRateLimitLine(t *testing.T) {
 	require.Greater(t, newcomer.Wait, waits[3], "a newcomer lines up behind the syncs waiting")
 
 	sleepUntilDue(again)
-	require.Equal(t, upstream.Run, b.acquire(t, reqs[0]).Verdict, "its place came")
+	d := b.acquire(t, reqs[0])
+	require.Equal(t, upstream.Run, d.Verdict, "its place came")
+	require.Zero(t, d.Delay)
 	st := b.state(t, "bank-1")
 	require.EqualValues(t, 5, st.Throttled, "four syncs and the newcomer waited, each counted once")
 	require.Equal(t, 4, st.Waiting, "three places in line and the newcomer's")
@@ -120,6 +121,36 @@ func TestRateLimitLine(t *testing.T) {
 
 	// Another upstream has its own budget.
 	require.Equal(t, upstream.Run, b.acquire(t, b.req("bank-2", limits)).Verdict)
+}
+
+// TestRateLimitDelay: with no line and the next start under the rate less
+// than MaxDelay away, a sync runs after a Delay rather than snoozing: ten
+// syncs asked at once at 10 a second start 100 ms apart, in process; the
+// next one's start is more than MaxDelay away, so it waits in line.
+func TestRateLimitDelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := upstream.Limits{Rate: 10, Burst: 1}
+	var delays []time.Duration
+	for {
+		d := b.acquire(t, b.req("bank-1", limits))
+		if d.Verdict != upstream.Run {
+			require.Equal(t, upstream.Wait, d.Verdict)
+			require.Equal(t, "rate", d.Reason)
+			break
+		}
+		require.LessOrEqual(t, d.Delay, upstream.MaxDelay)
+		delays = append(delays, d.Delay)
+	}
+	require.GreaterOrEqual(t, len(delays), 10, "the first and those within MaxDelay: %v", delays)
+	require.LessOrEqual(t, len(delays), 11, "%v", delays)
+	require.Zero(t, delays[0])
+	for i := 1; i < len(delays); i++ {
+		gap := delays[i] - delays[i-1]
+		require.Greater(t, gap, 50*time.Millisecond, "%v", delays)
+		require.LessOrEqual(t, gap, 100*time.Millisecond, "%v", delays)
+	}
+	require.Equal(t, len(delays), b.state(t, "bank-1").InFlight, "each holds its lease from the decision")
 }
 
 // TestRateLimitHolds runs 40 syncs of one upstream from 8 goroutines that
@@ -140,6 +171,7 @@ func TestRateLimitHolds(t *testing.T) {
 		starts []time.Time
 		wg     sync.WaitGroup
 	)
+	begun := time.Now()
 	for range 8 {
 		wg.Go(func() {
 			for r := range reqs {
@@ -150,9 +182,13 @@ func TestRateLimitHolds(t *testing.T) {
 						return
 					}
 					if d.Verdict == upstream.Run {
+						time.Sleep(d.Delay)
 						break
 					}
-					sleepUntilDue(d)
+					// River wakes a snoozed job on its next fetch: due
+					// jobs wake together, on 250 ms boundaries here.
+					wake := time.Now().Add(d.Wait).Truncate(250 * time.Millisecond).Add(250 * time.Millisecond)
+					time.Sleep(time.Until(wake))
 				}
 				var now time.Time
 				if err := b.pool.QueryRow(b.ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
@@ -180,6 +216,10 @@ func TestRateLimitHolds(t *testing.T) {
 	}
 	require.LessOrEqual(t, most, int(limits.Rate)+limits.Burst, "syncs let through in one second")
 	require.EqualValues(t, 40, b.state(t, "bank-1").Calls)
+	// And the rate is reached: syncs woken together are paced, not sent
+	// back to sleep but Burst of them (that took about a second per
+	// Burst). At 20 a second the 40 need about 2 s.
+	require.Less(t, time.Since(begun), 8*time.Second, "40 syncs at 20 a second")
 }
 
 // TestConcurrencyLimit: two leases at most; a third sync waits until one
@@ -296,21 +336,22 @@ func TestThrottledPausesTheUpstream(t *testing.T) {
 }
 
 // TestOverride: an operator's rate for one key wins over the task's until
-// it is cleared; a key that never synced can be given one.
+// it is cleared; a key that never synced can be given one; List's first
+// page includes the task's default upstream "".
 func TestOverride(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	limits := upstream.Limits{Rate: 1000, Burst: 1}
-	one := 1.0
-	require.NoError(t, b.lim.Set(b.ctx, b.pool, "transactions", "bank-1", upstream.Override{Rate: &one}))
+	quarter := 0.25
+	require.NoError(t, b.lim.Set(b.ctx, b.pool, "transactions", "bank-1", upstream.Override{Rate: &quarter}))
 	st := b.state(t, "bank-1")
 	require.NotNil(t, st.Rate)
-	require.InDelta(t, 1.0, *st.Rate, 0)
+	require.InDelta(t, quarter, *st.Rate, 0)
 
 	require.Equal(t, upstream.Run, b.acquire(t, b.req("bank-1", limits)).Verdict)
 	d := b.acquire(t, b.req("bank-1", limits))
 	require.Equal(t, upstream.Wait, d.Verdict)
-	require.Greater(t, d.Wait, 500*time.Millisecond, "one a second, not the task's thousand")
+	require.Greater(t, d.Wait, 2*time.Second, "one every 4 s, not the task's thousand a second")
 
 	// A PostgreSQL crash empties the unlogged running state: the
 	// override comes back with the key's next sync.
@@ -323,6 +364,22 @@ func TestOverride(t *testing.T) {
 
 	require.NoError(t, b.lim.Set(b.ctx, b.pool, "transactions", "bank-1", upstream.Override{Clear: true}))
 	require.Nil(t, b.state(t, "bank-1").Rate)
+
+	require.NoError(t, b.lim.Set(b.ctx, b.pool, "transactions", "", upstream.Override{Rate: &quarter}))
+	list, err := b.lim.List(b.ctx, b.pool, "transactions", "", 10)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.Equal(t, "", list[0].Key, "the default upstream, first")
+	require.NoError(t, b.lim.Set(b.ctx, b.pool, "transactions", "bank-2", upstream.Override{Rate: &quarter}))
+	list, err = b.lim.List(b.ctx, b.pool, "transactions", "", 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"", "bank-1"}, []string{list[0].Key, list[1].Key})
+	next, err := b.lim.List(b.ctx, b.pool, "transactions", list[1].Key, 2)
+	require.NoError(t, err)
+	require.Len(t, next, 1)
+	require.Equal(t, "bank-2", next[0].Key, "the next page")
+	_, err = b.lim.List(b.ctx, b.pool, "transactions", "", 1)
+	require.ErrorContains(t, err, "limit")
 
 	negative := -1.0
 	err = b.lim.Set(b.ctx, b.pool, "transactions", "bank-1", upstream.Override{Rate: &negative})
