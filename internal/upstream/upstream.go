@@ -157,6 +157,7 @@ func DDL(schema string) []string {
 	reserved_at timestamptz,
 	throttled boolean NOT NULL DEFAULT false,
 	deferred boolean NOT NULL DEFAULT false,
+	updated_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (task, key, job_id)
 )`,
 		`COMMENT ON TABLE ` + j + ` IS 'riverslot: sync jobs holding a place in an upstream''s rate limit (reserved_at), or waiting for its breaker (deferred)'`,
@@ -599,7 +600,11 @@ WHERE task = $1 AND key = $2`, r.Task, r.Key, s.newLineTAT, s.newStartTAT, probe
 	}
 	// Places of jobs River deleted while they waited (they never came
 	// back); expired leases went above.
-	if _, err := tx.Exec(ctx, `DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id <> $3 AND reserved_at < $4::timestamptz - interval '1 hour'`,
+	// A job that waits asks again at least every cooldown or at its
+	// place; one not heard of for an hour past both was cancelled or
+	// deleted while it waited.
+	if _, err := tx.Exec(ctx, `DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id <> $3
+	AND greatest(coalesce(reserved_at, updated_at), updated_at) < $4::timestamptz - interval '1 hour'`,
 		r.Task, r.Key, r.JobID, s.now); err != nil {
 		return wrap(err, "clearing the upstream's abandoned places")
 	}
@@ -613,7 +618,7 @@ WHERE task = $1 AND key = $2`, r.Task, r.Key, s.newLineTAT, s.newStartTAT, probe
 	case s.reserve != nil || s.markThrottled || s.markDeferred:
 		if _, err := tx.Exec(ctx, `INSERT INTO `+l.jobs+` (task, key, job_id, reserved_at, throttled, deferred)
 VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (task, key, job_id) DO UPDATE SET reserved_at = EXCLUDED.reserved_at,
+ON CONFLICT (task, key, job_id) DO UPDATE SET reserved_at = EXCLUDED.reserved_at, updated_at = now(),
 	throttled = `+l.jobs+`.throttled OR EXCLUDED.throttled, deferred = `+l.jobs+`.deferred OR EXCLUDED.deferred`,
 			r.Task, r.Key, r.JobID, s.reserve, s.markThrottled || s.throttled, s.markDeferred || s.deferred); err != nil {
 			return wrap(err, "recording the upstream's decision")
@@ -668,7 +673,7 @@ RETURNING state = 'open', open_until, clock_timestamp()`, r.Task, r.Key, r.JobID
 // and should it run out of time it is skipped as upstream_down.
 func (l *Limiter) MarkDeferred(ctx context.Context, db DB, r Request) error {
 	_, err := db.Exec(ctx, `WITH j AS (INSERT INTO `+l.jobs+` (task, key, job_id, deferred) VALUES ($1, $2, $3, true)
-	ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, reserved_at = NULL RETURNING 1)
+	ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, reserved_at = NULL, updated_at = now() RETURNING 1)
 UPDATE `+l.table+` SET deferred = deferred + 1 WHERE task = $1 AND key = $2 AND EXISTS (SELECT 1 FROM j)`, r.Task, r.Key, r.JobID)
 	return wrap(err, "recording the deferred sync")
 }

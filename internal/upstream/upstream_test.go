@@ -397,3 +397,24 @@ func TestMissingTables(t *testing.T) {
 	require.ErrorIs(t, err, upstream.ErrMissing)
 	require.ErrorContains(t, err, "riverutil.Migrate")
 }
+
+// TestAbandonedPlacesSwept: places and deferrals of jobs not heard of for
+// an hour (cancelled or deleted while they waited) are dropped by the next
+// decision that takes the key's lock; a recent one stays.
+func TestAbandonedPlacesSwept(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	jobs := pgx.Identifier{b.schema, upstream.JobsTable}.Sanitize()
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO `+jobs+` (task, key, job_id, reserved_at, deferred, updated_at) VALUES
+		('transactions', 'bank-1', 9001, NULL, true, now() - interval '2 hours'),
+		('transactions', 'bank-1', 9002, now() - interval '2 hours', false, now() - interval '2 hours'),
+		('transactions', 'bank-1', 9003, NULL, true, now() - interval '10 minutes')`)
+	require.NoError(t, err)
+	require.Equal(t, upstream.Run, b.acquire(t, b.req("bank-1", upstream.Limits{Rate: 10})).Verdict)
+	var left []int64
+	rows, err := b.pool.Query(b.ctx, "SELECT job_id FROM "+jobs+" WHERE job_id > 9000 ORDER BY 1")
+	require.NoError(t, err)
+	left, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, []int64{9003}, left)
+}
