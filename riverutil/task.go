@@ -296,6 +296,12 @@ type UpstreamLimits = upstream.Limits
 // node.
 func Throttled(retryAfter time.Duration, err error) error { return syncjob.Throttled(retryAfter, err) }
 
+// NotUpstream marks an error of a SyncFunc that is not its upstream's
+// fault (the app's own database, a bug): River retries the job as for any
+// error, but the upstream's circuit breaker does not count it. Without it,
+// every error a SyncFunc returns counts toward Limits.FailureThreshold.
+func NotUpstream(err error) error { return syncjob.NotUpstream(err) }
+
 // config is t as taskspec.Build takes it.
 func (t Task) config() taskspec.Config {
 	return taskspec.Config{

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/syncjob"
 )
 
@@ -184,4 +185,58 @@ func startWorker(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema s
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
 		Workers: workers,
 	})
+}
+
+// TestBreakerCountsUpstreamFailuresOnly: with FailureThreshold 2, two syncs
+// failing with errors marked NotUpstream, a cancelled one and a snoozed
+// one leave their upstream's breaker closed; two plain failures open it.
+func TestBreakerCountsUpstreamFailuresOnly(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 6)
+	spec := riverslottest.Spec(t, "reports", schema, "accounts", "", 2*time.Minute, 100)
+	spec.Upstream = "'bank'"
+	spec.Limits = upstream.Limits{FailureThreshold: 2}.WithDefaults()
+	errs := map[uuid.UUID]error{
+		ids[0]: syncjob.NotUpstream(errors.New("our own database is down")),
+		ids[1]: syncjob.NotUpstream(errors.New("our own database is down")),
+		ids[2]: river.JobCancel(errors.New("the app gave up")),
+		ids[3]: river.JobSnooze(time.Hour),
+		ids[4]: errors.New("bank answered 500"),
+		ids[5]: errors.New("bank answered 500"),
+	}
+	w := syncjob.NewWorker(pool, riverslottest.Logger(t))
+	w.AddTask(spec, func(_ context.Context, id uuid.UUID, _ *river.Job[syncjob.Args]) error { return errs[id] })
+	client, _ := startWorker(ctx, t, pool, schema, w, 1)
+	lim := upstream.New(schema)
+	breaker := func() string {
+		t.Helper()
+		list, err := lim.List(ctx, pool, "reports", "", 10)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		return list[0].Breaker
+	}
+	run := func(id uuid.UUID) {
+		t.Helper()
+		args := syncjob.NewArgs("reports", id, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), 0)
+		args.Upstream = "bank"
+		res, err := client.Insert(ctx, args, &river.InsertOpts{MaxAttempts: 1})
+		require.NoError(t, err)
+		// Finished, or snoozed (an hour away): its outcome is recorded.
+		riverslottest.WaitFor(t, 30*time.Second, "the sync job to finish or snooze", func() bool {
+			return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+				" WHERE id = $1 AND (finalized_at IS NOT NULL OR state = 'scheduled')", res.Job.ID) == 1
+		})
+	}
+	for _, id := range ids[:4] {
+		run(id)
+	}
+	require.Equal(t, "closed", breaker(), "errors that are not the upstream's do not count")
+	run(ids[4])
+	require.Equal(t, "closed", breaker())
+	run(ids[5])
+	require.Equal(t, "open", breaker(), "two upstream failures in a row open it")
 }

@@ -95,6 +95,23 @@ func (w *Worker) forget(ctx context.Context, spec *taskspec.Spec, job *river.Job
 	return upstream.New(client.Schema()).Forget(ctx, w.pool, upstream.Request{Task: spec.Name, Key: job.Args.Upstream, JobID: job.ID})
 }
 
+// notUpstreamError is the error NotUpstream returns.
+type notUpstreamError struct{ err error }
+
+func (e *notUpstreamError) Error() string { return e.err.Error() }
+func (e *notUpstreamError) Unwrap() error { return e.err }
+
+// NotUpstream marks an error of a SyncFunc that is not its upstream's
+// fault (the app's own database, a bug): River retries the job as for any
+// error, but the upstream's breaker does not count it. Without it, every
+// error a SyncFunc returns counts as a failure of the account's upstream.
+func NotUpstream(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &notUpstreamError{err: err}
+}
+
 // syncThrough calls the task's Sync for job, through its upstream's limits
 // and breaker when the task has any.
 func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[Args], notAfter time.Time) error {
@@ -166,9 +183,11 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 	switch {
 	case errors.As(syncErr, &throttled):
 		outcome, retryAfter = upstream.Throttled, throttled.RetryAfter
-	case errors.As(syncErr, &cancelled), errors.As(syncErr, &snoozed), errors.Is(syncErr, context.Canceled) && ctx.Err() != nil:
-		// The app cancelled or snoozed the job, or this node is shutting
-		// down: nothing learnt about the upstream.
+	case errors.As(syncErr, &cancelled), errors.As(syncErr, &snoozed), errors.As(syncErr, new(*notUpstreamError)),
+		errors.Is(syncErr, context.Canceled) && ctx.Err() != nil:
+		// The app cancelled or snoozed the job, said the error is not the
+		// upstream's, or this node is shutting down: nothing learnt
+		// about the upstream.
 		outcome = upstream.Neutral
 	case syncErr != nil:
 		outcome = upstream.Failed
