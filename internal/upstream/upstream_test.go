@@ -124,33 +124,46 @@ func TestRateLimitLine(t *testing.T) {
 }
 
 // TestRateLimitDelay: with no line and the next start under the rate less
-// than MaxDelay away, a sync runs after a Delay rather than snoozing: ten
-// syncs asked at once at 10 a second start 100 ms apart, in process; the
-// next one's start is more than MaxDelay away, so it waits in line.
+// than MaxDelay away, a sync runs after a Delay rather than snoozing: syncs
+// asked one after another at 10 a second are given starts 100 ms apart
+// (each decision's time plus its Delay), in process, until the next start
+// is more than MaxDelay away; then a sync waits in line.
 func TestRateLimitDelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	limits := upstream.Limits{Rate: 10, Burst: 1}
-	var delays []time.Duration
-	for {
+	interval := 100 * time.Millisecond
+	type run struct {
+		before, after time.Time // around the decision
+		delay         time.Duration
+	}
+	var runs []run
+	for len(runs) < 40 { // decisions slower than an interval (a loaded machine) never meet the line
+		before := time.Now()
 		d := b.acquire(t, b.req("bank-1", limits))
+		after := time.Now()
 		if d.Verdict != upstream.Run {
 			require.Equal(t, upstream.Wait, d.Verdict)
 			require.Equal(t, "rate", d.Reason)
 			break
 		}
 		require.LessOrEqual(t, d.Delay, upstream.MaxDelay)
-		delays = append(delays, d.Delay)
+		runs = append(runs, run{before, after, d.Delay})
 	}
-	require.GreaterOrEqual(t, len(delays), 10, "the first and those within MaxDelay: %v", delays)
-	require.LessOrEqual(t, len(delays), 11, "%v", delays)
-	require.Zero(t, delays[0])
-	for i := 1; i < len(delays); i++ {
-		gap := delays[i] - delays[i-1]
-		require.Greater(t, gap, 50*time.Millisecond, "%v", delays)
-		require.LessOrEqual(t, gap, 100*time.Millisecond, "%v", delays)
+	require.GreaterOrEqual(t, len(runs), 10, "the first and every start within MaxDelay: %v", runs)
+	require.Zero(t, runs[0].delay)
+	const slack = 5 * time.Millisecond // the clock read inside the decision
+	for i := 1; i < len(runs); i++ {
+		// Start i - start i-1, between its bounds: at least an interval,
+		// and exactly one when the sync was delayed to it (not later).
+		lo := runs[i].before.Sub(runs[i-1].after) + runs[i].delay - runs[i-1].delay
+		hi := runs[i].after.Sub(runs[i-1].before) + runs[i].delay - runs[i-1].delay
+		require.GreaterOrEqual(t, hi, interval-slack, "start %d after start %d (%s to %s)", i, i-1, lo, hi)
+		if runs[i].delay > 0 {
+			require.LessOrEqual(t, lo, interval+slack, "start %d after start %d (%s to %s)", i, i-1, lo, hi)
+		}
 	}
-	require.Equal(t, len(delays), b.state(t, "bank-1").InFlight, "each holds its lease from the decision")
+	require.Equal(t, len(runs), b.state(t, "bank-1").InFlight, "each holds its lease from the decision")
 }
 
 // TestRateLimitHolds runs 40 syncs of one upstream from 8 goroutines that
