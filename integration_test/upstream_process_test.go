@@ -66,11 +66,7 @@ func TestUpstreamLimitsProcesses(t *testing.T) {
 	time.Sleep(time.Until(downTo))
 	fake.setDown("bank-2", false)
 
-	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
-	waitFor(t, cycle+90*time.Second, "every sync job of the cycle to finish", func() bool {
-		return time.Now().After(start.Add(cycle)) &&
-			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state NOT IN ('completed', 'cancelled', 'discarded')", syncjob.Kind) == 0
-	})
+	waitSyncsFinished(ctx, t, b, start.Add(cycle))
 
 	res := checkSyncedOrReported(ctx, t, b, bankOf, "bank-2")
 	synced := pgx.Identifier{b.schema, "synced"}.Sanitize()

@@ -214,11 +214,7 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 	time.Sleep(time.Until(downTo))
 	fake.setDown("bank-2", false)
 
-	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
-	waitFor(t, cycle+90*time.Second, "every sync job of the cycle to finish", func() bool {
-		return time.Now().After(start.Add(cycle)) &&
-			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state NOT IN ('completed', 'cancelled', 'discarded')", syncjob.Kind) == 0
-	})
+	waitSyncsFinished(ctx, t, b, start.Add(cycle))
 
 	res := checkSyncedOrReported(ctx, t, b, bankOf, "bank-2")
 	skippedDown := res.skipped["bank-2"][syncjob.SkippedUpstreamDown]
@@ -371,6 +367,17 @@ func assignBanks(ctx context.Context, t *testing.T, b *testBundle, banks []strin
 		idsAt(b.ids, bankOf, banks[1]), idsAt(b.ids, bankOf, banks[2]), banks[1], banks[2], banks[0])
 	require.NoError(t, err)
 	return bankOf
+}
+
+// waitSyncsFinished waits until the cycle ending at end is over and no
+// sync job is left to run.
+func waitSyncsFinished(ctx context.Context, t *testing.T, b *testBundle, end time.Time) {
+	t.Helper()
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	waitFor(t, time.Until(end)+90*time.Second, "every sync job of the cycle to finish", func() bool {
+		return time.Now().After(end) &&
+			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND state NOT IN ('completed', 'cancelled', 'discarded')", syncjob.Kind) == 0
+	})
 }
 
 // syncedOrReported is what became of every account's sync in a cycle.
