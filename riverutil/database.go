@@ -177,7 +177,12 @@ func migrateUpstream(ctx context.Context, pool *pgxpool.Pool, schema string) err
 // from the table's pg_class.reltuples estimate and River's
 // CompletedJobRetentionPeriod as Configure found it, River's 24 h default
 // before Configure). After Configure, Check fails when riverslot's ledger
-// table is missing from River's schema (Migrate creates it).
+// table is missing from River's schema (Migrate creates it), and, for a
+// task with a rate limit (Limits.Rate or an operator's override), with an
+// *UpstreamBudgetError when an upstream's accounts cannot be synced in a
+// cycle at its rate (counted per upstream, on a sample of about 2 million
+// rows of a larger table; an upstream whose busiest slot alone needs more
+// is a warning: its syncs wait in line).
 func (s *Scheduler) Check(ctx context.Context) error {
 	var errs []error
 	for _, spec := range s.specs {
@@ -189,6 +194,9 @@ func (s *Scheduler) Check(ctx context.Context) error {
 		}
 		if err := s.checkRowBudget(ctx, spec); err != nil {
 			errs = append(errs, fmt.Errorf("task %q: %w", spec.Name, err))
+		}
+		if err := s.checkUpstreamBudget(ctx, spec); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := s.checkLedger(ctx); err != nil {

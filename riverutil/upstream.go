@@ -5,11 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/upstream"
+	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 // UpstreamOverride changes one upstream's limits at run time: a nil field
@@ -52,35 +57,91 @@ func (s *Scheduler) Upstreams(ctx context.Context, taskName, after string, limit
 type UpstreamBudget struct {
 	// Key is the upstream ("" the task's default).
 	Key string
-	// Accounts is how many accounts matching Filter it has.
+	// Accounts is how many accounts matching Filter it has (with Sampled,
+	// an estimate scaled up from a sample of the table).
 	Accounts int64
-	// NeedRate is the rate the cycle needs of it: its most crowded slot's
-	// accounts over the slot's length (hash placement), in syncs a second;
-	// AverageRate its accounts over the cycle.
+	// AverageRate is the rate the cycle needs of it: its accounts over the
+	// cycle, in syncs a second. NeedRate is what its most crowded slot
+	// needs: the slot's accounts over the slot's length (hash placement).
 	NeedRate, AverageRate float64
 	// Rate is its limit (an operator's override, else Task.Limits.Rate;
-	// 0: none) and Fits whether NeedRate is within it.
+	// 0: none).
 	Rate float64
+	// Fits: its accounts fit in a cycle at its rate (AverageRate within
+	// Rate). An upstream that does not fit has syncs skipped as
+	// upstream_throttled every cycle.
 	Fits bool
+	// OnTime: its busiest slot fits too (NeedRate within Rate). An
+	// upstream that fits but is not on time has syncs waiting in line, up
+	// to their NotAfter (half a cycle), later than their place.
+	OnTime bool
+	// Sampled: Accounts and the rates are estimates from a sample of the
+	// table (Check on a large table), not a count.
+	Sampled bool
+}
+
+// UpstreamBudgetError is the error Check returns for a task whose
+// upstreams do not all fit in a cycle at their rate (errors.As finds it
+// in Check's joined error, for an app that would rather start anyway).
+type UpstreamBudgetError struct {
+	Task string
+	// Over are the upstreams that do not fit, most needed first.
+	Over []UpstreamBudget
+}
+
+func (e *UpstreamBudgetError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d upstream(s) of task %q cannot sync their accounts in a cycle at their rate limit:", len(e.Over), e.Task)
+	for i, u := range e.Over {
+		if i == 5 {
+			fmt.Fprintf(&b, "; and %d more", len(e.Over)-5)
+			break
+		}
+		about := ""
+		if u.Sampled {
+			about = "about "
+		}
+		fmt.Fprintf(&b, " upstream %q has %s%d accounts, which need %.3g syncs/s, its rate limit is %.3g/s;", u.Key, about, u.Accounts, u.AverageRate, u.Rate)
+	}
+	b.WriteString(" raise their rate (riverslot upstream set --key K --rate R, or Task.Limits.Rate), lengthen Cycle, or accept that the excess is skipped as upstream_throttled every cycle")
+	return b.String()
 }
 
 // UpstreamBudgets counts the task's accounts per upstream and slot (one
 // scan of the accounts table matching Filter: run it ahead of a deploy,
-// not on every start) and compares the rate each upstream's busiest slot
-// needs with its limit: an upstream that does not fit has syncs waiting
-// in line, and those that reach their NotAfter skipped as
-// upstream_throttled. Most needed first. Call it after Configure (the
-// overrides live in River's schema).
+// not on every start) and compares the rate each upstream needs with its
+// limit: the cycle's average (Fits) and its busiest slot's (OnTime).
+// Most needed first. Call it after Configure (the overrides live in
+// River's schema). Check runs it for a task with rate limits, on a sample
+// of a large table.
 func (s *Scheduler) UpstreamBudgets(ctx context.Context, taskName string) ([]UpstreamBudget, error) {
 	spec, err := s.spec(taskName)
 	if err != nil {
 		return nil, err
 	}
+	return s.upstreamBudgets(ctx, spec, 100)
+}
+
+// budgetSampleRows is the table size (pg_class.reltuples) above which
+// Check counts upstreams on a sample of about that many rows.
+var budgetSampleRows float64 = 2_000_000 // a var for the sampling test
+
+// upstreamBudgets is UpstreamBudgets over percent of the table's pages
+// (TABLESAMPLE SYSTEM), scaled up; 100: every row.
+func (s *Scheduler) upstreamBudgets(ctx context.Context, spec *taskspec.Spec, percent float64) ([]UpstreamBudget, error) {
 	plan := spec.Plan
-	rows, err := spec.AccountsDB(s.pool).Query(ctx, "SELECT "+spec.UpstreamExpr()+", ("+spec.BucketExpr()+") / $1, count(*) FROM "+spec.QualifiedTable+
-		" WHERE true"+spec.FilterClause+" GROUP BY 1, 2", plan.BucketsPerSlot)
+	from := spec.QualifiedTable
+	args := []any{plan.BucketsPerSlot}
+	if percent < 100 {
+		// The same pages every time: Check answers the same on an
+		// unchanged table.
+		from += " TABLESAMPLE SYSTEM ($2) REPEATABLE (0)"
+		args = append(args, percent)
+	}
+	rows, err := spec.AccountsDB(s.pool).Query(ctx, "SELECT "+spec.UpstreamExpr()+", ("+spec.BucketExpr()+") / $1, count(*) FROM "+from+
+		" WHERE true"+spec.FilterClause+" GROUP BY 1, 2", args...)
 	if err != nil {
-		return nil, fmt.Errorf("error counting task %q's accounts per upstream: %w", taskName, err)
+		return nil, fmt.Errorf("error counting task %q's accounts per upstream: %w", spec.Name, err)
 	}
 	type agg struct{ total, most int64 }
 	byKey := map[string]*agg{}
@@ -99,12 +160,12 @@ func (s *Scheduler) UpstreamBudgets(ctx context.Context, taskName string) ([]Ups
 		a.most = max(a.most, n)
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("error counting task %q's accounts per upstream: %w", taskName, err)
+		return nil, fmt.Errorf("error counting task %q's accounts per upstream: %w", spec.Name, err)
 	}
 	overrides := map[string]float64{}
 	lim := upstream.New(s.riverSchema)
 	for after := ""; ; {
-		page, err := lim.List(ctx, s.pool, taskName, after, 1000)
+		page, err := lim.List(ctx, s.pool, spec.Name, after, 1000)
 		if err != nil && !errors.Is(err, upstream.ErrMissing) {
 			return nil, err
 		}
@@ -118,18 +179,76 @@ func (s *Scheduler) UpstreamBudgets(ctx context.Context, taskName string) ([]Ups
 		}
 		after = page[len(page)-1].Key
 	}
+	scale := 100 / percent
 	out := make([]UpstreamBudget, 0, len(byKey))
 	for k, a := range byKey {
-		b := UpstreamBudget{Key: k, Accounts: a.total, Rate: spec.Limits.Rate,
-			NeedRate: float64(a.most) / plan.SlotDuration.Seconds(), AverageRate: float64(a.total) / plan.Cycle.Seconds()}
+		total := int64(math.Round(float64(a.total) * scale))
+		b := UpstreamBudget{Key: k, Accounts: total, Rate: spec.Limits.Rate, Sampled: percent < 100,
+			NeedRate: float64(a.most) / plan.SlotDuration.Seconds(), AverageRate: float64(total) / plan.Cycle.Seconds()}
+		if b.Sampled {
+			// A sample's busiest slot is mostly its noise: the slot a
+			// hash spreads evenly, plus three standard deviations.
+			mean := float64(total) / float64(plan.Slots)
+			b.NeedRate = (mean + 3*math.Sqrt(mean)) / plan.SlotDuration.Seconds()
+		}
 		if r, ok := overrides[k]; ok {
 			b.Rate = r
 		}
-		b.Fits = b.Rate == 0 || b.NeedRate <= b.Rate
+		b.Fits = b.Rate == 0 || b.AverageRate <= b.Rate
+		b.OnTime = b.Rate == 0 || b.NeedRate <= b.Rate
 		out = append(out, b)
 	}
 	slices.SortFunc(out, func(a, b UpstreamBudget) int {
-		return cmp.Or(cmp.Compare(b.NeedRate, a.NeedRate), cmp.Compare(a.Key, b.Key))
+		return cmp.Or(cmp.Compare(b.AverageRate, a.AverageRate), cmp.Compare(b.NeedRate, a.NeedRate), cmp.Compare(a.Key, b.Key))
 	})
 	return out, nil
+}
+
+// checkUpstreamBudget returns an *UpstreamBudgetError when one of a rate
+// limited task's upstreams cannot fit its accounts in a cycle: counted,
+// or on a table above budgetSampleRows estimated from a sample of about
+// that many rows. Tasks without a rate (Limits.Rate and every override
+// 0) are not scanned.
+func (s *Scheduler) checkUpstreamBudget(ctx context.Context, spec *taskspec.Spec) error {
+	if !s.configured || !spec.Limited() {
+		return nil
+	}
+	if spec.Limits.Rate == 0 {
+		var any bool
+		err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+sqlbucket.QualifiedTable(s.riverSchema, upstream.LimitsTable)+
+			" WHERE task = $1 AND rate > 0)", spec.Name).Scan(&any)
+		if err != nil || !any {
+			return nil // no overrides table (Migrate reports it), or no rate
+		}
+	}
+	var estimate float64
+	if err := spec.AccountsDB(s.pool).QueryRow(ctx, "SELECT coalesce((SELECT reltuples FROM pg_class WHERE oid = to_regclass($1)), 0)", spec.QualifiedTable).Scan(&estimate); err != nil {
+		return fmt.Errorf("error estimating the accounts of Table %s: %w", spec.QualifiedTable, err)
+	}
+	percent := 100.0
+	if estimate > budgetSampleRows {
+		percent = 100 * budgetSampleRows / estimate
+	}
+	budgets, err := s.upstreamBudgets(ctx, spec, percent)
+	if err != nil {
+		return err
+	}
+	be := &UpstreamBudgetError{Task: spec.Name}
+	late := 0
+	for _, b := range budgets {
+		switch {
+		case !b.Fits:
+			be.Over = append(be.Over, b)
+		case !b.OnTime:
+			late++
+		}
+	}
+	if late > 0 {
+		s.log().WarnContext(ctx, "riverslot: upstreams whose busiest slot needs more than their rate limit: their syncs wait in line, later than their place (riverslot upstream check lists them)",
+			slog.String("task", spec.Name), slog.Int("upstreams", late))
+	}
+	if len(be.Over) > 0 {
+		return be
+	}
+	return nil
 }

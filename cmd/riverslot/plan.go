@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"strings"
 	"text/tabwriter"
@@ -13,8 +14,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -43,6 +46,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	svg := fs.String("svg", "", "also draw the slot circle (sample accounts at their due times; with --opposite both tasks, each account's two syncs joined) into this .svg file")
 	databaseURL := fs.String("database-url", "", "PostgreSQL URL: with --account, read the account's pin of a weighted task (empty: the pins are not read, and plan says it cannot know)")
 	pinsSchema := fs.String("pins-schema", "", "schema of the pins tables, the accounts table's Schema (empty: search_path)")
+	upstreams := fs.String("upstreams", "", "the task's Upstream, a SQL expression over --table (e.g. bank_id): with --database-url, count each upstream's accounts and compare the rate the cycle needs of it with its limit (exit 1 when one cannot fit in a cycle)")
+	table := fs.String("table", "accounts", "with --upstreams: the accounts table (in --pins-schema), with a uuid column id")
+	filter := fs.String("filter", "", "with --upstreams: the task's Filter (empty: every row)")
+	upstreamRate := fs.Float64("upstream-rate", 0, "with --upstreams: the task's Limits.Rate, syncs a second per upstream (0: none; an operator's override in --river-schema wins)")
+	riverSchema := fs.String("river-schema", "", "with --upstreams: schema of River's tables, where operators' overrides of upstream limits live (empty: search_path)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -104,6 +112,12 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
+	if *upstreams != "" && *databaseURL == "" {
+		return usageErr("--upstreams needs --database-url: the accounts per upstream are counted in the accounts table")
+	}
+	if !(*upstreamRate >= 0) || math.IsInf(*upstreamRate, 0) {
+		return usageErr("--upstream-rate must be a finite number of syncs a second, 0 for none, got %v", *upstreamRate)
+	}
 	tasks := []planTask{{name: *task, seed: s, shift: shift}}
 	if *opposite != "" {
 		if err := checkTaskName(*opposite); err != nil {
@@ -153,6 +167,18 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 
+	var (
+		budgets   []riverutil.UpstreamBudget
+		budgetErr error
+	)
+	if *upstreams != "" {
+		task := riverutil.Task{Name: *task, Cycle: *cycle, Buckets: *buckets, Seed: s, Phase: *phase,
+			Schema: *pinsSchema, Table: *table, Filter: *filter, Upstream: *upstreams, Limits: riverutil.UpstreamLimits{Rate: *upstreamRate}}
+		if budgets, err = planBudgets(ctx, *databaseURL, *riverSchema, task); err != nil {
+			return err
+		}
+	}
+
 	where := "UTC grid from the Unix epoch"
 	if loc != nil {
 		where = "wall clock in " + loc.String()
@@ -186,8 +212,13 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 
+	if *upstreams != "" {
+		fmt.Fprintf(stdout, "\nupstreams (%s) of task %s against their rate limits:\n", *upstreams, *task)
+		// An upstream that cannot fit is exit 1, after the account's times.
+		budgetErr = printUpstreamBudgets(stdout, budgets, false)
+	}
 	if *account == "" {
-		return nil
+		return budgetErr
 	}
 	fmt.Fprintf(stdout, "\naccount        %s\n", id)
 	if plan.Buckets == slotplan.BucketsTwoByte {
@@ -231,7 +262,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 		}
 	}
-	return nil
+	return budgetErr
 }
 
 // syncsShown is how many next syncs plan prints.
@@ -517,4 +548,28 @@ func (l *pinLookup) describeOpposite(plan slotplan.Plan, base, pt planTask, off 
 	return fmt.Sprintf("yes: follows the pin of task %s to slot %d in the cycle of %s, shifted by %d: slot %d, due +%s after that cycle's start",
 		base.name, *l.slot, l.cycleStart.UTC().Format(time.RFC3339), plan.Shift(pt.shift-base.shift, 0), slot,
 		clock(time.Duration(slot)*plan.SlotDuration+off))
+}
+
+// planBudgets counts task's accounts per upstream (riverutil's
+// UpstreamBudgets) in the database at url.
+func planBudgets(ctx context.Context, url, riverSchema string, task riverutil.Task) ([]riverutil.UpstreamBudget, error) {
+	if riverSchema != "" {
+		if err := checkSchemaName("--river-schema", riverSchema); err != nil {
+			return nil, err
+		}
+	}
+	pool, err := connect(ctx, url, 2)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	task.Sync = func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
+	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverutil.Task{task}})
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	if err := scheduler.Configure(&river.Config{Schema: riverSchema}); err != nil {
+		return nil, usageErr("%v", err)
+	}
+	return scheduler.UpstreamBudgets(ctx, task.Name)
 }

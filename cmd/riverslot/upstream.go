@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -32,17 +33,18 @@ upstream, no deploy needed.
                            --upstream EXPR --cycle 24h --rate R
 
 check counts the task's accounts per upstream and slot (one scan of the
-accounts table) and compares the rate each upstream's busiest slot needs
-with its limit (--rate, or the key's override): it lists every upstream
-that does not fit (syncs would wait in line, and those reaching their
-NotAfter be skipped) and exits 1 when one does not.
+accounts table) and compares the rate each upstream needs with its limit
+(--rate, or the key's override): over the cycle (an upstream that does
+not fit has syncs skipped as upstream_throttled every cycle: exit 1) and
+in its busiest slot (one that fits the cycle but not that slot has syncs
+waiting in line, later than their place: reported, exit 0).
 
 set changes only the flags given; --rate 0 or --concurrency 0 lifts that
 limit for the key; --clear drops the key's overrides (the task's Limits
 apply). A key that has not synced yet can be given limits.
 
 Exit codes: 0 success, 1 the database failed (or, for check, an upstream
-does not fit), 2 bad input.
+cannot fit in a cycle), 2 bad input.
 `
 
 func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -239,24 +241,34 @@ func runUpstreamCheck(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	over := 0
+	return printUpstreamBudgets(stdout, budgets, *asJSON)
+}
+
+// printUpstreamBudgets prints budgets as a table or JSON, and returns an
+// exit 1 error naming the upstreams that cannot fit in a cycle.
+func printUpstreamBudgets(stdout io.Writer, budgets []riverutil.UpstreamBudget, asJSON bool) error {
+	var over []string
+	late := 0
 	for _, b := range budgets {
 		if !b.Fits {
-			over++
+			over = append(over, fmt.Sprintf("%q (%d accounts need %.3g/s, limit %.3g/s)", b.Key, b.Accounts, b.AverageRate, b.Rate))
+		} else if !b.OnTime {
+			late++
 		}
 	}
-	if *asJSON {
+	if asJSON {
 		type row struct {
 			Key         string  `json:"key"`
 			Accounts    int64   `json:"accounts"`
-			NeedRate    float64 `json:"need_rate"`
 			AverageRate float64 `json:"average_rate"`
+			NeedRate    float64 `json:"need_rate"`
 			Rate        float64 `json:"rate_limit"`
 			Fits        bool    `json:"fits"`
+			OnTime      bool    `json:"on_time"`
 		}
 		rows := make([]row, 0, len(budgets))
 		for _, b := range budgets {
-			rows = append(rows, row{b.Key, b.Accounts, b.NeedRate, b.AverageRate, b.Rate, b.Fits})
+			rows = append(rows, row{b.Key, b.Accounts, b.AverageRate, b.NeedRate, b.Rate, b.Fits, b.OnTime})
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -265,20 +277,31 @@ func runUpstreamCheck(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 	} else {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "UPSTREAM\tACCOUNTS\tNEEDS/S (BUSIEST SLOT)\tAVERAGE/S\tLIMIT/S\tFITS")
+		fmt.Fprintln(tw, "UPSTREAM\tACCOUNTS\tNEEDS/S (CYCLE)\tNEEDS/S (BUSIEST SLOT)\tLIMIT/S\tFITS IN A CYCLE\tBUSIEST SLOT ON TIME")
 		for _, b := range budgets {
 			limit := "none"
 			if b.Rate > 0 {
 				limit = strconv.FormatFloat(b.Rate, 'g', 4, 64)
 			}
-			fmt.Fprintf(tw, "%q\t%d\t%.2f\t%.2f\t%s\t%v\n", b.Key, b.Accounts, b.NeedRate, b.AverageRate, limit, b.Fits)
+			fmt.Fprintf(tw, "%q\t%d\t%.3f\t%.3f\t%s\t%s\t%s\n", b.Key, b.Accounts, b.AverageRate, b.NeedRate, limit, yesNo(b.Fits), yesNo(b.OnTime))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if late > 0 {
+			fmt.Fprintf(stdout, "%d upstream(s) fit in a cycle but not in their busiest slot: their syncs wait in line (up to their NotAfter), later than their place\n", late)
+		}
 	}
-	if over > 0 {
-		return &exitError{code: 1, msg: fmt.Sprintf("%d of %d upstreams need more than their rate limit in their busiest slot: raise their --rate (riverslot upstream set), lengthen the cycle, or accept that their syncs wait and the latest are skipped as upstream_throttled", over, len(budgets))}
+	if len(over) > 0 {
+		return &exitError{code: 1, msg: fmt.Sprintf("%d of %d upstreams cannot sync their accounts in a cycle at their rate limit: %s; raise their rate (riverslot upstream set --key K --rate R), lengthen the cycle, or accept that the excess is skipped as upstream_throttled every cycle",
+			len(over), len(budgets), strings.Join(over, ", "))}
 	}
 	return nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "NO"
 }
