@@ -209,6 +209,7 @@ type demo struct {
 	// banks is the fake upstream server of --upstreams (nil without), and
 	// httpClient the syncs' client of it; scheduler is the run's.
 	banks      *demoBanks
+	offsetSeed uint64 // the task's Seed, for the banks' lateness
 	httpClient *http.Client
 	scheduler  *riverutil.Scheduler
 	// maxRiverJobRows is the most rows river_job held at a progress read.
@@ -244,9 +245,15 @@ func (d *demo) run(ctx context.Context) error {
 		// --upstreams the sync first calls the account's bank.
 		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
 			if d.banks != nil {
+				started := time.Now()
 				if err := d.banks.call(ctx, d.httpClient, job.Args.Upstream); err != nil {
 					return err
 				}
+				// How late the successful call started after the
+				// account's regular time (a snooze moves the job's
+				// scheduled_at; this does not move).
+				due := d.plan.SlotStart(job.Args.CycleStart, job.Args.Slot).Add(d.plan.Offset(d.offsetSeed, accountID))
+				d.banks.late(job.Args.Upstream, started.Sub(due))
 			}
 			_, err := d.pool.Exec(ctx, "INSERT INTO "+d.synced()+" (task, account_id, cycle_start) VALUES ($1, $2, $3)",
 				job.Args.Task, accountID, job.Args.CycleStart)
@@ -269,6 +276,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.offsetSeed = info.Seed
 	first, err := d.firstCycleStart(ctx, info.TriggerLead)
 	if err != nil {
 		return err
@@ -335,7 +343,9 @@ func (d *demo) run(ctx context.Context) error {
 	if err := scheduler.CreateIndexes(ctx); err != nil { // the bucket index exists; a weighted task's pins tables
 		return err
 	}
-	if err := scheduler.Check(ctx); err != nil {
+	// An upstream over its budget is what --upstreams may show: reported,
+	// not fatal.
+	if err := exceptUpstreamBudget(scheduler.Check(ctx), d.logf); err != nil {
 		return err
 	}
 	client, err := river.NewClient(riverpgxv5.New(d.pool), config)

@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/sim"
 	"github.com/riverslot/riverslot/riverutil"
 )
 
@@ -78,40 +79,39 @@ func (o *demoUpstreamOptions) check() error {
 func (o *demoUpstreamOptions) keys() []string {
 	out := make([]string, o.count)
 	for i := range out {
-		out[i] = fmt.Sprintf("bank-%02d", i)
+		out[i] = sim.BankKey(i)
 	}
 	return out
 }
 
 // bankExpr is the SQL expression that puts each account at its bank: the
-// first UUID byte's 256 values split in shares proportional to 1/(k+1),
-// each bank at least one value.
+// first UUID byte's 256 values split by sim.BankBounds (shares
+// proportional to 1/(k+1)), which the simulator follows too.
 func (o *demoUpstreamOptions) bankExpr() string {
-	var h float64
-	for k := range o.count {
-		h += 1 / float64(k+1)
-	}
 	var b strings.Builder
 	b.WriteString("CASE")
-	lo := 0
-	for k, key := range o.keys() {
-		n := max(int(math.Round(256/float64(k+1)/h)), 1)
-		hi := min(lo+n, 256-(o.count-1-k)) // leave a value for each bank after it
-		if k == o.count-1 {
-			hi = 256
-		}
-		fmt.Fprintf(&b, " WHEN get_byte(uuid_send(id), 0) < %d THEN '%s'", hi, key)
-		lo = hi
+	keys := o.keys()
+	for k, hi := range sim.BankBounds(o.count) {
+		fmt.Fprintf(&b, " WHEN get_byte(uuid_send(id), 0) < %d THEN '%s'", hi, keys[k])
 	}
 	b.WriteString(" END")
 	return b.String()
+}
+
+// simUpstreams is the simulator's model of the flags.
+func (o *demoUpstreamOptions) simUpstreams() sim.Upstreams {
+	u := sim.Upstreams{Count: o.count, Rate: o.rate, Burst: o.burst, Concurrency: o.concurrency}
+	if o.downKey != "" {
+		u.Down = &sim.Down{Bank: slices.Index(o.keys(), o.downKey), From: o.downFrom, To: o.downTo}
+	}
+	return u
 }
 
 // limits are the task's Limits: the flags, and a breaker after 3 failures
 // that probes every 1/32 of the cycle (at least a second).
 func (o *demoUpstreamOptions) limits(cycle time.Duration) riverutil.UpstreamLimits {
 	return riverutil.UpstreamLimits{Rate: o.rate, Burst: o.burst, Concurrency: o.concurrency,
-		FailureThreshold: 3, Cooldown: max(cycle/32, time.Second)}
+		FailureThreshold: sim.BreakerThreshold, Cooldown: sim.BreakerCooldown(cycle)}
 }
 
 // demoBanks is the demo's fake upstream: one path per bank, counting what
@@ -130,6 +130,16 @@ type demoBank struct {
 	sent     []time.Time
 	maxIn    int64
 	ok, fail int64
+	lateness []time.Duration // of synced calls, after their regular time
+}
+
+// late records how late a synced call to bank started.
+func (d *demoBanks) late(bank string, late time.Duration) {
+	if b, ok := d.banks[bank]; ok {
+		b.mu.Lock()
+		b.lateness = append(b.lateness, max(late, 0))
+		b.mu.Unlock()
+	}
 }
 
 // startDemoBanks serves the banks on 127.0.0.1 until close.
@@ -221,6 +231,9 @@ type demoUpstream struct {
 	Probes    int64 `json:"probes"`
 	Deferred  int64 `json:"deferred"`
 	Skipped   int64 `json:"skipped"`
+	// LatenessP99Seconds is how late its synced calls started after their
+	// accounts' regular times (99th percentile).
+	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
 }
 
 // report measures each upstream: the server's counts, the limiter's.
@@ -244,13 +257,23 @@ func (d *demoBanks) report(ctx context.Context, scheduler *riverutil.Scheduler, 
 		b.mu.Lock()
 		u := demoUpstream{Key: key, Accounts: accounts[key], RateLimit: limits.Rate, Burst: burst, ConcurrencyLimit: limits.Concurrency,
 			MaxPerSecond: mostInASecond(b.received), MaxSentPerSecond: mostInASecond(b.sent), MaxInFlight: b.maxIn,
-			Calls: int64(len(b.received)), Synced: b.ok}
+			Calls: int64(len(b.received)), Synced: b.ok, LatenessP99Seconds: quantile(b.lateness, 0.99).Seconds()}
 		b.mu.Unlock()
 		s := byKey[key]
 		u.Throttled, u.Probes, u.Deferred, u.Skipped = s.Throttled, s.Probes, s.Deferred, s.Skipped
 		out = append(out, u)
 	}
 	return out, nil
+}
+
+// quantile is the q-quantile of ds (0 when empty).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	return ds[min(max(int(math.Ceil(q*float64(len(ds))))-1, 0), len(ds)-1)]
 }
 
 // mostInASecond is the most times in any one second.
@@ -273,10 +296,10 @@ func printDemoUpstreams(w io.Writer, ups []demoUpstream) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "upstream\taccounts\tlimit/s\tmost sent in 1s\tmost received in 1s\tmost in flight\tcalls\tsynced\tthrottled\tdeferred\tprobes\tskipped\t")
+	fmt.Fprintln(tw, "upstream\taccounts\tlimit/s\tmost sent in 1s\tmost received in 1s\tmost in flight\tcalls\tsynced\tthrottled\tdeferred\tprobes\tskipped\tlateness p99\t")
 	for _, u := range ups {
-		fmt.Fprintf(tw, "%s\t%d\t%g+%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", u.Key, u.Accounts, u.RateLimit, u.Burst, u.MaxSentPerSecond, u.MaxPerSecond,
-			u.MaxInFlight, u.Calls, u.Synced, u.Throttled, u.Deferred, u.Probes, u.Skipped)
+		fmt.Fprintf(tw, "%s\t%d\t%g+%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3fs\t\n", u.Key, u.Accounts, u.RateLimit, u.Burst, u.MaxSentPerSecond, u.MaxPerSecond,
+			u.MaxInFlight, u.Calls, u.Synced, u.Throttled, u.Deferred, u.Probes, u.Skipped, u.LatenessP99Seconds)
 	}
 	_ = tw.Flush()
 }

@@ -31,6 +31,14 @@ Strategies: riverslot; naive (every account enqueued at each cycle start,
 scheduled at a random time over the cycle); lrs (least recently synced first:
 a poller enqueues the most overdue accounts every cycle/60).
 
+With --upstreams N (and --upstream-rate, --upstream-burst,
+--upstream-concurrency, --upstream-down KEY:FROM-TO, as demo) the accounts
+are spread over N upstreams of uneven size and every sync goes through a
+model of riverslot's upstream limiter and circuit breaker (the demo's:
+3 failures open it, a probe every 1/32 of the cycle): it predicts each
+upstream's calls, most calls in a second, deferred, probes and skipped
+syncs, and how late its calls start.
+
 Output: a table, or with --json one object {"results": [...]}; with --out DIR
 also metrics.csv (per interval: queue depth by state, starts, completions,
 lateness, busy workers, gap between an account's syncs), lateness.csv,
@@ -39,9 +47,10 @@ The same flags and --seed give the same output; only wall_seconds varies.
 `
 
 type simulateOptions struct {
-	cfg  sim.Config
-	json bool
-	out  string
+	cfg       sim.Config
+	json      bool
+	out       string
+	upstreams demoUpstreamOptions
 }
 
 func parseSimulateFlags(args []string, stderr io.Writer) (*simulateOptions, error) {
@@ -68,9 +77,14 @@ func parseSimulateFlags(args []string, stderr io.Writer) (*simulateOptions, erro
 	fs.Float64Var(&c.InsertRate, "insert-rate", 32000, "sync jobs a fan-out inserts per second (docs/performance.md: fan-out throughput, make bench)")
 	fs.DurationVar(&c.FetchPollInterval, "fetch-poll-interval", 250*time.Millisecond, "River FetchPollInterval (the demo's 250ms; River's default is 1s)")
 	fs.DurationVar(&c.Interval, "interval", 0, "width of one metrics row (default: the simulated time / 2000, at least 1s)")
+	addDemoUpstreamFlags(fs, &o.upstreams)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
+	if err := o.upstreams.check(); err != nil {
+		return nil, err
+	}
+	c.Upstreams = o.upstreams.simUpstreams()
 	switch {
 	case c.Accounts < 1 || c.Accounts > 100_000_000:
 		return nil, usageErr("--accounts must be between 1 and 100,000,000, got %d", c.Accounts)
@@ -126,6 +140,9 @@ func parseSimulateFlags(args []string, stderr io.Writer) (*simulateOptions, erro
 		if c.Outage, err = sim.ParseOutage(*outage); err != nil {
 			return nil, usageErr("--outage: %v", err)
 		}
+	}
+	if c.Upstreams.Count > 0 && (len(c.Strategies) != 1 || c.Strategies[0] != sim.StrategyRiverslot) {
+		return nil, usageErr("--upstreams models riverslot's upstream limiter: use it with --strategy riverslot (the default)")
 	}
 	return o, nil
 }
@@ -235,6 +252,18 @@ func printSimulation(w io.Writer, c *sim.Config, results []*sim.Result) {
 			r.MaxStartsPerSecond, 100*r.WorkerUtilization, secs(r.GapP50Seconds), secs(r.GapMaxSeconds))
 	}
 	_ = tw.Flush()
+	for _, r := range results {
+		if len(r.Upstreams) > 0 {
+			fmt.Fprintln(w)
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "upstream\taccounts\tlimit/s\tmost calls in 1s\tmost in flight\tcalls\tsynced\tthrottled\tdeferred\tprobes\tskipped\tlateness p99\t")
+			for _, u := range r.Upstreams {
+				fmt.Fprintf(tw, "%s\t%d\t%g+%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3fs\t\n", u.Key, u.Accounts, u.RateLimit, u.Burst, u.MaxPerSecond,
+					u.MaxInFlight, u.Calls, u.Synced, u.Throttled, u.Deferred, u.Probes, u.Skipped, u.LatenessP99Seconds)
+			}
+			_ = tw.Flush()
+		}
+	}
 	for _, r := range results {
 		if r.JobsFailed > 0 || r.JobsDiscarded > 0 || r.AccountsSkipped > 0 {
 			fmt.Fprintf(w, "%s: %d failed attempts, %d jobs discarded, %d late accounts skipped\n", r.Strategy, r.JobsFailed, r.JobsDiscarded, r.AccountsSkipped)

@@ -186,6 +186,10 @@ type Config struct {
 	// Outage, when set, takes every client down for a while.
 	Outage *Outage
 
+	// Upstreams, when Count is set, spreads the accounts over upstreams
+	// held to limits by riverslot's limiter (StrategyRiverslot only).
+	Upstreams Upstreams
+
 	// RescueStuckJobsAfter is River's rescue delay for jobs running when
 	// an outage began. Default: what riverutil's Configure sets (the
 	// longest timeout + 1m = 2m).
@@ -280,6 +284,24 @@ func (c *Config) validate() error {
 	}
 	if c.Outage != nil && (c.Outage.Start < 0 || c.Outage.Length <= 0) {
 		add("Outage must start at or after 0 and last more than 0, got %s+%s", c.Outage.Start, c.Outage.Length)
+	}
+	if u := c.Upstreams; u.Count != 0 {
+		if u.Count < 0 || u.Count > 1000 {
+			add("Upstreams.Count must be 0 (none) to 1000, got %d", u.Count)
+		}
+		if !(u.Rate >= 0) || math.IsInf(u.Rate, 0) || u.Burst < 0 || u.Concurrency < 0 {
+			add("Upstreams.Rate, Burst and Concurrency must be finite and not negative, got %g, %d and %d", u.Rate, u.Burst, u.Concurrency)
+		}
+		if d := u.Down; d != nil && (d.Bank < 0 || d.Bank >= u.Count || !(d.From >= 0 && d.From < d.To && d.To <= 1)) {
+			add("Upstreams.Down must name one of the %d upstreams and a part FROM-TO of the cycle with 0 <= FROM < TO <= 1, got bank %d, %g-%g", u.Count, d.Bank, d.From, d.To)
+		}
+		for _, st := range c.Strategies {
+			if st != StrategyRiverslot {
+				add("Upstreams model riverslot's limiter: use Strategies riverslot only, got %s", st)
+			}
+		}
+	} else if c.Upstreams != (Upstreams{}) {
+		add("Upstreams.Rate, Burst, Concurrency and Down need Upstreams.Count")
 	}
 	if c.Interval < time.Second {
 		add("Interval must be at least 1s, got %s", c.Interval)

@@ -44,19 +44,25 @@ const (
 
 // job is one River job row.
 type job struct {
-	due     int64 // scheduled_at
-	started int64 // attempted_at
-	seq     uint64
-	acct    int32 // sync: account index
-	slot    int32 // per-slot: slot
-	cycle   int32 // cycle index
-	cursor  int32 // per-slot: accounts committed
-	epoch   uint32
-	task    uint8
-	kind    jobKind
-	prio    uint8
-	attempt uint8
-	state   jobState
+	due int64 // scheduled_at
+	// sync with upstreams: its first scheduled_at (due changes when it
+	// snoozes), its NotAfter and its place in the limiter's line
+	// (upFlags' upReserved)
+	regular, notAfter, reserved int64
+	started                     int64 // attempted_at
+	seq                         uint64
+	acct                        int32 // sync: account index
+	slot                        int32 // per-slot: slot
+	cycle                       int32 // cycle index
+	cursor                      int32 // per-slot: accounts committed
+	epoch                       uint32
+	task                        uint8
+	kind                        jobKind
+	prio                        uint8
+	attempt                     uint8
+	state                       jobState
+	upFlags                     uint8
+	upAct                       uint8 // upRun, upSnooze or upSkip
 }
 
 // account is one row of the accounts table.
@@ -110,6 +116,8 @@ type engine struct {
 	// fanOut holds each per-slot job's accounts in keyset order, taken
 	// when its first attempt starts.
 	fanOut map[int32][]int32
+
+	up *upstreamModel // nil without Config.Upstreams
 
 	bootstrapped map[[2]int]bool // (task, cycle) bootstraps inserted
 	enqueued     map[int]bool    // naive: cycles enqueued
@@ -454,7 +462,9 @@ func (e *engine) start(i int32, at int64) {
 	j := &e.jobs[i]
 	if j.kind == kindSync {
 		e.m.move(e.now, j.state, stRunning)
-		e.m.start(at, j.due)
+		if e.up == nil {
+			e.m.start(at, j.due)
+		}
 	}
 	j.state = stRunning
 	j.attempt++
@@ -464,6 +474,10 @@ func (e *engine) start(i int32, at int64) {
 	var work int64
 	switch j.kind {
 	case kindSync:
+		if e.up != nil {
+			e.upStart(i, at)
+			return
+		}
 		work = int64(e.cfg.JobOverhead) + e.sample()
 	case kindBootstrap:
 		work = int64(e.cfg.JobOverhead) + e.insertTime(e.specs[j.task].Plan.Slots)
@@ -517,12 +531,19 @@ func (e *engine) batch(i int32) {
 	n := e.batchLen(i)
 	accts := e.fanOut[i]
 	for _, a := range accts[j.cursor : int(j.cursor)+n] {
-		target, _, skip := spec.Place(now, cs, slotStart, slotplan.Hash(spec.Seed, e.accounts[a].id))
+		id := e.accounts[a].id
+		target, _, skip := spec.Place(now, cs, slotStart, slotplan.Hash(spec.Seed, id))
 		if skip {
 			e.m.skipped++
 			continue
 		}
-		e.insert(job{kind: kindSync, task: j.task, acct: a, cycle: j.cycle, prio: uint8(spec.SyncOpts.Priority), due: e.since(target)})
+		sj := job{kind: kindSync, task: j.task, acct: a, cycle: j.cycle, prio: uint8(spec.SyncOpts.Priority), due: e.since(target)}
+		if e.up != nil {
+			regular := spec.Regular(cs, int(j.slot), id)
+			ce := cs.Add(spec.Plan.Cycle)
+			sj.regular, sj.notAfter = sj.due, e.since(spec.NotAfter(cs, ce, regular, target))
+		}
+		e.insert(sj)
 	}
 	j = &e.jobs[i] // insert may grow the arena
 	j.cursor += int32(n)
@@ -562,11 +583,43 @@ func (e *engine) done(i int32) {
 		e.finish(i)
 	case kindSync:
 		maxAttempts := int(e.specs[0].SyncOpts.MaxAttempts)
-		if e.cfg.FailRate > 0 && e.rng.Float64() < e.cfg.FailRate {
+		if e.up != nil {
+			switch j.upAct {
+			case upSnooze:
+				e.retryAt(i)
+				return
+			case upSkip:
+				e.m.move(e.now, stRunning, stDone)
+				e.finish(i)
+				return
+			}
+			k := e.bankOf(j.acct)
+			failed := e.up.isDown(k, j.started, e.cfg.Cycle) || e.cfg.FailRate > 0 && e.rng.Float64() < e.cfg.FailRate
+			if deferFor := e.up.release(k, i, e.now, failed); deferFor > 0 {
+				// The breaker is open: the sync waits for it (snoozed,
+				// no attempt used), marked deferred.
+				e.m.failed++
+				b := &e.up.banks[k]
+				if j.upFlags&upDeferred == 0 {
+					b.res.Deferred++
+				}
+				j.upFlags = upDeferred
+				j.attempt--
+				j.due = e.now + deferFor
+				e.retryAt(i)
+				return
+			}
+			if !failed {
+				e.m.complete(e.now, j.acct, int(j.task))
+				e.finish(i)
+				return
+			}
+		}
+		if e.up != nil || e.cfg.FailRate > 0 && e.rng.Float64() < e.cfg.FailRate {
 			e.m.failed++
 			if int(j.attempt) < maxAttempts {
 				j.due = e.now + retryDelay(e.rng, int(j.attempt))
-				e.move(i, stRetryable)
+				e.retryAt(i)
 				return
 			}
 			e.m.discarded++
@@ -580,6 +633,18 @@ func (e *engine) done(i int32) {
 		}
 		e.finish(i)
 	}
+}
+
+// retryAt puts a snoozed or failed job back for its next attempt at its
+// due: available at once when that is within River's scheduler interval
+// (River's executor does so, rather than wait for the scheduler), else
+// retryable until the scheduler promotes it.
+func (e *engine) retryAt(i int32) {
+	if e.jobs[i].due-e.now <= int64(schedulerInterval) {
+		e.move(i, stAvailable)
+		return
+	}
+	e.move(i, stRetryable)
 }
 
 func (e *engine) finish(i int32) {

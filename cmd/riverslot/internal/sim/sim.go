@@ -52,6 +52,10 @@ type Result struct {
 	GapP99Seconds float64 `json:"sync_gap_p99_seconds"`
 	GapMaxSeconds float64 `json:"sync_gap_max_seconds"`
 
+	// Upstreams are the upstreams' figures (Config.Upstreams), as the
+	// demo reports them.
+	Upstreams []UpstreamResult `json:"upstreams,omitempty"`
+
 	// Rows are the per-interval metrics; Lateness the distribution of
 	// start lateness (bucket upper bounds in seconds, counts).
 	Rows     []Row       `json:"-"`
@@ -185,6 +189,9 @@ func runOne(ctx context.Context, cfg *Config, s Strategy, specs []*taskspec.Spec
 		enqueued:     map[int]bool{},
 		m:            newMetrics(len(fleet), len(specs), cfg.Interval, cfg.Duration),
 	}
+	if cfg.Upstreams.Count > 0 {
+		e.up = newUpstreamModel(cfg.Upstreams, cfg.Cycle, specs[0].SyncTimeout)
+	}
 	switch s {
 	case StrategyRiverslot:
 		plan := specs[0].Plan
@@ -236,6 +243,9 @@ func runOne(ctx context.Context, cfg *Config, s Strategy, specs []*taskspec.Spec
 		if c > 0 {
 			r.Lateness = append(r.Lateness, HistPoint{UpTo: histValue(i) / 1e6, Count: c})
 		}
+	}
+	if e.up != nil {
+		r.Upstreams = e.up.results(e.accounts)
 	}
 	r.WallSeconds = time.Since(began).Seconds()
 	return r, nil
