@@ -51,7 +51,7 @@ func TestCheckUpstreamBudget(t *testing.T) {
 	rate := (average("big") + average("small")) / 2 // big does not fit, small does
 
 	const warning = "riverslot: upstreams whose busiest slot needs more than their rate limit: their syncs wait in line, later than their place (riverslot upstream check lists them)"
-	check := func(t *testing.T, rate float64) (error, []map[string]slog.Value) {
+	check := func(t *testing.T, rate float64) ([]map[string]slog.Value, error) {
 		t.Helper()
 		logger, records := riverslottest.RecordingLogger(slog.LevelWarn)
 		s, err := riverutil.New(pool, &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{{
@@ -60,11 +60,12 @@ func TestCheckUpstreamBudget(t *testing.T) {
 		}}})
 		require.NoError(t, err)
 		require.NoError(t, s.Configure(&river.Config{Schema: schema}))
-		return s.Check(ctx), records.Find(warning)
+		err = s.Check(ctx)
+		return records.Find(warning), err
 	}
 	require.NoError(t, riverutil.Migrate(ctx, pool, schema))
 
-	err, _ = check(t, rate)
+	_, err = check(t, rate)
 	var be *riverutil.UpstreamBudgetError
 	require.True(t, errors.As(err, &be), "Check: %v", err)
 	require.Equal(t, "transactions", be.Task)
@@ -77,12 +78,12 @@ func TestCheckUpstreamBudget(t *testing.T) {
 	require.ErrorContains(t, err, "raise their rate (riverslot upstream set --key K --rate R, or Task.Limits.Rate)")
 
 	// Without a rate nothing is counted, and nothing fails.
-	err, _ = check(t, 0)
+	_, err = check(t, 0)
 	require.NoError(t, err)
 
 	// Just above big's average: it fits the cycle, its busiest slot does
 	// not (a hash never puts exactly the average in every slot).
-	err, warned := check(t, average("big")*1.001)
+	warned, err := check(t, average("big")*1.001)
 	require.NoError(t, err)
 	require.Len(t, warned, 1)
 	require.EqualValues(t, 1, warned[0]["upstreams"].Int64())
@@ -95,7 +96,7 @@ func TestCheckUpstreamBudget(t *testing.T) {
 	require.NoError(t, s.Configure(&river.Config{Schema: schema}))
 	high := 2 * average("big") * 2
 	require.NoError(t, s.SetUpstreamLimits(ctx, "transactions", "big", riverutil.UpstreamOverride{Rate: &high}))
-	err, _ = check(t, rate)
+	_, err = check(t, rate)
 	require.NoError(t, err)
 	require.NoError(t, s.SetUpstreamLimits(ctx, "transactions", "big", riverutil.UpstreamOverride{Clear: true}))
 
@@ -103,7 +104,7 @@ func TestCheckUpstreamBudget(t *testing.T) {
 	// pages): an estimate, near the count.
 	restore := riverutil.SetBudgetSampleRows(10_000)
 	defer restore()
-	err, _ = check(t, rate)
+	_, err = check(t, rate)
 	require.True(t, errors.As(err, &be), "Check: %v", err)
 	require.Len(t, be.Over, 1)
 	require.True(t, be.Over[0].Sampled)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -112,6 +113,72 @@ func NotUpstream(err error) error {
 	return &notUpstreamError{err: err}
 }
 
+// concurrencyRetry is the first in-process wait for a lease of an upstream
+// at its in-flight limit; it doubles up to concurrencyRetryMax, and the
+// waits add up to at most upstream.MaxDelay.
+const (
+	concurrencyRetry    = 20 * time.Millisecond
+	concurrencyRetryMax = 200 * time.Millisecond
+)
+
+// InProcessPerUpstream is how many syncs of one upstream may wait in
+// process on a node at once, for their start under the rate
+// (upstream.Decision.Delay) or for a lease under the in-flight limit, each
+// at most upstream.MaxDelay and holding a worker meanwhile; the others
+// snooze (a place in line, or a retry after River's next fetch).
+const InProcessPerUpstream = 4
+
+// holdInProcess takes one of the node's in-process places of the task's
+// upstream key, reporting false when all are taken; release gives it back.
+func (w *Worker) holdInProcess(task, key string) (release func(), ok bool) {
+	k := [2]string{task, key}
+	w.inProcessMu.Lock()
+	defer w.inProcessMu.Unlock()
+	if w.inProcess[k] >= InProcessPerUpstream {
+		return nil, false
+	}
+	if w.inProcess == nil {
+		w.inProcess = map[[2]string]int{}
+	}
+	w.inProcess[k]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.inProcessMu.Lock()
+			defer w.inProcessMu.Unlock()
+			if w.inProcess[k]--; w.inProcess[k] <= 0 {
+				delete(w.inProcess, k)
+			}
+		})
+	}, true
+}
+
+// acquire is Limiter.Acquire, asked again in process while the upstream's
+// in-flight limit alone holds the sync, for at most upstream.MaxDelay: a
+// call in flight usually ends within it, and a snoozed sync would wait for
+// River's next fetch (a poll interval, 1 s by default), which made a
+// concurrency limit cost most of its upstream's throughput when calls are
+// short. It waits so only with one of the node's in-process places of the
+// upstream (inProcess); without, the sync may not wait in process for its
+// start either (Request.NoDelay).
+func (w *Worker) acquire(ctx context.Context, lim *upstream.Limiter, req upstream.Request, inProcess bool) (upstream.Decision, error) {
+	req.NoDelay = !inProcess
+	step, waited := concurrencyRetry, time.Duration(0)
+	for {
+		d, err := lim.Acquire(ctx, w.pool, req)
+		if err != nil || !inProcess || d.Verdict != upstream.Wait || d.Reason != upstream.WaitConcurrency || waited+step > upstream.MaxDelay {
+			return d, err
+		}
+		select {
+		case <-time.After(step):
+		case <-ctx.Done():
+			return d, nil // snoozed as decided
+		}
+		waited += step
+		step = min(2*step, concurrencyRetryMax)
+	}
+}
+
 // syncThrough calls the task's Sync for job, through its upstream's limits
 // and breaker when the task has any.
 func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[Args], notAfter time.Time) error {
@@ -130,7 +197,14 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 	}
 	lim := upstream.New(client.Schema())
 	req := upstream.Request{Task: spec.Name, Key: job.Args.Upstream, JobID: job.ID, Limits: spec.Limits, NotAfter: notAfter, Hold: spec.SyncTimeout + holdMargin}
-	d, err := lim.Acquire(ctx, w.pool, req)
+	release, inProcess := w.holdInProcess(spec.Name, job.Args.Upstream)
+	if inProcess {
+		defer release()
+	}
+	d, err := w.acquire(ctx, lim, req, inProcess)
+	if inProcess && (err != nil || d.Verdict != upstream.Run || d.Delay <= 0) {
+		release() // waits no more in process
+	}
 	if err != nil {
 		if taskspec.Unreachable(err) {
 			return river.JobSnooze(w.waits.Next(job.ID))
@@ -170,6 +244,9 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 			released = true
 			_, _ = lim.Release(rctx, w.pool, req, upstream.Neutral, 0)
 			return ctx.Err()
+		}
+		if inProcess {
+			release()
 		}
 	}
 

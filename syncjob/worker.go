@@ -71,6 +71,13 @@ type Worker struct {
 
 	// waits lengthens each wait of a job for an unreachable database.
 	waits taskspec.Waits
+
+	// inProcess counts, per task and upstream, the syncs waiting in
+	// process on this node (for their start, Decision.Delay, or for a
+	// lease): at most InProcessPerUpstream, so that one upstream's
+	// backlog cannot hold the workers the other upstreams need.
+	inProcessMu sync.Mutex
+	inProcess   map[[2]string]int
 }
 
 type cycleKey struct {

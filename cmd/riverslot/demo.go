@@ -210,8 +210,11 @@ type demo struct {
 	// httpClient the syncs' client of it; scheduler is the run's.
 	banks      *demoBanks
 	offsetSeed uint64 // the task's Seed, for the banks' lateness
-	httpClient *http.Client
-	scheduler  *riverutil.Scheduler
+	// stopTriggers removes the client's periodic jobs (the tasks'
+	// triggers); watch calls it once the last cycle has started.
+	stopTriggers func()
+	httpClient   *http.Client
+	scheduler    *riverutil.Scheduler
 	// maxRiverJobRows is the most rows river_job held at a progress read.
 	maxRiverJobRows int64
 }
@@ -383,6 +386,10 @@ func (d *demo) run(ctx context.Context) error {
 	d.logf("%d cycle(s) from %s: %d slots of %s over %d accounts; the periodic trigger bootstraps each %s before it starts",
 		len(starts), first.Format(time.RFC3339), d.plan.Slots, d.plan.SlotDuration, accounts, info.TriggerLead)
 
+	// Once the last cycle has started, no later one is bootstrapped: its
+	// syncs would call the banks and move the limiter's counters while
+	// the last cycle's stragglers wait for their NotAfter.
+	d.stopTriggers = client.PeriodicJobs().Clear
 	if err := d.watch(ctx, starts); err != nil {
 		return err
 	}

@@ -77,6 +77,10 @@ func (d *demo) watch(ctx context.Context, starts []time.Time) error {
 			return interrupted()
 		}
 		now := time.Now()
+		if !now.Before(last) && d.stopTriggers != nil {
+			d.stopTriggers()
+			d.stopTriggers = nil
+		}
 		idx := 0
 		for i, s := range starts {
 			if !now.Before(s) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -8,55 +9,110 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/sim"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
 // TestDemoUpstreams runs one 48 s cycle of 1,200 accounts over 4 upstreams
-// of uneven size, 15 calls a second (burst 1) and 2 in flight each, one
-// answering 503 for the second quarter of the cycle, and checks --json's
-// upstreams against the limits and the run's exactly-once figures: no
-// upstream was sent more than 16 calls in a second nor more than 2 at once,
-// the down one was deferred and probed, every account was synced once.
+// of uneven size, 20 calls a second (burst 1) and 2 in flight each, twice
+// side by side: once with bank-01 answering 503 for the second quarter of
+// the cycle, once without. It checks --json's upstreams against the limits
+// and the run's exactly-once figures (no upstream was sent more than 21
+// calls in a second nor more than 2 at once; every account was synced
+// once or reported), the outage against the breaker (the down bank's
+// failed calls are only those that opened it, those in flight and its
+// probes; it was deferred and probed), the other banks against the run
+// without the outage (never deferred, lateness p99 as without it), and
+// riverslot simulate's model of the same flags against the outage run.
 func TestDemoUpstreams(t *testing.T) {
 	t.Parallel()
 
 	pool := riverslottest.Pool(t)
-	schema := newDemoSchemaName(t, pool)
-	const accounts = 1200
-	code, stdout, stderr := runCmd(t, "demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
-		"--accounts", fmt.Sprint(accounts), "--cycle", (48 * time.Second).String(), "--json",
-		"--upstreams", "4", "--upstream-rate", "15", "--upstream-concurrency", "2", "--upstream-down", "bank-01:0.25-0.5")
-	require.Equal(t, 0, code, "stderr:\n%s", stderr)
-
-	var s demoSummary
-	require.NoError(t, json.Unmarshal([]byte(stdout), &s), stdout)
-	require.EqualValues(t, accounts, s.Synced, "every account synced once (or skipped and reported, which counts as synced)")
-	require.Zero(t, s.Missed)
-	require.Zero(t, s.Duplicates)
-	require.Len(t, s.Upstreams, 4)
-	var total int64
-	for i, u := range s.Upstreams {
-		require.Equal(t, fmt.Sprintf("bank-%02d", i), u.Key)
-		total += u.Accounts
-		require.InDelta(t, 15.0, u.RateLimit, 0)
-		require.Equal(t, 1, u.Burst)
-		require.Equal(t, 2, u.ConcurrencyLimit)
-		require.Positive(t, u.Calls)
-		require.LessOrEqual(t, u.MaxSentPerSecond, 16, "%s: calls sent in one second", u.Key)
-		require.LessOrEqual(t, u.MaxInFlight, int64(2), "%s: calls in flight", u.Key)
+	const (
+		accounts    = 1200
+		cycle       = 48 * time.Second
+		rate        = 20
+		concurrency = 2
+	)
+	downFrom, downTo := 0.25, 0.5
+	demo := func(t *testing.T, extra ...string) demoSummary {
+		schema := newDemoSchemaName(t, pool)
+		args := []string{"demo", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
+			"--accounts", fmt.Sprint(accounts), "--cycle", cycle.String(), "--json",
+			"--upstreams", "4", "--upstream-rate", fmt.Sprint(rate), "--upstream-concurrency", fmt.Sprint(concurrency)}
+		code, stdout, stderr := runCmd(t, append(args, extra...)...)
+		require.Equal(t, 0, code, "stderr:\n%s", stderr)
+		var s demoSummary
+		require.NoError(t, json.Unmarshal([]byte(stdout), &s), stdout)
+		return s
 	}
-	require.EqualValues(t, accounts, total)
-	// Uneven: bank-k gets a share in 1/(k+1) of the first UUID byte's
-	// values (123, 61, 41 and 31 of 256).
-	require.Greater(t, s.Upstreams[0].Accounts, 3*s.Upstreams[3].Accounts)
+	var s, base demoSummary
+	t.Run("runs", func(t *testing.T) {
+		t.Run("outage", func(t *testing.T) {
+			t.Parallel()
+			s = demo(t, "--upstream-down", fmt.Sprintf("bank-01:%g-%g", downFrom, downTo))
+		})
+		t.Run("baseline", func(t *testing.T) {
+			t.Parallel()
+			base = demo(t)
+		})
+	})
+	if t.Failed() {
+		return
+	}
+
+	for _, run := range []demoSummary{s, base} {
+		require.EqualValues(t, accounts, run.Synced, "every account synced once (or skipped and reported, which counts as synced)")
+		require.Zero(t, run.Missed)
+		require.Zero(t, run.Duplicates)
+		require.Len(t, run.Upstreams, 4)
+		var total int64
+		for i, u := range run.Upstreams {
+			require.Equal(t, fmt.Sprintf("bank-%02d", i), u.Key)
+			total += u.Accounts
+			require.InDelta(t, float64(rate), u.RateLimit, 0)
+			require.Equal(t, 1, u.Burst)
+			require.Equal(t, concurrency, u.ConcurrencyLimit)
+			require.Positive(t, u.Calls)
+			require.LessOrEqual(t, u.MaxSentPerSecond, rate+1, "%s: calls sent in one second", u.Key)
+			require.LessOrEqual(t, u.MaxInFlight, int64(concurrency), "%s: calls in flight", u.Key)
+			require.Equal(t, u.Accounts, u.Synced+u.Skipped, "%s: each account synced once or reported skipped", u.Key)
+		}
+		require.EqualValues(t, accounts, total)
+		// Uneven: bank-k gets a share in 1/(k+1) of the first UUID byte's
+		// values (123, 61, 41 and 31 of 256).
+		require.Greater(t, run.Upstreams[0].Accounts, 3*run.Upstreams[3].Accounts)
+	}
 	down := s.Upstreams[1]
+	t.Logf("bank-01 down: %d accounts, %d calls, %d synced, %d deferred, %d probes, %d skipped", down.Accounts, down.Calls, down.Synced, down.Deferred, down.Probes, down.Skipped)
 	require.Positive(t, down.Deferred, "bank-01's syncs were deferred while it was down")
 	require.Positive(t, down.Probes)
 	require.Less(t, down.Synced, down.Calls, "bank-01 answered some calls 503")
+	require.LessOrEqual(t, down.Calls-down.Synced, int64(sim.BreakerThreshold)+down.Probes+concurrency,
+		"while down, bank-01 got only the failures that opened its breaker, the calls in flight then and its probes")
 	for _, i := range []int{0, 2, 3} {
-		require.Zero(t, s.Upstreams[i].Deferred, "%s is not held back by bank-01's outage", s.Upstreams[i].Key)
+		u, b := s.Upstreams[i], base.Upstreams[i]
+		t.Logf("%s lateness p99: %.3fs with bank-01's outage, %.3fs without", u.Key, u.LatenessP99Seconds, b.LatenessP99Seconds)
+		require.Zero(t, u.Deferred+u.Probes+u.Skipped, "%s is not held back by bank-01's outage", u.Key)
+		require.LessOrEqual(t, u.LatenessP99Seconds, b.LatenessP99Seconds+1, "%s: lateness p99 as without bank-01's outage", u.Key)
 	}
 
+	// The simulator's model of the same flags: the breaker's probes and
+	// deferrals as measured; the other banks never later than measured
+	// (it models an idle machine).
+	results, err := sim.Run(context.Background(), sim.Config{Accounts: accounts, Cycle: cycle, SyncDuration: sim.Dist{Kind: "fixed", A: 10 * time.Millisecond},
+		Upstreams: sim.Upstreams{Count: 4, Rate: rate, Concurrency: concurrency, Down: &sim.Down{Bank: 1, From: downFrom, To: downTo}}})
+	require.NoError(t, err)
+	predicted := results[0].Upstreams[1]
+	t.Logf("simulated bank-01: %d accounts, %d calls, %d synced, %d deferred, %d probes, %d skipped",
+		predicted.Accounts, predicted.Calls, predicted.Synced, predicted.Deferred, predicted.Probes, predicted.Skipped)
+	require.InDelta(t, predicted.Probes, down.Probes, 2, "probes: simulated against measured")
+	require.InDelta(t, float64(predicted.Deferred), float64(down.Deferred), max(10, 0.4*float64(predicted.Deferred)), "deferred: simulated against measured")
+	for _, i := range []int{0, 2, 3} {
+		require.LessOrEqual(t, results[0].Upstreams[i].LatenessP99Seconds, s.Upstreams[i].LatenessP99Seconds+0.1, "%s: simulated lateness p99 above the measured one", s.Upstreams[i].Key)
+	}
+
+	schema := newDemoSchemaName(t, pool)
 	for _, c := range []struct {
 		args []string
 		want string

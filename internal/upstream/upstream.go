@@ -231,6 +231,10 @@ type Decision struct {
 	Delay time.Duration
 }
 
+// WaitConcurrency is the Reason of a Wait for a lease: the upstream is at
+// its in-flight limit.
+const WaitConcurrency = "concurrency"
+
 // MaxDelay is the longest Decision.Delay: River's default fetch poll
 // interval, how far apart River wakes snoozed jobs that are due.
 const MaxDelay = time.Second
@@ -247,6 +251,12 @@ type Request struct {
 	// Hold is how long a lease lasts (the sync's timeout and a margin):
 	// a lease of a node killed mid-sync expires then.
 	Hold time.Duration
+	// NoDelay: the sync may not wait in process for its start
+	// (Decision.Delay); it takes a place in line instead. The sync worker
+	// sets it when enough syncs of the upstream wait in process on its
+	// node already, so that one upstream's backlog cannot hold the
+	// workers every other upstream needs.
+	NoDelay bool
 }
 
 // DB is what the limiter needs of a pool.
@@ -296,6 +306,7 @@ type state struct {
 	jobID     int64
 	hold      time.Duration
 	waitSeed  uint64
+	noDelay   bool
 	// decided
 	delay                       time.Duration // a Run's Delay
 	newLineTAT, newStartTAT     *time.Time
@@ -322,7 +333,7 @@ func (l *Limiter) Acquire(ctx context.Context, db DB, r Request) (Decision, erro
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 
-	s := state{threshold: r.Limits.FailureThreshold, cooldown: r.Limits.Cooldown, notAfter: r.NotAfter, jobID: r.JobID, hold: r.Hold, waitSeed: seed(r.JobID)}
+	s := state{threshold: r.Limits.FailureThreshold, cooldown: r.Limits.Cooldown, notAfter: r.NotAfter, jobID: r.JobID, hold: r.Hold, waitSeed: seed(r.JobID), noDelay: r.NoDelay}
 	err = tx.QueryRow(ctx, `WITH u AS (
 	INSERT INTO `+l.table+` (task, key, rate, burst, concurrency)
 	SELECT $1, $2, o.rate, o.burst, o.concurrency FROM (SELECT 1) x LEFT JOIN `+l.limits+` o ON o.task = $1 AND o.key = $2
@@ -437,7 +448,10 @@ func (s *state) decide() Decision {
 		case "open":
 			if s.openUntil != nil && s.openUntil.After(now) {
 				s.markDeferred = true
-				return waitUntil(*s.openUntil, min(time.Second, s.cooldown/10), "open", SkippedDown)
+				// Spread over a cooldown: thousands of deferred syncs
+				// waking together at each probe would take every
+				// worker's next fetch from the other upstreams.
+				return waitUntil(*s.openUntil, s.cooldown, "open", SkippedDown)
 			}
 			probe = true
 		case "half_open":
@@ -450,7 +464,7 @@ func (s *state) decide() Decision {
 				// again in a quarter cooldown (at least a second), not
 				// every second: thousands of deferred syncs would poll
 				// the key's row.
-				return waitUntil(now.Add(min(max(time.Second, s.cooldown/4), s.probeUntil.Sub(now))), 250*time.Millisecond, "probe", SkippedDown)
+				return waitUntil(now.Add(min(max(time.Second, s.cooldown/4), s.probeUntil.Sub(now))), s.cooldown/4, "probe", SkippedDown)
 			default:
 				probe = true // the probe's node died: this sync probes instead
 			}
@@ -488,8 +502,16 @@ func (s *state) decide() Decision {
 		start := later(now, s.startTAT)
 		if allow := start.Add(-tolerance); allow.After(now) {
 			front := s.reservedAt != nil || s.lineTAT == nil || !s.lineTAT.After(now)
-			if front && allow.Sub(now) <= MaxDelay && (s.concurrency <= 0 || s.inFlight < s.concurrency) &&
-				(s.notAfter.IsZero() || !allow.After(s.notAfter)) {
+			if front && !s.noDelay && allow.Sub(now) <= MaxDelay && (s.notAfter.IsZero() || !allow.After(s.notAfter)) {
+				if s.concurrency > 0 && s.inFlight >= s.concurrency {
+					// Only the in-flight limit holds it (syncs waiting
+					// for their start hold leases too): keep any place,
+					// wait for a lease (the sync worker asks again in
+					// process for a moment before it snoozes).
+					s.markThrottled = true
+					s.reserve = s.reservedAt
+					return waitUntil(now.Add(min(max(100*time.Millisecond, interval), time.Second)), 100*time.Millisecond, WaitConcurrency, SkippedThrottled)
+				}
 				// At the front of the line (its place came, or there is
 				// no line) and the next start is a moment away: take it
 				// and wait for it in process. Syncs River woke together
@@ -501,8 +523,7 @@ func (s *state) decide() Decision {
 			}
 			if s.reservedAt != nil {
 				// At the front of the line, with no start within
-				// MaxDelay (or the in-flight limit reached): keep the
-				// place, wait for room.
+				// MaxDelay: keep the place, wait for room.
 				s.reserve = s.reservedAt
 				return waitUntil(allow, 0, "rate", SkippedThrottled)
 			}
@@ -521,7 +542,7 @@ func (s *state) decide() Decision {
 		if s.rate > 0 {
 			w = max(w, time.Duration(float64(time.Second)/s.rate))
 		}
-		return waitUntil(now.Add(min(w, time.Second)), 100*time.Millisecond, "concurrency", SkippedThrottled)
+		return waitUntil(now.Add(min(w, time.Second)), 100*time.Millisecond, WaitConcurrency, SkippedThrottled)
 	}
 	s.leaseRun = true
 	return Decision{Verdict: Run}
@@ -540,19 +561,24 @@ func (s *state) skipReason(reason string) string {
 // orderSpan is the range of NotAfter that spread orders wake-ups over.
 const orderSpan = 2 * time.Minute
 
-// spread returns where in [0, spread) the job wakes after t: ordered by
-// its NotAfter (the earliest deadline first, so that after a pause or an
-// outage the syncs with the least time left take the first places in
-// line), else fixed per job.
+// spread returns where in [0, spread) the job wakes after t: a sync whose
+// NotAfter is within orderSpan of t in the first half, ordered by it (the
+// earliest deadline first, so that after a pause or an outage the syncs
+// with the least time left take the first places in line), the others in
+// the second half, at a place fixed per job (a 24 h cycle's syncs, hours
+// from their deadlines, would otherwise all wake at once).
 func (s *state) spread(t time.Time, spread time.Duration) time.Duration {
 	if spread <= 0 {
 		return 0
 	}
+	jitter := float64(s.waitSeed%1024) / 1024
 	if s.notAfter.IsZero() {
-		return time.Duration(s.waitSeed % uint64(spread))
+		return time.Duration(jitter * float64(spread))
 	}
-	frac := min(max(float64(s.notAfter.Sub(t))/float64(orderSpan), 0), 1)
-	return time.Duration(frac * float64(spread))
+	if left := s.notAfter.Sub(t); left < orderSpan {
+		return time.Duration(max(float64(left)/float64(orderSpan), 0) * float64(spread) / 2)
+	}
+	return time.Duration((1 + jitter) * float64(spread) / 2)
 }
 
 // record writes what decide set, in tx.

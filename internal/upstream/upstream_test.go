@@ -2,6 +2,7 @@ package upstream_test
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -291,7 +292,9 @@ func TestBreaker(t *testing.T) {
 	d := b.acquire(t, deferred)
 	require.Equal(t, upstream.Wait, d.Verdict)
 	require.Equal(t, "open", d.Reason)
-	require.LessOrEqual(t, d.Wait, limits.Cooldown+limits.Cooldown/10)
+	// It waits out the cooldown, plus its place in a spread of one more
+	// (deferred syncs do not wake together).
+	require.LessOrEqual(t, d.Wait, 2*limits.Cooldown)
 	late := b.req("bank-1", limits)
 	late.NotAfter = time.Now().Add(100 * time.Millisecond)
 	d = b.acquire(t, late)
@@ -430,4 +433,53 @@ func TestAbandonedPlacesSwept(t *testing.T) {
 	left, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
 	require.Equal(t, []int64{9003}, left)
+}
+
+// TestDeferredSyncsSpread: syncs deferred by an open breaker wake spread
+// over a cooldown after it ends, not together (on a 24 h cycle their
+// NotAfters are hours away, which once gave them all the same wake-up:
+// thousands of syncs taking every worker's next fetch at each probe);
+// those whose NotAfter is near wake first, earliest first. With NoDelay
+// a sync at the front of the line takes a place instead of its start.
+func TestDeferredSyncsSpread(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := upstream.Limits{FailureThreshold: 1, Cooldown: 2 * time.Second}
+	r := b.req("bank-1", limits)
+	require.Equal(t, upstream.Run, b.acquire(t, r).Verdict)
+	b.release(t, r, upstream.Failed, 0) // opens it
+	var far []time.Duration
+	for range 40 {
+		d := b.req("bank-1", limits)
+		d.NotAfter = time.Now().Add(6 * time.Hour)
+		got := b.acquire(t, d)
+		require.Equal(t, upstream.Wait, got.Verdict)
+		far = append(far, got.Wait)
+	}
+	spanned := slices.Max(far) - slices.Min(far)
+	require.Greater(t, spanned, limits.Cooldown/4, "40 far-off syncs wake spread out, not together: %v", far)
+	var near []time.Duration
+	for _, left := range []time.Duration{50 * time.Second, 20 * time.Second, 5 * time.Second} {
+		d := b.req("bank-1", limits)
+		d.NotAfter = time.Now().Add(limits.Cooldown + left)
+		got := b.acquire(t, d)
+		require.Equal(t, upstream.Wait, got.Verdict)
+		near = append(near, got.Wait)
+	}
+	require.Greater(t, near[0], near[1], "earlier deadline, earlier wake-up")
+	require.Greater(t, near[1], near[2], "earlier deadline, earlier wake-up")
+	require.Less(t, near[0], slices.Min(far), "a near deadline wakes before the far-off ones")
+
+	// NoDelay: the front of an empty line takes a place, not a start.
+	rate := upstream.Limits{Rate: 2}
+	first := b.req("bank-2", rate)
+	require.Equal(t, upstream.Run, b.acquire(t, first).Verdict)
+	second := b.req("bank-2", rate)
+	second.NoDelay = true
+	got := b.acquire(t, second)
+	require.Equal(t, upstream.Wait, got.Verdict, "with NoDelay the next start, half a second away, is a place in line")
+	require.Equal(t, "rate", got.Reason)
+	third := b.req("bank-2", rate)
+	got = b.acquire(t, third)
+	require.Equal(t, upstream.Wait, got.Verdict, "behind the place taken")
 }

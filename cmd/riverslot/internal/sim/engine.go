@@ -44,25 +44,27 @@ const (
 
 // job is one River job row.
 type job struct {
-	due int64 // scheduled_at
-	// sync with upstreams: its first scheduled_at (due changes when it
-	// snoozes), its NotAfter and its place in the limiter's line
-	// (upFlags' upReserved)
+	due     int64 // scheduled_at
+	started int64 // attempted_at
+	seq     uint64
+	acct    int32 // sync: account index
+	slot    int32 // per-slot: slot
+	cycle   int32 // cycle index
+	cursor  int32 // per-slot: accounts committed
+	epoch   uint32
+	task    uint8
+	kind    jobKind
+	prio    uint8
+	attempt uint8
+	state   jobState
+
+	// A sync with upstreams: its first scheduled_at (due changes when it
+	// snoozes), its NotAfter, its place in the limiter's line (upFlags'
+	// upReserved), what it does after its decision, and its in-process
+	// waits for a lease (how many, how long in all).
 	regular, notAfter, reserved int64
-	started                     int64 // attempted_at
-	seq                         uint64
-	acct                        int32 // sync: account index
-	slot                        int32 // per-slot: slot
-	cycle                       int32 // cycle index
-	cursor                      int32 // per-slot: accounts committed
-	epoch                       uint32
-	task                        uint8
-	kind                        jobKind
-	prio                        uint8
-	attempt                     uint8
-	state                       jobState
-	upFlags                     uint8
-	upAct                       uint8 // upRun, upSnooze or upSkip
+	upWaited                    int64
+	upFlags, upAct, upTries     uint8
 }
 
 // account is one row of the accounts table.
@@ -265,6 +267,14 @@ func (e *engine) run(ctx context.Context) error {
 		case evBatch:
 			if j := &e.jobs[ev.a]; j.epoch == ev.b && j.state == stRunning {
 				e.batch(ev.a)
+			}
+		case evUpRetry:
+			if j := &e.jobs[ev.a]; j.epoch == ev.b && j.state == stRunning {
+				e.upDecide(ev.a, e.now)
+			}
+		case evUpCall:
+			if j := &e.jobs[ev.a]; j.epoch == ev.b && j.state == stRunning {
+				e.upCalled(ev.a)
 			}
 		case evTrigger:
 			if ev.b == uint32(e.gen) && !e.down {

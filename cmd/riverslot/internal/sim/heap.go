@@ -24,7 +24,9 @@ const (
 	evRescue                     // the rescuer picks up a job orphaned by an outage
 	evOutageStart
 	evOutageEnd
-	evSample // one metrics row
+	evSample  // one metrics row
+	evUpRetry // a sync waiting in process for a lease asks its upstream again
+	evUpCall  // a sync that waited in process for its start calls its upstream
 )
 
 func (a event) before(b event) bool {

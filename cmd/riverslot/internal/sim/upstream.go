@@ -67,6 +67,10 @@ func BreakerCooldown(cycle time.Duration) time.Duration { return max(cycle/32, t
 // of the line waits in process for its start.
 const maxDelay = int64(time.Second)
 
+// inProcessPerUpstream is syncjob.InProcessPerUpstream: how many syncs of
+// one upstream may wait in process on a node at once.
+const inProcessPerUpstream = 4
+
 // holdMargin is syncjob's margin over SyncTimeout for a lease.
 const holdMargin = 5 * time.Second
 
@@ -112,6 +116,7 @@ type bank struct {
 	res                UpstreamResult
 	lateness           hist
 	throttled, skipped int64
+	inProcess          int // syncs waiting in process (one node)
 }
 
 // upstreamModel is the limiter of every bank.
@@ -150,6 +155,7 @@ const (
 	upReserved uint8 = 1 << iota // holds a place in line (job.reserved)
 	upThrottled
 	upDeferred
+	upHeld // holds one of its upstream's in-process places
 )
 
 // What a sync job does after its decision.
@@ -164,12 +170,13 @@ type upDecision struct {
 	wait, delay int64
 	probe       bool
 	down        bool // a skip because the upstream was down
+	concurrency bool // a wait for a lease: asked again in process
 }
 
 // decide is internal/upstream's decide on bank k for job i at now (its
 // pause after a 429 is not modelled: the simulated upstreams never send
 // one); it updates the bank and the job as record does.
-func (u *upstreamModel) decide(k int, j *job, i int32, now, notAfter int64) upDecision {
+func (u *upstreamModel) decide(k int, j *job, i int32, now, notAfter int64, noDelay bool) upDecision {
 	b := &u.banks[k]
 	var markT, markD bool
 	finish := func(d upDecision) upDecision {
@@ -195,8 +202,13 @@ func (u *upstreamModel) decide(k int, j *job, i int32, now, notAfter int64) upDe
 		}
 		s := int64(0)
 		if spread > 0 {
-			frac := min(max(float64(notAfter-t)/float64(2*time.Minute), 0), 1)
-			s = int64(frac * float64(spread))
+			// internal/upstream's spread: deadlines within 2 minutes
+			// first, by deadline, the others at a place fixed per job.
+			if left := notAfter - t; left < int64(2*time.Minute) {
+				s = int64(max(float64(left)/float64(2*time.Minute), 0) * float64(spread) / 2)
+			} else {
+				s = int64((1 + float64(jobSeed(i)%1024)/1024) * float64(spread) / 2)
+			}
 		}
 		return finish(upDecision{verdict: upSnooze, wait: max(t-now+s, int64(time.Millisecond))})
 	}
@@ -215,7 +227,7 @@ func (u *upstreamModel) decide(k int, j *job, i int32, now, notAfter int64) upDe
 	case open:
 		if b.openUntil > now {
 			markD = true
-			return waitUntil(b.openUntil, min(int64(time.Second), u.cooldwn/10), true)
+			return waitUntil(b.openUntil, u.cooldwn, true)
 		}
 		probe = true
 	case halfOpen:
@@ -224,7 +236,7 @@ func (u *upstreamModel) decide(k int, j *job, i int32, now, notAfter int64) upDe
 			probe = true
 		case b.probeUntil > now:
 			markD = true
-			return waitUntil(now+min(max(int64(time.Second), u.cooldwn/4), b.probeUntil-now), int64(250*time.Millisecond), true)
+			return waitUntil(now+min(max(int64(time.Second), u.cooldwn/4), b.probeUntil-now), u.cooldwn/4, true)
 		default:
 			probe = true
 		}
@@ -260,7 +272,13 @@ func (u *upstreamModel) decide(k int, j *job, i int32, now, notAfter int64) upDe
 		start := max(now, b.startTAT)
 		if allow := start - tolerance; allow > now {
 			front := reserved || b.lineTAT <= now
-			if front && allow-now <= maxDelay && (conc <= 0 || b.inFlight < conc) && allow <= notAfter {
+			if front && !noDelay && allow-now <= maxDelay && allow <= notAfter {
+				if conc > 0 && b.inFlight >= conc {
+					markT = true
+					d := waitUntil(now+min(max(int64(100*time.Millisecond), interval), int64(time.Second)), int64(100*time.Millisecond), false)
+					d.concurrency = true
+					return d
+				}
 				b.startTAT = start + interval
 				return run(allow-now, false)
 			}
@@ -279,7 +297,9 @@ func (u *upstreamModel) decide(k int, j *job, i int32, now, notAfter int64) upDe
 		if rate > 0 {
 			w = max(w, interval)
 		}
-		return waitUntil(now+min(w, int64(time.Second)), int64(100*time.Millisecond), false)
+		d := waitUntil(now+min(w, int64(time.Second)), int64(100*time.Millisecond), false)
+		d.concurrency = true
+		return d
 	}
 	return run(0, false)
 }
@@ -386,14 +406,17 @@ func mostInASecond(at []int64) int {
 // bankOf is account a's upstream.
 func (e *engine) bankOf(a int32) int { return int(e.up.of[e.accounts[a].id[0]]) }
 
+// concurrencyStep is syncjob's in-process wait before asking again for a
+// lease after the tries-th one: 20 ms doubling, at most 200 ms.
+func concurrencyStep(tries uint8) int64 {
+	return min(int64(20*time.Millisecond)<<min(tries, 4), int64(200*time.Millisecond))
+}
+
 // upStart is the sync worker of a task with limits, from the start of job
 // i at at: a sync past its NotAfter completes as stale (skipped by its
-// upstream when the limiter held it), else the limiter decides: wait
-// (snoozed, no attempt used), skip, or call the upstream, after a delay
-// when its start under the rate is a moment away.
+// upstream when the limiter held it), else the limiter decides (upDecide).
 func (e *engine) upStart(i int32, at int64) {
 	j := &e.jobs[i]
-	overhead := int64(e.cfg.JobOverhead)
 	k := e.bankOf(j.acct)
 	if at > j.notAfter {
 		if j.upFlags&(upDeferred|upThrottled) != 0 {
@@ -402,12 +425,46 @@ func (e *engine) upStart(i int32, at int64) {
 			e.m.skipped++ // stale, not held by its upstream
 		}
 		j.upFlags, j.upAct = 0, upSkip
-		e.schedule(at+overhead, evDone, i, j.epoch)
+		e.schedule(at+int64(e.cfg.JobOverhead), evDone, i, j.epoch)
 		return
 	}
-	d := e.up.decide(k, j, i, at, j.notAfter)
+	j.upTries, j.upWaited = 0, 0
+	e.upDecide(i, at)
+}
+
+// upDecide is the limiter's decision for running job i at at: wait
+// (snoozed, no attempt used; a wait for a lease is asked again in process
+// first, for at most maxDelay, as syncjob does), skip, or call the
+// upstream, after a delay when its start under the rate is a moment away.
+func (e *engine) upDecide(i int32, at int64) {
+	j := &e.jobs[i]
+	overhead := int64(e.cfg.JobOverhead)
+	k := e.bankOf(j.acct)
+	b := &e.up.banks[k]
+	held := j.upFlags&upHeld != 0
+	if !held && b.inProcess < inProcessPerUpstream {
+		held = true
+		b.inProcess++
+	}
+	j.upFlags &^= upHeld
+	d := e.up.decide(k, j, i, at, j.notAfter, !held)
+	keep := false
+	defer func() {
+		if held && !keep {
+			b.inProcess--
+		} else if keep {
+			j.upFlags |= upHeld
+		}
+	}()
 	switch d.verdict {
 	case upSnooze:
+		if step := concurrencyStep(j.upTries); held && d.concurrency && j.upWaited+step <= maxDelay {
+			j.upTries++
+			j.upWaited += step
+			keep = true
+			e.schedule(at+step, evUpRetry, i, j.epoch)
+			return
+		}
 		j.attempt--
 		j.due = at + overhead + d.wait
 		j.upAct = upSnooze
@@ -420,9 +477,31 @@ func (e *engine) upStart(i int32, at int64) {
 	}
 	j.upAct = upRun
 	callAt := at + overhead + d.delay
+	if d.delay > 0 {
+		keep = true // until the call starts
+		e.schedule(callAt, evUpCall, i, j.epoch)
+	}
 	j.started = callAt
 	e.m.start(callAt, j.regular)
 	end := callAt + e.sample()
 	e.up.call(k, callAt, end, j.regular)
 	e.schedule(end, evDone, i, j.epoch)
+}
+
+// upCalled gives back job i's in-process place once its call starts.
+func (e *engine) upCalled(i int32) {
+	j := &e.jobs[i]
+	if j.upFlags&upHeld != 0 {
+		j.upFlags &^= upHeld
+		e.up.banks[e.bankOf(j.acct)].inProcess--
+	}
+}
+
+// jobSeed is a job's fixed place among the others (splitmix64 of its
+// index), as internal/upstream hashes the job's id.
+func jobSeed(i int32) uint64 {
+	z := uint64(i) + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }

@@ -71,13 +71,14 @@ func TestUpstreamLimitsHold(t *testing.T) {
 // One bank down for 40% of the cycle: its calls while down are the
 // failures that opened its breaker, the calls in flight then and one probe
 // a cooldown; its accounts are synced after it recovers or reported
-// skipped (none lost); every other bank is unaffected: the same syncs and
-// the same lateness (within a poll) as without the outage.
+// skipped (none lost); every other bank is unaffected: every account
+// synced, and lateness p99 no worse (within a poll) than without the
+// outage.
 func TestUpstreamOutage(t *testing.T) {
 	t.Parallel()
 	const down = 3
-	base := upstreamRun(t, 10, nil)
-	r := upstreamRun(t, 10, &Down{Bank: down, From: 0.2, To: 0.6})
+	base := upstreamRun(t, 20, nil) // every bank fits in a cycle at 20/s
+	r := upstreamRun(t, 20, &Down{Bank: down, From: 0.2, To: 0.6})
 	cooldown := BreakerCooldown(120 * time.Second)
 	outage := time.Duration(0.4 * float64(120*time.Second))
 	for k, u := range r.Upstreams {
@@ -85,9 +86,10 @@ func TestUpstreamOutage(t *testing.T) {
 		if k == down {
 			continue
 		}
+		require.Equal(t, u.Accounts, u.Synced, "%s: every account synced", u.Key)
 		require.Equal(t, b.Synced, u.Synced, "%s", u.Key)
 		require.Zero(t, u.Probes+u.Deferred, "%s", u.Key)
-		require.InDelta(t, b.LatenessP99Seconds, u.LatenessP99Seconds, 0.3, "%s: lateness p99 as without the outage", u.Key)
+		require.LessOrEqual(t, u.LatenessP99Seconds, b.LatenessP99Seconds+0.3, "%s: lateness p99 as without the outage (within a poll)", u.Key)
 	}
 	d := r.Upstreams[down]
 	failed := d.Calls - d.Synced
