@@ -16,12 +16,13 @@ import (
 
 // TestUpstreamLimitsProcesses runs the limits across three real `riverslot
 // worker` processes, which call a fake bank server on loopback from their
-// syncs (--upstream-url): one 48 s cycle of 900 accounts over three banks
-// of uneven size, 12 calls a second (burst 2) and 3 in flight per bank, a
-// breaker after 3 failures for 2 s. bank-2 answers 503 for a third of the
-// cycle; bank-3 answers one call 429 with Retry-After 3 s. The server's
-// record: no bank got more than 14 calls in a second nor more than 3 at
-// once, whichever node sent them; after the 429 no call reached bank-3 for
+// syncs (--upstream-url): one 48 s cycle of 900 accounts over 23 banks
+// of uneven size (shares in 1/(k+1), as the demo's: 241 accounts to 10),
+// 12 calls a second (burst 2) and 3 in flight per bank, a breaker after 3
+// failures for 2 s. bank-2 answers 503 for a third of the cycle; bank-3
+// answers one call 429 with Retry-After 3 s. The server's record: no bank
+// got more than 14 calls in a second nor more than 3 at once, whichever
+// node sent them; after the 429 no call reached bank-3 for
 // 3 s except the two that may already have been let through; every
 // account was synced exactly once (by the three nodes together) or skipped
 // and reported, as upstream_down for bank-2 only (checkSyncedOrReported).
@@ -36,10 +37,14 @@ func TestUpstreamLimitsProcesses(t *testing.T) {
 		retry    = 3 * time.Second
 	)
 	limits := riverutil.UpstreamLimits{Rate: 12, Burst: 2, Concurrency: 3, FailureThreshold: 3, Cooldown: 2 * time.Second}
-	banks := []string{"bank-1", "bank-2", "bank-3"}
+	banks := make([]string, 23)
+	for k := range banks {
+		banks[k] = fmt.Sprintf("bank-%d", k+1)
+	}
 	ctx, b := setup(t, accounts)
 	markSchemaAsDemos(ctx, t, b.pool, b.schema)
-	bankOf := assignBanks(ctx, t, b, banks)
+	bankOf := assignBanksUneven(ctx, t, b, banks)
+	require.Greater(t, len(idsAt(b.ids, bankOf, "bank-1")), 15*len(idsAt(b.ids, bankOf, "bank-23")), "uneven banks")
 	fake := newFakeBanks(t, banks, 30*time.Millisecond)
 
 	offset, start := offsetForStartIn(cycle, 10*time.Second)

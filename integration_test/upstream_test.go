@@ -349,22 +349,52 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 // at the third.
 func assignBanks(ctx context.Context, t *testing.T, b *testBundle, banks []string) map[uuid.UUID]string {
 	t.Helper()
+	return assignBanksBy(ctx, t, b, banks, func(i int) string {
+		switch {
+		case i%10 >= 8:
+			return banks[2]
+		case i%10 >= 5:
+			return banks[1]
+		}
+		return banks[0]
+	})
+}
+
+// assignBanksUneven puts the accounts at banks in shares proportional to
+// 1/(k+1), as riverslot demo --upstreams does: the first bank about a
+// quarter of 23 banks' accounts, the last about 1%.
+func assignBanksUneven(ctx context.Context, t *testing.T, b *testBundle, banks []string) map[uuid.UUID]string {
+	t.Helper()
+	var h float64
+	for k := range banks {
+		h += 1 / float64(k+1)
+	}
+	return assignBanksBy(ctx, t, b, banks, func(i int) string {
+		// A fixed, well-mixed place in [0, 1) per account.
+		at, cum := float64((i*7919)%1000)/1000, 0.0
+		for k, bank := range banks {
+			if cum += 1 / float64(k+1) / h; at < cum {
+				return bank
+			}
+		}
+		return banks[len(banks)-1]
+	})
+}
+
+// assignBanksBy adds a bank column to the accounts table and sets each
+// account's (the i-th of b.ids) to bankAt(i).
+func assignBanksBy(ctx context.Context, t *testing.T, b *testBundle, banks []string, bankAt func(i int) string) map[uuid.UUID]string {
+	t.Helper()
 	accountsTable := pgx.Identifier{b.schema, "accounts"}.Sanitize()
 	_, err := b.pool.Exec(ctx, "ALTER TABLE "+accountsTable+" ADD COLUMN bank text")
 	require.NoError(t, err)
 	bankOf := map[uuid.UUID]string{}
+	names := make([]string, len(b.ids))
 	for i, id := range b.ids {
-		bank := banks[0]
-		switch {
-		case i%10 >= 8:
-			bank = banks[2]
-		case i%10 >= 5:
-			bank = banks[1]
-		}
-		bankOf[id] = bank
+		names[i] = bankAt(i)
+		bankOf[id] = names[i]
 	}
-	_, err = b.pool.Exec(ctx, "UPDATE "+accountsTable+" SET bank = CASE WHEN id = ANY($1) THEN $3 WHEN id = ANY($2) THEN $4 ELSE $5 END",
-		idsAt(b.ids, bankOf, banks[1]), idsAt(b.ids, bankOf, banks[2]), banks[1], banks[2], banks[0])
+	_, err = b.pool.Exec(ctx, "UPDATE "+accountsTable+" a SET bank = v.bank FROM unnest($1::uuid[], $2::text[]) v(id, bank) WHERE a.id = v.id", b.ids, names)
 	require.NoError(t, err)
 	return bankOf
 }
