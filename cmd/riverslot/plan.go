@@ -29,6 +29,10 @@ another slot, and then prints the times of the slot it is served in: the
 pinned slot of each cycle whose pins exist, and for later cycles the pin of
 the latest pinned cycle (pins are sticky). With --opposite, the second task
 follows the first one's pins shifted by half the slots, as the library does.
+With --database-url and --upstreams EXPR (the task's Upstream), it also counts
+each upstream's accounts in --table and prints the rate the cycle and its
+busiest slot need of it against its limit (--upstream-rate, or an operator's
+override in --river-schema); it exits 1 when an upstream cannot fit in a cycle.
 `
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
