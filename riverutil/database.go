@@ -181,8 +181,10 @@ func migrateUpstream(ctx context.Context, pool *pgxpool.Pool, schema string) err
 // task with a rate limit (Limits.Rate or an operator's override), with an
 // *UpstreamBudgetError when an upstream's accounts cannot be synced in a
 // cycle at its rate (counted per upstream, on a sample of about 2 million
-// rows of a larger table; an upstream whose busiest slot alone needs more
-// is a warning: its syncs wait in line).
+// rows of a larger table, which fails only beyond 25% over the rate and
+// warns closer; a table never analyzed is not counted but warned about;
+// an upstream whose busiest slot alone needs more is a warning: its syncs
+// wait in line).
 func (s *Scheduler) Check(ctx context.Context) error {
 	var errs []error
 	for _, spec := range s.specs {

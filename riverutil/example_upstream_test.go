@@ -37,6 +37,11 @@ func Example_upstreamBudget() {
 		" FROM (SELECT id, row_number() OVER (ORDER BY id) AS i FROM "+accounts+") n WHERE n.id = a.id"); err != nil {
 		panic(err)
 	}
+	// Check counts the upstreams of an analyzed table (its size decides
+	// whether it counts them all or a sample).
+	if _, err := dbPool.Exec(ctx, "ANALYZE "+accounts); err != nil {
+		panic(err)
+	}
 	if err := riverutil.Migrate(ctx, dbPool, schema); err != nil {
 		panic(err)
 	}

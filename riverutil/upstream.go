@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/upstream"
@@ -122,6 +123,10 @@ func (s *Scheduler) UpstreamBudgets(ctx context.Context, taskName string) ([]Ups
 	return s.upstreamBudgets(ctx, spec, 100)
 }
 
+// sampledMargin: from a sample, Check fails only for an upstream that needs
+// more than this times its rate; closer, it warns.
+const sampledMargin = 1.25
+
 // budgetSampleRows is the table size (pg_class.reltuples) above which
 // Check counts upstreams on a sample of about that many rows.
 var budgetSampleRows float64 = 2_000_000 // a var for the sampling test
@@ -214,16 +219,33 @@ func (s *Scheduler) checkUpstreamBudget(ctx context.Context, spec *taskspec.Spec
 		return nil
 	}
 	if spec.Limits.Rate == 0 {
-		var any bool
+		var anyRate bool
 		err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+sqlbucket.QualifiedTable(s.riverSchema, upstream.LimitsTable)+
-			" WHERE task = $1 AND rate > 0)", spec.Name).Scan(&any)
-		if err != nil || !any {
-			return nil // no overrides table (Migrate reports it), or no rate
+			" WHERE task = $1 AND rate > 0)", spec.Name).Scan(&anyRate)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+			return nil // no overrides table: Check reports the missing ledger, Migrate creates both
+		}
+		if err != nil {
+			return fmt.Errorf("error reading the upstream overrides of task %q: %w", spec.Name, err)
+		}
+		if !anyRate {
+			return nil
 		}
 	}
+	// The table's size: pg_class.reltuples, summed over the partitions of
+	// a partitioned table; -1 when it was never analyzed.
 	var estimate float64
-	if err := spec.AccountsDB(s.pool).QueryRow(ctx, "SELECT coalesce((SELECT reltuples FROM pg_class WHERE oid = to_regclass($1)), 0)", spec.QualifiedTable).Scan(&estimate); err != nil {
+	if err := spec.AccountsDB(s.pool).QueryRow(ctx, `SELECT coalesce(
+		(SELECT CASE WHEN c.relkind = 'p' THEN (SELECT CASE WHEN bool_and(p.reltuples >= 0) THEN sum(p.reltuples) ELSE -1 END
+			FROM pg_partition_tree(c.oid) t JOIN pg_class p ON p.oid = t.relid WHERE t.isleaf) ELSE c.reltuples END
+		FROM pg_class c WHERE c.oid = to_regclass($1)), -1)::float8`, spec.QualifiedTable).Scan(&estimate); err != nil {
 		return fmt.Errorf("error estimating the accounts of Table %s: %w", spec.QualifiedTable, err)
+	}
+	if estimate < 0 {
+		s.log().WarnContext(ctx, "riverslot: the accounts table was never analyzed, so Check does not count its upstreams (a whole-table scan); run ANALYZE on it, or riverslot upstream check before a deploy",
+			slog.String("task", spec.Name), slog.String("table", spec.QualifiedTable))
+		return nil
 	}
 	percent := 100.0
 	if estimate > budgetSampleRows {
@@ -234,14 +256,22 @@ func (s *Scheduler) checkUpstreamBudget(ctx context.Context, spec *taskspec.Spec
 		return err
 	}
 	be := &UpstreamBudgetError{Task: spec.Name}
-	late := 0
+	late, near := 0, 0
 	for _, b := range budgets {
 		switch {
+		case !b.Fits && b.Sampled && b.AverageRate <= sampledMargin*b.Rate:
+			// A sample of pages can be this far off on a table whose
+			// rows were loaded one upstream at a time.
+			near++
 		case !b.Fits:
 			be.Over = append(be.Over, b)
 		case !b.OnTime:
 			late++
 		}
+	}
+	if near > 0 {
+		s.log().WarnContext(ctx, "riverslot: upstreams that may not fit in a cycle at their rate limit (a sample's estimate within 25% of it); count them with riverslot upstream check",
+			slog.String("task", spec.Name), slog.Int("upstreams", near))
 	}
 	if late > 0 {
 		s.log().WarnContext(ctx, "riverslot: upstreams whose busiest slot needs more than their rate limit: their syncs wait in line, later than their place (riverslot upstream check lists them)",

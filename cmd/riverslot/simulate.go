@@ -144,6 +144,9 @@ func parseSimulateFlags(args []string, stderr io.Writer) (*simulateOptions, erro
 	if c.Upstreams.Count > 0 && (len(c.Strategies) != 1 || c.Strategies[0] != sim.StrategyRiverslot) {
 		return nil, usageErr("--upstreams models riverslot's upstream limiter: use it with --strategy riverslot (the default)")
 	}
+	if c.Upstreams.Count > 0 && c.Outage != nil {
+		return nil, usageErr("--upstreams and --outage together are not modelled; use --upstream-down KEY:FROM-TO for an upstream's outage")
+	}
 	return o, nil
 }
 

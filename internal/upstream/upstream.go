@@ -434,7 +434,21 @@ func (s *state) decide() Decision {
 			s.countSkipped, s.dropJob, s.markDeferred, s.markThrottled = true, true, false, false
 			return Decision{Verdict: Skip, Reason: s.skipReason(skip)}
 		}
-		return Decision{Verdict: Wait, Wait: max(t.Sub(now)+s.spread(t, spread), time.Millisecond), Reason: cause}
+		extra := s.spread(t, spread)
+		if !s.notAfter.IsZero() {
+			extra = min(extra, s.notAfter.Sub(t)) // never woken past its NotAfter by the spread
+		}
+		return Decision{Verdict: Wait, Wait: max(t.Sub(now)+extra, time.Millisecond), Reason: cause}
+	}
+	// leaseWait waits for a lease: asked again after w, or at its NotAfter
+	// when that comes first (a lease may free before then), not skipped
+	// before its NotAfter for the wait's length.
+	leaseWait := func(w time.Duration) Decision {
+		t := now.Add(w)
+		if !s.notAfter.IsZero() && t.After(s.notAfter) && !now.After(s.notAfter) {
+			t = s.notAfter
+		}
+		return waitUntil(t, 100*time.Millisecond, WaitConcurrency, SkippedThrottled)
 	}
 	if s.pausedUntil != nil && s.pausedUntil.After(now) {
 		// The upstream asked for a pause: every sync waits it out and
@@ -510,7 +524,7 @@ func (s *state) decide() Decision {
 					// process for a moment before it snoozes).
 					s.markThrottled = true
 					s.reserve = s.reservedAt
-					return waitUntil(now.Add(min(max(100*time.Millisecond, interval), time.Second)), 100*time.Millisecond, WaitConcurrency, SkippedThrottled)
+					return leaseWait(min(max(100*time.Millisecond, interval), time.Second))
 				}
 				// At the front of the line (its place came, or there is
 				// no line) and the next start is a moment away: take it
@@ -542,7 +556,7 @@ func (s *state) decide() Decision {
 		if s.rate > 0 {
 			w = max(w, time.Duration(float64(time.Second)/s.rate))
 		}
-		return waitUntil(now.Add(min(w, time.Second)), 100*time.Millisecond, WaitConcurrency, SkippedThrottled)
+		return leaseWait(min(w, time.Second))
 	}
 	s.leaseRun = true
 	return Decision{Verdict: Run}

@@ -483,3 +483,38 @@ func TestDeferredSyncsSpread(t *testing.T) {
 	got = b.acquire(t, third)
 	require.Equal(t, upstream.Wait, got.Verdict, "behind the place taken")
 }
+
+// TestRateAndConcurrency: a sync that only the in-flight limit holds (its
+// start under the rate is a moment away) waits for a lease, asked again
+// soon (the sync worker retries in process), not a place a whole line
+// behind; with its NotAfter nearer than the wait it waits until then
+// instead of being skipped.
+func TestRateAndConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := upstream.Limits{Rate: 2, Concurrency: 1}
+	first := b.req("bank-1", limits)
+	require.Equal(t, upstream.Run, b.acquire(t, first).Verdict)
+	second := b.req("bank-1", limits)
+	d := b.acquire(t, second)
+	require.Equal(t, upstream.Wait, d.Verdict)
+	require.Equal(t, upstream.WaitConcurrency, d.Reason, "the next start is half a second away; the lease is what it lacks")
+	require.LessOrEqual(t, d.Wait, time.Second)
+
+	// At 1,000 a second the rate is no obstacle: the lease alone is. A
+	// sync whose NotAfter is 50 ms away waits until then (a lease may
+	// free), not skipped for the 100 ms a lease wait lasts.
+	fast := upstream.Limits{Rate: 1000, Concurrency: 1}
+	holder := b.req("bank-2", fast)
+	require.Equal(t, upstream.Run, b.acquire(t, holder).Verdict)
+	soon := b.req("bank-2", fast)
+	soon.NotAfter = time.Now().Add(50 * time.Millisecond)
+	d = b.acquire(t, soon)
+	require.Equal(t, upstream.Wait, d.Verdict, "a lease may free before its NotAfter: it waits, not skipped")
+	require.Equal(t, upstream.WaitConcurrency, d.Reason)
+	require.LessOrEqual(t, d.Wait, 50*time.Millisecond)
+
+	b.release(t, first, upstream.Succeeded, 0)
+	d = b.acquire(t, second)
+	require.Equal(t, upstream.Run, d.Verdict, "the lease freed")
+}

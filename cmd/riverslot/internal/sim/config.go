@@ -300,6 +300,9 @@ func (c *Config) validate() error {
 				add("Upstreams model riverslot's limiter: use Strategies riverslot only, got %s", st)
 			}
 		}
+		if c.Outage != nil {
+			add("Upstreams and Outage together are not modelled (leases of calls cut by the outage would never expire): use one or the other")
+		}
 	} else if c.Upstreams != (Upstreams{}) {
 		add("Upstreams.Rate, Burst, Concurrency and Down need Upstreams.Count")
 	}

@@ -620,6 +620,7 @@ func (e *engine) done(i int32) {
 				return
 			}
 			if !failed {
+				e.up.banks[k].lateness.add(max(j.started-j.regular, 0))
 				e.m.complete(e.now, j.acct, int(j.task))
 				e.finish(i)
 				return

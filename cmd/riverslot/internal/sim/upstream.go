@@ -209,8 +209,20 @@ func (u *upstreamModel) decide(k int, j *job, i int32, now, notAfter int64, noDe
 			} else {
 				s = int64((1 + float64(jobSeed(i)%1024)/1024) * float64(spread) / 2)
 			}
+			s = min(s, notAfter-t) // never woken past its NotAfter by the spread
 		}
 		return finish(upDecision{verdict: upSnooze, wait: max(t-now+s, int64(time.Millisecond))})
+	}
+	// leaseWait is internal/upstream's: asked again after w, or at the
+	// sync's NotAfter when that comes first.
+	leaseWait := func(w int64) upDecision {
+		t := now + w
+		if t > notAfter && now <= notAfter {
+			t = notAfter
+		}
+		d := waitUntil(t, int64(100*time.Millisecond), false)
+		d.concurrency = true
+		return d
 	}
 	run := func(delay int64, probe bool) upDecision {
 		b.inFlight++
@@ -275,9 +287,7 @@ func (u *upstreamModel) decide(k int, j *job, i int32, now, notAfter int64, noDe
 			if front && !noDelay && allow-now <= maxDelay && allow <= notAfter {
 				if conc > 0 && b.inFlight >= conc {
 					markT = true
-					d := waitUntil(now+min(max(int64(100*time.Millisecond), interval), int64(time.Second)), int64(100*time.Millisecond), false)
-					d.concurrency = true
-					return d
+					return leaseWait(min(max(int64(100*time.Millisecond), interval), int64(time.Second)))
 				}
 				b.startTAT = start + interval
 				return run(allow-now, false)
@@ -297,9 +307,7 @@ func (u *upstreamModel) decide(k int, j *job, i int32, now, notAfter int64, noDe
 		if rate > 0 {
 			w = max(w, interval)
 		}
-		d := waitUntil(now+min(w, int64(time.Second)), int64(100*time.Millisecond), false)
-		d.concurrency = true
-		return d
+		return leaseWait(min(w, int64(time.Second)))
 	}
 	return run(0, false)
 }
@@ -332,13 +340,13 @@ func (u *upstreamModel) release(k int, i int32, now int64, failed bool) int64 {
 	return 0
 }
 
-// call records a call to bank k from t to end.
-func (u *upstreamModel) call(k int, t, end, regular int64) {
+// call records a call to bank k from t to end (its lateness is recorded
+// when it succeeds, as the demo records it).
+func (u *upstreamModel) call(k int, t, end int64) {
 	b := &u.banks[k]
 	b.calls = append(b.calls, t)
 	b.ends = append(b.ends, end)
 	b.res.Calls++
-	b.lateness.add(max(t-regular, 0))
 }
 
 // isDown says whether bank k fails a call at t (from the first cycle
@@ -484,7 +492,7 @@ func (e *engine) upDecide(i int32, at int64) {
 	j.started = callAt
 	e.m.start(callAt, j.regular)
 	end := callAt + e.sample()
-	e.up.call(k, callAt, end, j.regular)
+	e.up.call(k, callAt, end)
 	e.schedule(end, evDone, i, j.epoch)
 }
 
