@@ -212,28 +212,15 @@ func (d *demoBanks) call(ctx context.Context, client *http.Client, key string) e
 
 // demoUpstream is one upstream in --json's upstreams.
 type demoUpstream struct {
-	Key              string  `json:"key"`
-	Accounts         int64   `json:"accounts"`
-	RateLimit        float64 `json:"rate_limit"`
-	Burst            int     `json:"burst"`
-	ConcurrencyLimit int     `json:"concurrency_limit"`
-	// MaxPerSecond is the most calls the bank's server received in any
-	// one second; MaxSentPerSecond the most sent in one second (by the
-	// send time each call carries), what the limit bounds.
-	MaxPerSecond     int   `json:"max_per_second"`
-	MaxSentPerSecond int   `json:"max_sent_per_second"`
-	MaxInFlight      int64 `json:"max_in_flight"`
-	Calls            int64 `json:"calls"`
-	// Synced is the calls the bank answered 200 (each then recorded by
-	// the demo's sync).
-	Synced    int64 `json:"synced"`
-	Throttled int64 `json:"throttled"`
-	Probes    int64 `json:"probes"`
-	Deferred  int64 `json:"deferred"`
-	Skipped   int64 `json:"skipped"`
-	// LatenessP99Seconds is how late its synced calls started after their
-	// accounts' regular times (99th percentile).
-	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
+	// The fields riverslot simulate predicts, under the same keys
+	// (MaxPerSecond: the most calls the bank's server received in any
+	// one second; Synced: the calls it answered 200, each then recorded
+	// by the demo's sync; LatenessP99Seconds: how late its synced calls
+	// started after their accounts' regular times).
+	sim.UpstreamResult
+	// MaxSentPerSecond is the most calls sent in one second (by the send
+	// time each call carries), what the limit bounds.
+	MaxSentPerSecond int `json:"max_sent_per_second"`
 }
 
 // report measures each upstream: the server's counts, the limiter's.
@@ -255,9 +242,9 @@ func (d *demoBanks) report(ctx context.Context, scheduler *riverutil.Scheduler, 
 	for _, key := range o.keys() {
 		b := d.banks[key]
 		b.mu.Lock()
-		u := demoUpstream{Key: key, Accounts: accounts[key], RateLimit: limits.Rate, Burst: burst, ConcurrencyLimit: limits.Concurrency,
-			MaxPerSecond: mostInASecond(b.received), MaxSentPerSecond: mostInASecond(b.sent), MaxInFlight: b.maxIn,
-			Calls: int64(len(b.received)), Synced: b.ok, LatenessP99Seconds: quantile(b.lateness, 0.99).Seconds()}
+		u := demoUpstream{UpstreamResult: sim.UpstreamResult{Key: key, Accounts: accounts[key], RateLimit: limits.Rate, Burst: burst, ConcurrencyLimit: limits.Concurrency,
+			MaxPerSecond: mostInASecond(b.received), MaxInFlight: b.maxIn,
+			Calls: int64(len(b.received)), Synced: b.ok, LatenessP99Seconds: quantile(b.lateness, 0.99).Seconds()}, MaxSentPerSecond: mostInASecond(b.sent)}
 		b.mu.Unlock()
 		s := byKey[key]
 		u.Throttled, u.Probes, u.Deferred, u.Skipped = s.Throttled, s.Probes, s.Deferred, s.Skipped

@@ -74,8 +74,8 @@ const inProcessPerUpstream = 4
 // holdMargin is syncjob's margin over SyncTimeout for a lease.
 const holdMargin = 5 * time.Second
 
-// UpstreamResult is one upstream over the simulated time, with the fields
-// `riverslot demo --json` reports for it.
+// UpstreamResult is one upstream over the simulated time; `riverslot demo
+// --json` reports the same fields, measured, for each of its banks.
 type UpstreamResult struct {
 	Key              string  `json:"key"`
 	Accounts         int64   `json:"accounts"`
