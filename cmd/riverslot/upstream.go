@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
@@ -150,31 +149,9 @@ func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		type row struct {
-			Task        string     `json:"task"`
-			Key         string     `json:"key"`
-			Rate        *float64   `json:"rate_override"`
-			Burst       *int       `json:"burst_override"`
-			Concurrency *int       `json:"concurrency_override"`
-			Breaker     string     `json:"breaker"`
-			OpenUntil   *time.Time `json:"open_until,omitempty"`
-			PausedUntil *time.Time `json:"paused_until,omitempty"`
-			InFlight    int        `json:"in_flight"`
-			Waiting     int        `json:"waiting"`
-			Calls       int64      `json:"calls"`
-			Failed      int64      `json:"failed"`
-			Throttled   int64      `json:"throttled"`
-			Deferred    int64      `json:"deferred"`
-			Skipped     int64      `json:"skipped"`
-			Probes      int64      `json:"probes"`
-			Opens       int64      `json:"opens"`
-		}
-		rows := make([]row, 0, len(list))
-		for _, s := range list {
-			rows = append(rows, row{s.Task, s.Key, s.Rate, s.Burst, s.Concurrency, s.Breaker, s.OpenUntil, s.PausedUntil,
-				s.InFlight, s.Waiting, s.Calls, s.Failed, s.Throttled, s.Deferred, s.Skipped, s.Probes, s.Opens})
-		}
-		return enc.Encode(rows)
+		// UpstreamState's own JSON form: the overrides, the breaker,
+		// in flight, waiting and the counters.
+		return enc.Encode(list)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tKEY\tRATE\tBURST\tCONC\tBREAKER\tIN FLIGHT\tWAITING\tCALLS\tFAILED\tTHROTTLED\tDEFERRED\tSKIPPED\tPROBES")

@@ -811,27 +811,35 @@ ON CONFLICT (task, key) DO UPDATE SET rate = EXCLUDED.rate, burst = EXCLUDED.bur
 
 // State is one key's row, as List reads it.
 type State struct {
-	Task, Key string
+	Task string `json:"task"`
+	Key  string `json:"key"`
 	// Rate, Burst and Concurrency are the operator's overrides (nil: the
 	// task's limits apply).
-	Rate        *float64
-	Burst       *int
-	Concurrency *int
+	Rate        *float64 `json:"rate_override"`
+	Burst       *int     `json:"burst_override"`
+	Concurrency *int     `json:"concurrency_override"`
 	// Breaker is "closed", "open" or "half_open"; OpenUntil is when an
 	// open breaker lets a probe through.
-	Breaker     string
-	OpenUntil   *time.Time
-	PausedUntil *time.Time
+	Breaker     string     `json:"breaker"`
+	OpenUntil   *time.Time `json:"open_until,omitempty"`
+	PausedUntil *time.Time `json:"paused_until,omitempty"`
 	// Failures counts consecutive failed syncs.
-	Failures int
+	Failures int `json:"failures"`
 	// InFlight is the syncs holding a lease now, Waiting those holding a
 	// place in the rate limiter's line.
-	InFlight, Waiting int
+	InFlight int `json:"in_flight"`
+	Waiting  int `json:"waiting"`
 	// RateNow is calls a second over the last window of about 10 s.
-	RateNow float64
+	RateNow float64 `json:"rate_now"`
 	// Counters since the key's first sync.
-	Calls, Failed, Throttled, Deferred, Skipped, Probes, Opens int64
-	UpdatedAt                                                  time.Time
+	Calls     int64     `json:"calls"`
+	Failed    int64     `json:"failed"`
+	Throttled int64     `json:"throttled"`
+	Deferred  int64     `json:"deferred"`
+	Skipped   int64     `json:"skipped"`
+	Probes    int64     `json:"probes"`
+	Opens     int64     `json:"opens"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // stateColumns are State's columns of a row u, in scanState's order.
