@@ -165,7 +165,7 @@ func (w *Worker) acquire(ctx context.Context, lim *upstream.Limiter, req upstrea
 	req.NoDelay = !inProcess
 	step, waited := concurrencyRetry, time.Duration(0)
 	for {
-		d, err := lim.Acquire(ctx, w.pool, req)
+		d, err := w.batch.Acquire(ctx, lim, w.pool, req)
 		if err != nil || !inProcess || d.Verdict != upstream.Wait || d.Reason != upstream.WaitConcurrency || waited+step > upstream.MaxDelay {
 			return d, err
 		}
@@ -270,7 +270,7 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 		outcome = upstream.Failed
 	}
 	spec.Metrics.UpstreamCall(ctx, spec.Name, outcome.String())
-	rel, err := lim.Release(rctx, w.pool, req, outcome, retryAfter)
+	rel, err := w.batch.Release(rctx, lim, w.pool, req, outcome, retryAfter)
 	released = true
 	if err != nil {
 		w.logger.WarnContext(ctx, "riverslot: could not record a sync's outcome for its upstream; its concurrency lease expires by itself",

@@ -17,6 +17,7 @@ import (
 
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
@@ -78,6 +79,9 @@ type Worker struct {
 	// backlog cannot hold the workers the other upstreams need.
 	inProcessMu sync.Mutex
 	inProcess   map[[2]string]int
+	// batch groups this node's limiter statements of one upstream that
+	// come at the same moment.
+	batch upstream.Batcher
 }
 
 type cycleKey struct {
