@@ -28,6 +28,12 @@ func (g *gatedDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	return g.DB.QueryRow(ctx, sql, args...)
 }
 
+func (g *gatedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	g.queries.Add(1)
+	g.first.Do(func() { <-g.open })
+	return g.DB.Query(ctx, sql, args...)
+}
+
 // batchRun sends n calls of key through do at once, the first alone (its
 // statement held open) and the others lined up behind it, and returns
 // their results in the order of rs.
@@ -42,29 +48,32 @@ func batchRun[T any](t *testing.T, b *bundle, bat *upstream.Batcher, db *gatedDB
 		wg.Add(1)
 		go func() { defer wg.Done(); out[i] = do(rs[i]) }()
 	}
-	require.Eventually(t, func() bool { return bat.Pending(b.lim, "transactions", rs[0].Key, release) == len(rs)-1 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return bat.Pending(b.lim, "transactions", release) == len(rs)-1 }, 10*time.Second, time.Millisecond,
 		"the other calls line up behind the first")
 	close(db.open)
 	wg.Wait()
 	return out
 }
 
-// TestBatcherGroupsStatements: syncs of one upstream that ask while a
-// statement of theirs runs go together in the next one (two statements
-// for 40 decisions, two for 40 successes), with the state as if each had
-// gone alone: 40 leases, then none, and 40 calls counted.
+// TestBatcherGroupsStatements: syncs of a task that ask while a statement
+// of theirs runs go together in the next one, whatever their upstream (two
+// statements for 40 decisions over two upstreams, two for 40 successes),
+// with the state as if each had gone alone: 20 leases each, then none,
+// and every call counted.
 func TestBatcherGroupsStatements(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	limits := upstream.Limits{Rate: 1000, Burst: 100, Concurrency: 100, FailureThreshold: 5}
 	rs := make([]upstream.Request, 40)
 	for i := range rs {
-		rs[i] = b.req("bank-a", limits)
+		rs[i] = b.req([]string{"bank-a", "bank-b"}[i%2], limits)
 	}
-	// The key's row exists before (its first sync creates it).
-	warm := b.req("bank-a", limits)
-	require.Equal(t, upstream.Run, b.acquire(t, warm).Verdict)
-	b.release(t, warm, upstream.Succeeded, 0)
+	// The keys' rows exist before (their first syncs create them).
+	for _, key := range []string{"bank-a", "bank-b"} {
+		warm := b.req(key, limits)
+		require.Equal(t, upstream.Run, b.acquire(t, warm).Verdict)
+		b.release(t, warm, upstream.Succeeded, 0)
+	}
 
 	var bat upstream.Batcher
 	db := &gatedDB{DB: b.pool, open: make(chan struct{})}
@@ -77,7 +86,8 @@ func TestBatcherGroupsStatements(t *testing.T) {
 		require.Equal(t, upstream.Decision{Verdict: upstream.Run}, d, "sync %d", i)
 	}
 	require.EqualValues(t, 2, db.queries.Load(), "one statement for the first, one for the 39 behind it")
-	require.Equal(t, 40, b.state(t, "bank-a").InFlight)
+	require.Equal(t, 20, b.state(t, "bank-a").InFlight)
+	require.Equal(t, 20, b.state(t, "bank-b").InFlight)
 
 	db = &gatedDB{DB: b.pool, open: make(chan struct{})}
 	batchRun(t, b, &bat, db, rs, true, func(r upstream.Request) error {
@@ -86,15 +96,19 @@ func TestBatcherGroupsStatements(t *testing.T) {
 		return err
 	})
 	require.EqualValues(t, 2, db.queries.Load())
-	s := b.state(t, "bank-a")
-	require.Equal(t, 0, s.InFlight)
-	require.EqualValues(t, 41, s.Calls)
+	for _, key := range []string{"bank-a", "bank-b"} {
+		s := b.state(t, key)
+		require.Equal(t, 0, s.InFlight, key)
+		require.EqualValues(t, 21, s.Calls, key)
+	}
 }
 
-// TestBatcherHoldsTheLimits: a group the upstream has no room for at once
-// is decided one by one, so a batch never admits more than the limits:
-// with a burst of 10 at one sync a second, 10 of 11 syncs start at once
-// and the 11th is held; with 3 in flight at most, 3 of 10 run.
+// TestBatcherHoldsTheLimits: an upstream without room for its syncs of a
+// batch at once has them decided one by one, so a batch never admits more
+// than the limits: with a burst of 10 at one sync a second, 10 of 11 syncs
+// start at once and the 11th is held; with 3 in flight at most, 3 of 10
+// run. Another upstream's syncs in the same batch that fit are admitted
+// together all the same.
 func TestBatcherHoldsTheLimits(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -109,12 +123,17 @@ func TestBatcherHoldsTheLimits(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			// The key's row exists, its clocks untouched.
-			_, err := b.pool.Exec(b.ctx, `INSERT INTO `+pgx.Identifier{b.schema, upstream.Table}.Sanitize()+` (task, key) VALUES ('transactions', 'bank-a')`)
+			// The keys' rows exist, their clocks untouched; bank-b's
+			// limits (an operator's override) are far above.
+			_, err := b.pool.Exec(b.ctx, `INSERT INTO `+pgx.Identifier{b.schema, upstream.Table}.Sanitize()+` (task, key, rate, burst, concurrency)
+VALUES ('transactions', 'bank-a', NULL, NULL, NULL), ('transactions', 'bank-b', 1000, 1000, 1000)`)
 			require.NoError(t, err)
-			rs := make([]upstream.Request, tt.n)
+			rs := make([]upstream.Request, tt.n, tt.n+4)
 			for i := range rs {
 				rs[i] = b.req("bank-a", tt.limits)
+			}
+			for range 4 {
+				rs = append(rs, b.req("bank-b", tt.limits))
 			}
 			var bat upstream.Batcher
 			db := &gatedDB{DB: b.pool, open: make(chan struct{})}
@@ -123,15 +142,17 @@ func TestBatcherHoldsTheLimits(t *testing.T) {
 				require.NoError(t, err)
 				return d
 			})
-			var run int
-			for _, d := range decisions {
+			run := map[string]int{}
+			for i, d := range decisions {
 				if d.Verdict == upstream.Run && d.Delay == 0 {
-					run++
+					run[rs[i].Key]++
 				}
 			}
-			require.Equal(t, tt.run, run, "syncs started at once: %+v", decisions)
+			require.Equal(t, map[string]int{"bank-a": tt.run, "bank-b": 4}, run, "syncs started at once: %+v", decisions)
 			if tt.n == tt.run {
-				require.EqualValues(t, 2, db.queries.Load(), "a group that fits goes in one statement")
+				require.EqualValues(t, 2, db.queries.Load(), "a batch that fits goes in one statement")
+			} else {
+				require.EqualValues(t, 2+tt.n-1, db.queries.Load(), "bank-a's syncs of the batch decide alone, bank-b's do not")
 			}
 		})
 	}
