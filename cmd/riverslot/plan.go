@@ -36,8 +36,11 @@ override in --river-schema); it exits 1 when an upstream cannot fit in a cycle.
 `
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if monthlyCycle(args) {
+		return runPlanMonthly(ctx, args, stdout, stderr)
+	}
 	fs := newFlagSet("plan", planAbout, stderr)
-	cycle := durationFlag(fs, "cycle", 24*time.Hour, "cycle length: a whole number of seconds, a multiple of 2s (24h, 8h, 120s)")
+	cycle := durationFlag(fs, "cycle", 24*time.Hour, "cycle length: a whole number of seconds, a multiple of 2s (24h, 8h, 120s), or monthly (calendar months in --location; see plan --cycle monthly -h)")
 	buckets := fs.Int("buckets", slotplan.Buckets, "the task's Buckets: 256 (last UUID byte) or 65536 (last two bytes; 24h gives 1024 slots)")
 	anchor := fs.String("anchor", "00:00", "time of day HH:MM[:SS] at which cycles start (in --tz)")
 	tz := fs.String("tz", "", "IANA time zone of --anchor, e.g. Europe/London; empty: an absolute UTC grid")

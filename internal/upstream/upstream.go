@@ -21,7 +21,10 @@
 //
 // Every decision reads the database's clock (clock_timestamp()), not the
 // node's, and takes the key's row lock for one short transaction: syncs
-// of one upstream are decided one at a time, whatever node runs them.
+// of one upstream are decided one at a time, whatever node runs them. A
+// node's Batcher sends the decisions and successes its syncs ask for at
+// the same moment in one statement, which decides each upstream's group
+// of them under its row lock as one.
 package upstream
 
 import (
