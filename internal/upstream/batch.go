@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -77,11 +78,17 @@ func (b *Batcher) Acquire(ctx context.Context, l *Limiter, db DB, r Request) (De
 		ok, err := l.fastMany(ctx, db, rs)
 		return ok, nil, err
 	})
-	if res.err == nil && res.ok {
+	if res.err != nil {
+		// Not decided again alone: the statement may have committed
+		// before its answer was lost, and a second decision would take a
+		// second lease.
+		return Decision{}, res.err
+	}
+	if res.ok {
 		return Decision{Verdict: Run}, nil
 	}
-	// Its upstream had no room for its group at once (or the statement
-	// failed): decide alone, with the whole rule.
+	// Its upstream had no room for its group at once: decide alone, with
+	// the whole rule.
 	return l.Acquire(ctx, db, r)
 }
 
@@ -94,12 +101,7 @@ func (b *Batcher) Release(ctx context.Context, l *Limiter, db DB, r Request, out
 	res := b.do(ctx, batchKey{table: l.table, task: r.Task, release: true}, r, func(ctx context.Context, rs []Request) ([]bool, []Released, error) {
 		return l.releaseSucceeded(ctx, db, rs)
 	})
-	if res.err != nil {
-		// The batch's statement failed (another sync's deadline, a
-		// deadlock with a sweep): record this one alone.
-		return l.Release(ctx, db, r, outcome, retryAfter)
-	}
-	return res.rel, nil
+	return res.rel, res.err
 }
 
 // do runs r in the next batch of k. The first caller while no batch runs
@@ -131,6 +133,23 @@ func (b *Batcher) do(ctx context.Context, k batchKey, r Request, run batchRun) b
 	return b.lead(ctx, k, q, c, []*batchCall{c}, run)
 }
 
+// runSafely runs a batch under its own deadline, a panic turned into an
+// error so that the calls waiting for it and the queue behind it go on.
+func runSafely(ctx context.Context, run batchRun, rs []Request) (ok []bool, rel []Released, err error) {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			ok, rel, err = nil, nil, fmt.Errorf("riverslot: a batch of upstream decisions panicked: %v", p)
+		}
+	}()
+	ok, rel, err = run(bctx, rs)
+	if err == nil && (len(ok) != len(rs) || rel != nil && len(rel) != len(rs)) {
+		err = fmt.Errorf("riverslot: a batch of %d upstream decisions answered %d (a bug)", len(rs), len(ok))
+	}
+	return ok, rel, err
+}
+
 // lead runs batch (c's, c first), delivers its results to the others, and
 // hands the calls queued meanwhile to the next leader.
 func (b *Batcher) lead(ctx context.Context, k batchKey, q *batchQueue, c *batchCall, batch []*batchCall, run batchRun) batchResult {
@@ -138,9 +157,7 @@ func (b *Batcher) lead(ctx context.Context, k batchKey, q *batchQueue, c *batchC
 	for i, bc := range batch {
 		rs[i] = bc.r
 	}
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
-	ok, rel, err := run(bctx, rs)
-	cancel()
+	ok, rel, err := runSafely(ctx, run, rs)
 
 	b.mu.Lock()
 	var next []*batchCall

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/internal/upstream"
@@ -32,6 +33,15 @@ func (g *gatedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 	g.queries.Add(1)
 	g.first.Do(func() { <-g.open })
 	return g.DB.Query(ctx, sql, args...)
+}
+
+// row reads the key's in_flight counter (what the fast path admits by,
+// beside the leases State counts) and its rate's start clock.
+func (b *bundle) row(t *testing.T, key string) (inFlight int, startTAT *time.Time) {
+	t.Helper()
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT in_flight, start_tat FROM `+pgx.Identifier{b.schema, upstream.Table}.Sanitize()+
+		` WHERE task = 'transactions' AND key = $1`, key).Scan(&inFlight, &startTAT))
+	return inFlight, startTAT
 }
 
 // batchRun sends n calls of key through do at once, the first alone (its
@@ -79,20 +89,23 @@ func TestBatcherGroupsStatements(t *testing.T) {
 	db := &gatedDB{DB: b.pool, open: make(chan struct{})}
 	decisions := batchRun(t, b, &bat, db, rs, false, func(r upstream.Request) upstream.Decision {
 		d, err := bat.Acquire(b.ctx, b.lim, db, r)
-		require.NoError(t, err)
+		assert.NoError(t, err) // not require: in the call's goroutine
 		return d
 	})
 	for i, d := range decisions {
 		require.Equal(t, upstream.Decision{Verdict: upstream.Run}, d, "sync %d", i)
 	}
 	require.EqualValues(t, 2, db.queries.Load(), "one statement for the first, one for the 39 behind it")
-	require.Equal(t, 20, b.state(t, "bank-a").InFlight)
-	require.Equal(t, 20, b.state(t, "bank-b").InFlight)
+	for _, key := range []string{"bank-a", "bank-b"} {
+		require.Equal(t, 20, b.state(t, key).InFlight, "leases")
+		n, _ := b.row(t, key)
+		require.Equal(t, 20, n, "in_flight")
+	}
 
 	db = &gatedDB{DB: b.pool, open: make(chan struct{})}
 	batchRun(t, b, &bat, db, rs, true, func(r upstream.Request) error {
 		_, err := bat.Release(b.ctx, b.lim, db, r, upstream.Succeeded, 0)
-		require.NoError(t, err)
+		assert.NoError(t, err)
 		return err
 	})
 	require.EqualValues(t, 2, db.queries.Load())
@@ -100,14 +113,17 @@ func TestBatcherGroupsStatements(t *testing.T) {
 		s := b.state(t, key)
 		require.Equal(t, 0, s.InFlight, key)
 		require.EqualValues(t, 21, s.Calls, key)
+		n, _ := b.row(t, key)
+		require.Zero(t, n, "in_flight")
 	}
 }
 
 // TestBatcherHoldsTheLimits: an upstream without room for its syncs of a
 // batch at once has them decided one by one, so a batch never admits more
-// than the limits: with a burst of 10 at one sync a second, 10 of 11 syncs
-// start at once and the 11th is held; with 3 in flight at most, 3 of 10
-// run. Another upstream's syncs in the same batch that fit are admitted
+// than the limits: with a burst of 10 at one sync every 10 s, 10 of 11
+// syncs start at once and the 11th is held, and after 10 that fit the
+// next is held too (the start clock moved by 10 intervals); with 3 in
+// flight at most, 3 of 10 run. Another upstream's syncs in the same batch that fit are admitted
 // together all the same.
 func TestBatcherHoldsTheLimits(t *testing.T) {
 	t.Parallel()
@@ -116,8 +132,8 @@ func TestBatcherHoldsTheLimits(t *testing.T) {
 		limits upstream.Limits
 		n, run int
 	}{
-		{"burst", upstream.Limits{Rate: 1, Burst: 10}, 11, 10},
-		{"burst fits", upstream.Limits{Rate: 1, Burst: 10}, 10, 10},
+		{"burst", upstream.Limits{Rate: 0.1, Burst: 10}, 11, 10},
+		{"burst fits", upstream.Limits{Rate: 0.1, Burst: 10}, 10, 10},
 		{"concurrency", upstream.Limits{Concurrency: 3}, 10, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,6 +165,12 @@ VALUES ('transactions', 'bank-a', NULL, NULL, NULL), ('transactions', 'bank-b', 
 				}
 			}
 			require.Equal(t, map[string]int{"bank-a": tt.run, "bank-b": 4}, run, "syncs started at once: %+v", decisions)
+			n, _ := b.row(t, "bank-a")
+			require.Equal(t, tt.run, n, "bank-a's in_flight")
+			if tt.limits.Rate > 0 {
+				next := b.acquire(t, b.req("bank-a", tt.limits))
+				require.False(t, next.Verdict == upstream.Run && next.Delay == 0, "the burst is spent: %+v", next)
+			}
 			if tt.n == tt.run {
 				require.EqualValues(t, 2, db.queries.Load(), "a batch that fits goes in one statement")
 			} else {
