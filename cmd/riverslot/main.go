@@ -44,6 +44,8 @@ commands:
           in seconds, for riverslot and its alternatives (no database)
   upstream  list a task's upstreams (limits, breaker, counters) or set one's
           limits at run time
+  serve   periodic HTTP calls as a service: an HTTP API of schedules, each
+          called once per period at a fixed, evenly spread place
 
 Database: --database-url, else $DATABASE_URL, else the local database the
 command's make target prepares (riverslot_demo for demo and worker,
@@ -103,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runSimulate(ctx, args[1:], stdout, stderr)
 	case "upstream":
 		err = runUpstream(ctx, args[1:], stdout, stderr)
+	case "serve":
+		err = runServe(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

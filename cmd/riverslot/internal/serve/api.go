@@ -1,0 +1,647 @@
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed openapi.json
+var openAPI []byte
+
+// Schedule is a schedule as the API reads and writes it.
+type Schedule struct {
+	ID       uuid.UUID         `json:"id"`
+	URL      string            `json:"url"`
+	Method   string            `json:"method"`
+	Headers  map[string]string `json:"headers"`
+	Body     string            `json:"body"`
+	Period   string            `json:"period"`
+	Timeout  string            `json:"timeout"`
+	Retries  int               `json:"retries"`
+	Upstream string            `json:"upstream"`
+	Paused   bool              `json:"paused"`
+	// Offset is the schedule's place in its period: every call is due
+	// that long after a period starts.
+	Offset        string      `json:"offset"`
+	OffsetSeconds float64     `json:"offset_seconds"`
+	NextCalls     []time.Time `json:"next_calls"`
+	CreatedAt     time.Time   `json:"created_at"`
+	UpdatedAt     time.Time   `json:"updated_at"`
+	DeletedAt     *time.Time  `json:"deleted_at,omitempty"`
+	LastCalls     []Call      `json:"last_calls,omitempty"`
+}
+
+// Call is one call of a schedule.
+type Call struct {
+	StartedAt       time.Time  `json:"started_at"`
+	DueAt           *time.Time `json:"due_at,omitempty"`
+	LatenessSeconds *float64   `json:"lateness_seconds,omitempty"`
+	Attempt         int        `json:"attempt"`
+	Status          *int       `json:"status,omitempty"`
+	LatencySeconds  float64    `json:"latency_seconds"`
+	OK              bool       `json:"ok"`
+	Error           *string    `json:"error,omitempty"`
+}
+
+// input is a create or a change: nil fields are not given.
+type input struct {
+	URL      *string            `json:"url"`
+	Method   *string            `json:"method"`
+	Headers  *map[string]string `json:"headers"`
+	Body     *string            `json:"body"`
+	Period   *string            `json:"period"`
+	Timeout  *string            `json:"timeout"`
+	Retries  *int               `json:"retries"`
+	Upstream *string            `json:"upstream"`
+	Paused   *bool              `json:"paused"`
+}
+
+// apiError is a 4xx answer: the field at fault and how to fix it.
+type apiError struct {
+	status int
+	Field  string `json:"field,omitempty"`
+	Error  string `json:"error"`
+}
+
+func badField(field, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, Field: field, Error: field + " " + fmt.Sprintf(format, args...)}
+}
+
+// Handler is the service's HTTP API (/v1/...); every endpoint but the
+// OpenAPI document needs a token.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openAPI)
+	})
+	auth := func(h func(http.ResponseWriter, *http.Request) (int, any)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if !s.authorized(r) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="riverslot"`)
+				writeJSON(w, http.StatusUnauthorized, &apiError{Error: "a valid token is required: Authorization: Bearer <token> (riverslot serve --token-file writes one)"})
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
+			status, v := h(w, r)
+			if e, ok := v.(*apiError); ok && e.status != 0 {
+				status = e.status
+			}
+			writeJSON(w, status, v)
+		}
+	}
+	mux.HandleFunc("POST /v1/schedules", auth(s.create))
+	mux.HandleFunc("GET /v1/schedules", auth(s.list))
+	mux.HandleFunc("GET /v1/schedules/{id}", auth(s.get))
+	mux.HandleFunc("PATCH /v1/schedules/{id}", auth(s.patch))
+	mux.HandleFunc("DELETE /v1/schedules/{id}", auth(s.delete))
+	mux.HandleFunc("POST /v1/tokens", auth(s.newToken))
+	mux.HandleFunc("GET /v1/stats", auth(s.stats))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(true) // a target's text is never markup here
+	_ = enc.Encode(v)
+}
+
+func internal(err error) (int, any) {
+	return http.StatusInternalServerError, &apiError{Error: "internal error: " + err.Error()}
+}
+
+// decode reads a JSON object into v, refusing unknown fields.
+func decode(r *http.Request, v any) *apiError {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &apiError{status: http.StatusRequestEntityTooLarge, Error: fmt.Sprintf("the request is over %d bytes", MaxRequestBytes)}
+		}
+		return &apiError{status: http.StatusBadRequest, Error: "the request is not a JSON object of a schedule's fields: " + err.Error()}
+	}
+	return nil
+}
+
+var methods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodHead}
+
+// forbiddenHeaders are set by the server, not by a schedule.
+var forbiddenHeaders = []string{"host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "trailer", "proxy-authorization", "proxy-connection"}
+
+// row is a schedule as stored.
+type row struct {
+	url, method, body, upstream string
+	headers                     map[string]string
+	period, timeout             time.Duration
+	retries                     int
+	paused                      bool
+}
+
+// apply checks in's fields and sets them on r (create: every required
+// field given).
+func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiError {
+	if in.URL != nil || create {
+		if in.URL == nil {
+			return badField("url", "is required: the URL to call, e.g. https://api.example.com/hook")
+		}
+		u, err := s.cfg.Guard.CheckURL(ctx, *in.URL)
+		if err != nil {
+			return badField("url", "%v", err)
+		}
+		r.url = u.String()
+		if in.Upstream == nil && (create || r.upstream == "") {
+			r.upstream = strings.ToLower(u.Hostname())
+		}
+	}
+	if in.Method != nil {
+		m := strings.ToUpper(*in.Method)
+		if !slices.Contains(methods, m) {
+			return badField("method", "must be one of %s, got %q", strings.Join(methods, ", "), *in.Method)
+		}
+		r.method = m
+	}
+	if in.Headers != nil {
+		if len(*in.Headers) > MaxHeaders {
+			return badField("headers", "may hold at most %d headers, got %d", MaxHeaders, len(*in.Headers))
+		}
+		size := 0
+		for k, v := range *in.Headers {
+			size += len(k) + len(v)
+			if k == "" || strings.ContainsAny(k, " \t\r\n:") || strings.ContainsAny(v, "\r\n") {
+				return badField("headers", "has an invalid header %q: names are tokens, values one line", k)
+			}
+			if slices.Contains(forbiddenHeaders, strings.ToLower(k)) {
+				return badField("headers", "may not set %s: the server sets it", k)
+			}
+		}
+		if size > MaxHeaderBytes {
+			return badField("headers", "are %d bytes; at most %d", size, MaxHeaderBytes)
+		}
+		r.headers = *in.Headers
+	}
+	if in.Body != nil {
+		if len(*in.Body) > MaxBody {
+			return badField("body", "is %d bytes; at most %d", len(*in.Body), MaxBody)
+		}
+		r.body = *in.Body
+	}
+	if in.Period != nil || create {
+		if in.Period == nil {
+			return badField("period", `is required: one of %s`, s.periodList())
+		}
+		p, err := ParsePeriod(*in.Period)
+		if err != nil {
+			return badField("period", "%v", err)
+		}
+		if _, ok := s.tasks[p]; !ok {
+			return badField("period", "%s is not served here; this server serves %s (the nearest: %s); riverslot serve --periods adds periods",
+				FormatPeriod(p), s.periodList(), FormatPeriod(s.nearest(p)))
+		}
+		r.period = p
+	}
+	if in.Timeout != nil {
+		d, err := time.ParseDuration(*in.Timeout)
+		if err != nil || d < 100*time.Millisecond || d > MaxTimeout {
+			return badField("timeout", "must be a duration between 100ms and %s, e.g. \"10s\"; got %q", MaxTimeout, *in.Timeout)
+		}
+		r.timeout = d
+	}
+	if r.timeout > r.period/2 {
+		return badField("timeout", "%s is more than half the period %s; give a shorter timeout or a longer period", r.timeout, FormatPeriod(r.period))
+	}
+	if in.Retries != nil {
+		if *in.Retries < 0 || *in.Retries > MaxRetries {
+			return badField("retries", "must be between 0 and %d, got %d", MaxRetries, *in.Retries)
+		}
+		r.retries = *in.Retries
+	}
+	if in.Upstream != nil {
+		if *in.Upstream == "" || len(*in.Upstream) > 128 {
+			return badField("upstream", "must be 1 to 128 bytes (the key the per-upstream limits count by; default: the URL's host)")
+		}
+		r.upstream = *in.Upstream
+	}
+	if in.Paused != nil {
+		r.paused = *in.Paused
+	}
+	return nil
+}
+
+func (s *Server) periodList() string {
+	var out []string
+	for _, p := range s.cfg.Periods {
+		out = append(out, FormatPeriod(p))
+	}
+	return strings.Join(out, ", ")
+}
+
+func (s *Server) nearest(p time.Duration) time.Duration {
+	best := s.cfg.Periods[0]
+	for _, q := range s.cfg.Periods {
+		if absDur(q-p) < absDur(best-p) {
+			best = q
+		}
+	}
+	return best
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+const scheduleColumns = `id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused, created_at, updated_at, deleted_at`
+
+func (s *Server) scan(rows pgx.CollectableRow) (Schedule, error) {
+	var (
+		sc                   Schedule
+		periodMS             int64
+		timeoutMS            int
+		created, updated     time.Time
+		deleted              *time.Time
+		headers              map[string]string
+		url, method, body, u string
+	)
+	if err := rows.Scan(&sc.ID, &url, &method, &headers, &body, &periodMS, &timeoutMS, &sc.Retries, &u, &sc.Paused, &created, &updated, &deleted); err != nil {
+		return sc, err
+	}
+	sc.URL, sc.Method, sc.Headers, sc.Body, sc.Upstream = url, method, headers, body, u
+	sc.CreatedAt, sc.UpdatedAt, sc.DeletedAt = created, updated, deleted
+	period := time.Duration(periodMS) * time.Millisecond
+	sc.Period, sc.Timeout = FormatPeriod(period), (time.Duration(timeoutMS) * time.Millisecond).String()
+	s.place(&sc, period, time.Now())
+	return sc, nil
+}
+
+// place fills the schedule's offset and next calls (none while paused or
+// deleted): a period whose fan-out for the schedule's slot has already run
+// is skipped, as the schedule was not there to be selected.
+func (s *Server) place(sc *Schedule, period time.Duration, now time.Time) {
+	info, ok := s.tasks[period]
+	if !ok {
+		return
+	}
+	start := info.Schedule.Start(now)
+	target := info.Plan.ShiftedTarget(start, info.Seed, sc.ID, info.Shift)
+	sc.Offset = target.Sub(start).String()
+	sc.OffsetSeconds = target.Sub(start).Seconds()
+	sc.NextCalls = []time.Time{}
+	if sc.Paused || sc.DeletedAt != nil {
+		return
+	}
+	slot := info.Plan.Shift(info.Plan.SlotOf(sc.ID), info.Shift)
+	for c := start; len(sc.NextCalls) < 3; c = info.Schedule.Next(c) {
+		due := info.Plan.ShiftedTarget(c, info.Seed, sc.ID, info.Shift)
+		if info.Plan.SlotStart(c, slot).Add(-info.Lead).After(now) {
+			sc.NextCalls = append(sc.NextCalls, due.UTC())
+		}
+	}
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any) {
+	var in input
+	if e := decode(r, &in); e != nil {
+		return 0, e
+	}
+	row := row{method: http.MethodPost, headers: map[string]string{}, timeout: DefaultTimeout, retries: DefaultRetries}
+	if in.Timeout == nil && in.Period != nil {
+		if p, err := ParsePeriod(*in.Period); err == nil && DefaultTimeout > p/2 {
+			row.timeout = p / 2
+		}
+	}
+	if e := s.apply(r.Context(), &row, in, true); e != nil {
+		return 0, e
+	}
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return internal(err)
+	}
+	rows, err := s.cfg.Pool.Query(r.Context(), `INSERT INTO `+s.schedules+` (id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING `+scheduleColumns,
+		id, row.url, row.method, row.headers, row.body, row.period.Milliseconds(), row.timeout.Milliseconds(), row.retries, row.upstream, row.paused)
+	if err != nil {
+		return internal(err)
+	}
+	sc, err := pgx.CollectExactlyOneRow(rows, s.scan)
+	if err != nil {
+		return internal(err)
+	}
+	w.Header().Set("Location", "/v1/schedules/"+sc.ID.String())
+	return http.StatusCreated, sc
+}
+
+func (s *Server) list(_ http.ResponseWriter, r *http.Request) (int, any) {
+	q := r.URL.Query()
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return 0, badField("limit", "must be between 1 and 1000, got %q", v)
+		}
+		limit = n
+	}
+	after := uuid.Nil
+	if v := q.Get("after"); v != "" {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			return 0, badField("after", "must be the id of the last schedule of the previous page (its \"next\"), got %q", v)
+		}
+		after = id
+	}
+	var periodMS *int64
+	if v := q.Get("period"); v != "" {
+		p, err := ParsePeriod(v)
+		if err != nil {
+			return 0, badField("period", "%v", err)
+		}
+		ms := p.Milliseconds()
+		periodMS = &ms
+	}
+	var paused *bool
+	if v := q.Get("paused"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return 0, badField("paused", "must be true or false, got %q", v)
+		}
+		paused = &b
+	}
+	var upstream *string
+	if v := q.Get("upstream"); v != "" {
+		upstream = &v
+	}
+	deleted := q.Get("deleted") == "true"
+	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT `+scheduleColumns+` FROM `+s.schedules+`
+WHERE id > $1 AND ($2::bigint IS NULL OR period_ms = $2) AND ($3::boolean IS NULL OR paused = $3) AND ($4::text IS NULL OR upstream = $4)
+	AND (deleted_at IS NULL) <> $5
+ORDER BY id LIMIT $6`, after, periodMS, paused, upstream, deleted, limit)
+	if err != nil {
+		return internal(err)
+	}
+	list, err := pgx.CollectRows(rows, s.scan)
+	if err != nil {
+		return internal(err)
+	}
+	page := struct {
+		Schedules []Schedule `json:"schedules"`
+		Next      *uuid.UUID `json:"next"`
+	}{Schedules: list}
+	if len(list) == limit {
+		page.Next = &list[len(list)-1].ID
+	}
+	return http.StatusOK, page
+}
+
+func pathID(r *http.Request) (uuid.UUID, *apiError) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return uuid.Nil, &apiError{status: http.StatusNotFound, Field: "id", Error: fmt.Sprintf("no schedule %q: ids are UUIDs", r.PathValue("id"))}
+	}
+	return id, nil
+}
+
+func notFound(id uuid.UUID) *apiError {
+	return &apiError{status: http.StatusNotFound, Field: "id", Error: fmt.Sprintf("no schedule %s (deleted schedules stay readable for the server's history)", id)}
+}
+
+func (s *Server) get(_ http.ResponseWriter, r *http.Request) (int, any) {
+	id, e := pathID(r)
+	if e != nil {
+		return 0, e
+	}
+	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT `+scheduleColumns+` FROM `+s.schedules+` WHERE id = $1`, id)
+	if err != nil {
+		return internal(err)
+	}
+	sc, err := pgx.CollectExactlyOneRow(rows, s.scan)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, notFound(id)
+	}
+	if err != nil {
+		return internal(err)
+	}
+	calls, err := s.cfg.Pool.Query(r.Context(), `SELECT started_at, due_at, lateness_ms / 1000, attempt, status, latency_ms / 1000, ok, error FROM `+s.calls+`
+WHERE schedule_id = $1 ORDER BY started_at DESC LIMIT 20`, id)
+	if err != nil {
+		return internal(err)
+	}
+	sc.LastCalls, err = pgx.CollectRows(calls, func(row pgx.CollectableRow) (Call, error) {
+		var c Call
+		err := row.Scan(&c.StartedAt, &c.DueAt, &c.LatenessSeconds, &c.Attempt, &c.Status, &c.LatencySeconds, &c.OK, &c.Error)
+		return c, err
+	})
+	if err != nil {
+		return internal(err)
+	}
+	if sc.LastCalls == nil {
+		sc.LastCalls = []Call{}
+	}
+	return http.StatusOK, sc
+}
+
+func (s *Server) patch(_ http.ResponseWriter, r *http.Request) (int, any) {
+	id, e := pathID(r)
+	if e != nil {
+		return 0, e
+	}
+	var in input
+	if e := decode(r, &in); e != nil {
+		return 0, e
+	}
+	tx, err := s.cfg.Pool.Begin(r.Context())
+	if err != nil {
+		return internal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(r.Context())) }()
+	var (
+		cur                 row
+		periodMS, timeoutMS int64
+	)
+	err = tx.QueryRow(r.Context(), `SELECT url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused FROM `+s.schedules+`
+WHERE id = $1 AND deleted_at IS NULL FOR UPDATE`, id).Scan(&cur.url, &cur.method, &cur.headers, &cur.body, &periodMS, &timeoutMS, &cur.retries, &cur.upstream, &cur.paused)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, notFound(id)
+	}
+	if err != nil {
+		return internal(err)
+	}
+	cur.period, cur.timeout = time.Duration(periodMS)*time.Millisecond, time.Duration(timeoutMS)*time.Millisecond
+	if e := s.apply(r.Context(), &cur, in, false); e != nil {
+		return 0, e
+	}
+	rows, err := tx.Query(r.Context(), `UPDATE `+s.schedules+` SET url = $2, method = $3, headers = $4, body = $5, period_ms = $6, timeout_ms = $7, retries = $8,
+	upstream = $9, paused = $10, updated_at = clock_timestamp() WHERE id = $1 RETURNING `+scheduleColumns,
+		id, cur.url, cur.method, cur.headers, cur.body, cur.period.Milliseconds(), cur.timeout.Milliseconds(), cur.retries, cur.upstream, cur.paused)
+	if err != nil {
+		return internal(err)
+	}
+	sc, err := pgx.CollectExactlyOneRow(rows, s.scan)
+	if err != nil {
+		return internal(err)
+	}
+	if err := tx.Commit(r.Context()); err != nil {
+		return internal(err)
+	}
+	return http.StatusOK, sc
+}
+
+func (s *Server) delete(_ http.ResponseWriter, r *http.Request) (int, any) {
+	id, e := pathID(r)
+	if e != nil {
+		return 0, e
+	}
+	tag, err := s.cfg.Pool.Exec(r.Context(), `UPDATE `+s.schedules+` SET deleted_at = clock_timestamp(), updated_at = clock_timestamp() WHERE id = $1 AND deleted_at IS NULL`, id)
+	if err != nil {
+		return internal(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, notFound(id)
+	}
+	return http.StatusOK, map[string]any{"id": id, "deleted": true, "history_kept": s.cfg.History.String()}
+}
+
+func (s *Server) stats(_ http.ResponseWriter, r *http.Request) (int, any) {
+	unit := r.URL.Query().Get("granularity")
+	if unit == "" {
+		unit = "minute"
+	}
+	if unit != "second" && unit != "minute" && unit != "hour" {
+		return 0, badField("granularity", "must be second, minute or hour, got %q", unit)
+	}
+	// The last 60 units.
+	span := map[string]time.Duration{"second": time.Minute, "minute": time.Hour, "hour": 60 * time.Hour}[unit]
+	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT date_trunc($1, started_at) AS at, count(*), count(*) FILTER (WHERE NOT ok),
+	percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness_ms) / 1000
+FROM `+s.calls+` WHERE started_at >= clock_timestamp() - $2 * interval '1 millisecond' GROUP BY 1 ORDER BY 1`, unit, span.Milliseconds())
+	if err != nil {
+		return internal(err)
+	}
+	type point struct {
+		At                 time.Time `json:"at"`
+		Calls              int64     `json:"calls"`
+		Failures           int64     `json:"failures"`
+		LatenessP99Seconds *float64  `json:"lateness_p99_seconds"`
+	}
+	points, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (point, error) {
+		var p point
+		err := row.Scan(&p.At, &p.Calls, &p.Failures, &p.LatenessP99Seconds)
+		return p, err
+	})
+	if err != nil {
+		return internal(err)
+	}
+	if points == nil {
+		points = []point{}
+	}
+	return http.StatusOK, map[string]any{"granularity": unit, "points": points}
+}
+
+// Tokens are 32 random bytes, hex, prefixed "rs_"; the server keeps their
+// SHA-256 only.
+func newTokenValue() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "rs_" + hex.EncodeToString(b), nil
+}
+
+func tokenHash(token string) []byte {
+	h := sha256.Sum256([]byte(token))
+	return h[:]
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		return false
+	}
+	var found bool
+	err := s.cfg.Pool.QueryRow(r.Context(), `SELECT EXISTS (SELECT 1 FROM `+s.tokens+` WHERE hash = $1)`, tokenHash(token)).Scan(&found)
+	return err == nil && found
+}
+
+func (s *Server) newToken(_ http.ResponseWriter, r *http.Request) (int, any) {
+	var in struct {
+		Name string `json:"name"`
+	}
+	if r.ContentLength != 0 {
+		if e := decode(r, &in); e != nil {
+			return 0, e
+		}
+	}
+	if len(in.Name) > 200 {
+		return 0, badField("name", "must be at most 200 bytes")
+	}
+	token, err := s.AddToken(r.Context(), in.Name)
+	if err != nil {
+		return internal(err)
+	}
+	return http.StatusCreated, map[string]string{"token": token, "name": in.Name, "note": "shown once; the server keeps only its hash"}
+}
+
+// AddToken makes a new token named name and returns it.
+func (s *Server) AddToken(ctx context.Context, name string) (string, error) {
+	token, err := newTokenValue()
+	if err != nil {
+		return "", err
+	}
+	_, err = s.cfg.Pool.Exec(ctx, `INSERT INTO `+s.tokens+` (hash, name) VALUES ($1, $2)`, tokenHash(token), name)
+	return token, err
+}
+
+// TokenFile makes sure the token in path is accepted: when the file is
+// missing, it writes a new random token there (mode 0600); either way the
+// token's hash is stored. It reports whether it wrote the file.
+func (s *Server) TokenFile(ctx context.Context, path string) (bool, error) {
+	b, err := os.ReadFile(path)
+	created := false
+	var token string
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if token, err = newTokenValue(); err != nil {
+			return false, err
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return false, fmt.Errorf("--token-file: %w", err)
+		}
+		if _, err := f.WriteString(token + "\n"); err != nil {
+			_ = f.Close()
+			return false, fmt.Errorf("--token-file: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return false, fmt.Errorf("--token-file: %w", err)
+		}
+		created = true
+	case err != nil:
+		return false, fmt.Errorf("--token-file: %w", err)
+	default:
+		token = strings.TrimSpace(string(b))
+		if len(token) < 16 {
+			return false, fmt.Errorf("--token-file %s holds a token of %d characters; tokens are at least 16 (delete the file for a new one)", path, len(token))
+		}
+	}
+	_, err = s.cfg.Pool.Exec(ctx, `INSERT INTO `+s.tokens+` (hash, name) VALUES ($1, 'token-file') ON CONFLICT (hash) DO NOTHING`, tokenHash(token))
+	return created, err
+}

@@ -1,0 +1,398 @@
+// Package serve is riverslot serve: periodic HTTP calls as a service. A
+// schedule (a URL to call every period) is an account of a riverslot task
+// per period, in the table riverslot_schedule: its id gives it a fixed
+// place in the period, the same second of every period, spread evenly with
+// every other schedule of that period, and adding or deleting schedules
+// moves no one. The call is the task's sync.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/slotplan"
+)
+
+// Tables of the service, in its schema (River's).
+const (
+	SchedulesTable = "riverslot_schedule"
+	CallsTable     = "riverslot_call"
+	TokensTable    = "riverslot_token"
+)
+
+// Limits of what a schedule and a call may carry.
+const (
+	MaxBody         = 64 << 10 // a schedule's body, and a call's answer read
+	MaxHeaders      = 32
+	MaxHeaderBytes  = 8 << 10
+	MaxRequestBytes = 128 << 10 // an API request
+	MaxRetries      = 10
+	MaxTimeout      = time.Minute
+	DefaultTimeout  = 10 * time.Second
+	DefaultRetries  = 3
+	DefaultHistory  = 7 * 24 * time.Hour
+)
+
+// Config configures a Server.
+type Config struct {
+	// Pool is the database of River's tables and the service's.
+	Pool *pgxpool.Pool
+	// Schema holds them (required).
+	Schema string
+	// Periods are the periods schedules may have, one riverslot task each
+	// (default 1m, 1h, 24h).
+	Periods []time.Duration
+	// Guard checks targets (default: private targets refused).
+	Guard *Guard
+	// History is how long calls, and deleted schedules, stay readable
+	// (default 7 days).
+	History time.Duration
+	// HostLimits are each upstream's limits (an upstream is a schedule's
+	// upstream, by default its URL's host).
+	HostLimits riverutil.UpstreamLimits
+	// Logger (default: discard).
+	Logger *slog.Logger
+}
+
+// Server is the service's state: its tasks and its HTTP API.
+type Server struct {
+	cfg       Config
+	scheduler *riverutil.Scheduler
+	tasks     map[time.Duration]riverutil.TaskInfo
+	http      *http.Client
+	schedules string // qualified table names
+	calls     string
+	tokens    string
+}
+
+// TaskName is the riverslot task of period.
+func TaskName(period time.Duration) string {
+	return "http-" + FormatPeriod(period)
+}
+
+// FormatPeriod writes a period as the API does: "32s", "1m", "1h", "24h",
+// "1h30m".
+func FormatPeriod(d time.Duration) string {
+	s := d.String() // 1h0m0s, 1m0s, 32s, 1h30m0s
+	s, _ = strings.CutSuffix(s, "m0s")
+	if strings.HasSuffix(d.String(), "m0s") {
+		s += "m"
+	}
+	if before, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = before + "h"
+	}
+	return s
+}
+
+// ParsePeriod reads a period: a Go duration such as "32s", "1h" or "24h",
+// or "daily" and "hourly". It returns an error that names the nearest
+// periods the service can spread.
+func ParsePeriod(s string) (time.Duration, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "hourly":
+		return time.Hour, nil
+	case "daily":
+		return 24 * time.Hour, nil
+	case "monthly":
+		return 0, errors.New(`"monthly" is planned by riverslot (riverslot plan --cycle monthly) but not served yet; use a fixed period such as 24h`)
+	case "":
+		return 0, errors.New(`is required: a duration such as "32s", "1h" or "24h"`)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf(`must be a duration such as "32s", "1h" or "24h", got %q`, s)
+	}
+	if _, err := slotplan.NewBuckets(d, slotplan.BucketsTwoByte); err != nil {
+		lo := max(d.Truncate(2*time.Second), slotplan.CycleMin)
+		hi := lo + 2*time.Second
+		return 0, fmt.Errorf("%s cannot be spread evenly (a period must be a whole number of seconds, a multiple of 2 s, at least %s); the nearest are %s and %s",
+			d, slotplan.CycleMin, FormatPeriod(lo), FormatPeriod(hi))
+	}
+	return d, nil
+}
+
+// New returns a server; Migrate must have run on cfg.Schema.
+func New(cfg Config) (*Server, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("serve: Config.Pool is required")
+	}
+	if cfg.Schema == "" {
+		return nil, errors.New("serve: Config.Schema is required: the schema of River's tables and the service's")
+	}
+	if len(cfg.Periods) == 0 {
+		cfg.Periods = []time.Duration{time.Minute, time.Hour, 24 * time.Hour}
+	}
+	if cfg.Guard == nil {
+		cfg.Guard = &Guard{}
+	}
+	if cfg.History == 0 {
+		cfg.History = DefaultHistory
+	}
+	if cfg.History < time.Hour {
+		return nil, fmt.Errorf("serve: Config.History must be at least 1h (how long calls stay readable), got %s", cfg.History)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, tasks: map[time.Duration]riverutil.TaskInfo{},
+		schedules: pgx.Identifier{cfg.Schema, SchedulesTable}.Sanitize(),
+		calls:     pgx.Identifier{cfg.Schema, CallsTable}.Sanitize(),
+		tokens:    pgx.Identifier{cfg.Schema, TokensTable}.Sanitize(),
+	}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, Control: cfg.Guard.Control}
+	s.http = &http.Client{
+		Transport: &http.Transport{
+			Proxy:                  nil, // never through a proxy the environment names
+			DialContext:            dialer.DialContext,
+			MaxResponseHeaderBytes: 64 << 10,
+			MaxIdleConnsPerHost:    8,
+			IdleConnTimeout:        90 * time.Second,
+			TLSHandshakeTimeout:    10 * time.Second,
+		},
+		// A redirect is the target's answer, not a new target.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	seen := map[time.Duration]bool{}
+	var tasks []riverutil.Task
+	for _, p := range cfg.Periods {
+		if _, err := ParsePeriod(p.String()); err != nil {
+			return nil, fmt.Errorf("serve: period %s: %w", p, err)
+		}
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		tasks = append(tasks, riverutil.Task{
+			Name:        TaskName(p),
+			Cycle:       p,
+			Buckets:     slotplan.BucketsTwoByte,
+			Schema:      cfg.Schema,
+			Table:       SchedulesTable,
+			Filter:      "deleted_at IS NULL AND NOT paused AND period_ms = " + strconv.FormatInt(p.Milliseconds(), 10),
+			Queue:       "riverslot_calls",
+			MaxAttempts: MaxRetries + 1,
+			SyncTimeout: MaxTimeout + 5*time.Second,
+			Upstream:    "upstream",
+			Limits:      cfg.HostLimits,
+			Sync:        s.call,
+		})
+	}
+	sort.Slice(cfg.Periods, func(i, j int) bool { return cfg.Periods[i] < cfg.Periods[j] })
+	scheduler, err := riverutil.New(cfg.Pool, &riverutil.Config{Logger: cfg.Logger, Tasks: tasks})
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	s.scheduler = scheduler
+	for _, t := range tasks {
+		info, err := scheduler.Task(t.Name)
+		if err != nil {
+			return nil, err
+		}
+		s.tasks[t.Cycle] = info
+	}
+	return s, nil
+}
+
+// Scheduler is the server's riverslot scheduler (its tasks, one per
+// period).
+func (s *Server) Scheduler() *riverutil.Scheduler { return s.scheduler }
+
+// Configure adds the server's workers, periodic triggers and queues to a
+// River config (workers MaxWorkers per queue).
+func (s *Server) Configure(config *river.Config, workers int) error {
+	if config.Queues == nil {
+		config.Queues = map[string]river.QueueConfig{}
+	}
+	config.Queues["riverslot_calls"] = river.QueueConfig{MaxWorkers: workers}
+	if _, ok := config.Queues[river.QueueDefault]; !ok {
+		config.Queues[river.QueueDefault] = river.QueueConfig{MaxWorkers: 10}
+	}
+	return s.scheduler.Configure(config)
+}
+
+// Migrate creates River's tables, riverslot's, and the service's in schema,
+// and the schedules' bucket index.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if err := riverutil.Migrate(ctx, pool, schema); err != nil {
+		return err
+	}
+	t := pgx.Identifier{schema, SchedulesTable}.Sanitize()
+	c := pgx.Identifier{schema, CallsTable}.Sanitize()
+	k := pgx.Identifier{schema, TokensTable}.Sanitize()
+	for _, q := range []string{
+		`CREATE TABLE IF NOT EXISTS ` + t + ` (
+	id uuid PRIMARY KEY,
+	url text NOT NULL,
+	method text NOT NULL,
+	headers jsonb NOT NULL DEFAULT '{}',
+	body text NOT NULL DEFAULT '',
+	period_ms bigint NOT NULL,
+	timeout_ms int NOT NULL,
+	retries int NOT NULL,
+	upstream text NOT NULL,
+	paused boolean NOT NULL DEFAULT false,
+	created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	deleted_at timestamptz
+)`,
+		`CREATE INDEX IF NOT EXISTS riverslot_schedule_bucket ON ` + t + ` ((get_byte(uuid_send(id), 15) * 256 + get_byte(uuid_send(id), 14)), id)`,
+		`CREATE TABLE IF NOT EXISTS ` + c + ` (
+	schedule_id uuid NOT NULL,
+	period_ms bigint NOT NULL,
+	job_id bigint,
+	attempt int NOT NULL,
+	due_at timestamptz,
+	started_at timestamptz NOT NULL,
+	lateness_ms double precision,
+	status int,
+	latency_ms double precision NOT NULL,
+	error text,
+	ok boolean NOT NULL
+)`,
+		`CREATE INDEX IF NOT EXISTS riverslot_call_schedule ON ` + c + ` (schedule_id, started_at DESC)`,
+		`CREATE INDEX IF NOT EXISTS riverslot_call_started ON ` + c + ` (started_at)`,
+		`CREATE TABLE IF NOT EXISTS ` + k + ` (
+	hash bytea PRIMARY KEY,
+	name text NOT NULL DEFAULT '',
+	created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("error creating the service's tables in schema %q: %w", schema, err)
+		}
+	}
+	return nil
+}
+
+// Prune deletes calls, and schedules deleted, longer ago than History.
+func (s *Server) Prune(ctx context.Context) (calls, schedules int64, err error) {
+	tag, err := s.cfg.Pool.Exec(ctx, `DELETE FROM `+s.calls+` WHERE started_at < clock_timestamp() - $1 * interval '1 millisecond'`, s.cfg.History.Milliseconds())
+	if err != nil {
+		return 0, 0, fmt.Errorf("error pruning calls: %w", err)
+	}
+	tag2, err := s.cfg.Pool.Exec(ctx, `DELETE FROM `+s.schedules+` WHERE deleted_at < clock_timestamp() - $1 * interval '1 millisecond'`, s.cfg.History.Milliseconds())
+	if err != nil {
+		return tag.RowsAffected(), 0, fmt.Errorf("error pruning deleted schedules: %w", err)
+	}
+	return tag.RowsAffected(), tag2.RowsAffected(), nil
+}
+
+// target is what a call needs of its schedule.
+type target struct {
+	url, method, body string
+	headers           map[string]string
+	timeout           time.Duration
+	retries           int
+}
+
+// call is the tasks' sync: one call of the schedule id.
+func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+	var (
+		t         target
+		timeoutMS int
+		periodMS  int64
+		live      bool
+	)
+	err := s.cfg.Pool.QueryRow(ctx, `SELECT url, method, headers, body, timeout_ms, retries, period_ms, deleted_at IS NULL AND NOT paused FROM `+s.schedules+` WHERE id = $1`, id).
+		Scan(&t.url, &t.method, &t.headers, &t.body, &timeoutMS, &t.retries, &periodMS, &live)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && !live {
+		return nil // deleted or paused since its fan-out: never called
+	}
+	if err != nil {
+		return riverutil.NotUpstream(fmt.Errorf("error reading schedule %s: %w", id, err))
+	}
+	t.timeout = time.Duration(timeoutMS) * time.Millisecond
+	var due *time.Time
+	if info, ok := s.tasks[time.Duration(periodMS)*time.Millisecond]; ok && info.Name == job.Args.Task {
+		d := info.Plan.ShiftedTarget(job.Args.CycleStart, info.Seed, id, info.Shift)
+		due = &d
+	}
+
+	started := time.Now()
+	status, wait, callErr := s.do(ctx, t)
+	latency := time.Since(started)
+	var lateness *float64
+	if due != nil && job.Attempt == 1 {
+		l := float64(started.Sub(*due)) / float64(time.Millisecond)
+		lateness = &l
+	}
+	ok := callErr == nil && status >= 200 && status < 300
+	var errText *string
+	if callErr != nil {
+		e := callErr.Error()
+		errText = &e
+	}
+	var statusCol *int
+	if status != 0 {
+		statusCol = &status
+	}
+	if _, err := s.cfg.Pool.Exec(ctx, `INSERT INTO `+s.calls+` (schedule_id, period_ms, job_id, attempt, due_at, started_at, lateness_ms, status, latency_ms, error, ok)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, id, periodMS, job.ID, job.Attempt, due, started, lateness, statusCol, float64(latency)/float64(time.Millisecond), errText, ok); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "riverslot serve: could not record a call", slog.String("schedule", id.String()), slog.String("error", err.Error()))
+	}
+	switch {
+	case ok:
+		return nil
+	case status == http.StatusTooManyRequests:
+		return riverutil.Throttled(wait, fmt.Errorf("%s %s answered 429", t.method, t.url))
+	}
+	failure := callErr
+	if failure == nil {
+		failure = fmt.Errorf("%s answered %d", t.url, status)
+	}
+	if job.Attempt > t.retries {
+		// The schedule's retries are spent: the next period calls again.
+		return river.JobCancel(fmt.Errorf("giving up after %d attempts: %w", job.Attempt, failure))
+	}
+	return failure
+}
+
+// do makes the call and returns its status (0 when none came) and, for a
+// 429, how long its Retry-After asks to wait (1 s without one, at most an
+// hour).
+func (s *Server) do(ctx context.Context, t target) (int, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	var body io.Reader
+	if t.body != "" {
+		body = strings.NewReader(t.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, t.method, t.url, body)
+	if err != nil {
+		return 0, 0, err
+	}
+	for k, v := range t.headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("User-Agent", "riverslot-serve")
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxBody))
+	wait := time.Second
+	if v := resp.Header.Get("Retry-After"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			wait = time.Duration(n) * time.Second
+		} else if at, err := http.ParseTime(v); err == nil && time.Until(at) > 0 {
+			wait = time.Until(at)
+		}
+	}
+	return resp.StatusCode, min(wait, time.Hour), nil
+}

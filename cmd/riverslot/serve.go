@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/serve"
+	"github.com/riverslot/riverslot/riverutil"
+)
+
+const serveAbout = `Runs River, riverslot and an HTTP API in one process: periodic HTTP calls
+as a service. A schedule (POST /v1/schedules: url, method, headers, body,
+period, timeout, retries, upstream, paused) is called once per period at a
+fixed place in it (its offset, from its id), spread evenly with every other
+schedule of the period. Several processes on one --schema form a cluster.
+
+Every endpoint but /v1/openapi.json needs a token (Authorization: Bearer
+TOKEN). --token-file writes a new random token there when the file is
+missing, and accepts the one in it; POST /v1/tokens makes more. Tokens are
+stored hashed.
+
+Targets on loopback, private and link-local addresses are refused, when a
+schedule is created and at every connection, unless --allow-private-targets.
+`
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", serveAbout, stderr)
+	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "serve")
+	addr := fs.String("addr", "127.0.0.1:8080", "HOST:PORT of the HTTP API")
+	schema := fs.String("schema", "riverslot_serve", "schema of River's tables and the service's (created when missing)")
+	tokenFile := fs.String("token-file", "riverslot-serve.token", "file holding an API token; written with a new random token when missing")
+	allowPrivate := fs.Bool("allow-private-targets", false, "allow targets on loopback, private and link-local addresses (the server may then reach its own network)")
+	periods := fs.String("periods", "1m,1h,24h", "comma-separated periods schedules may have, one riverslot task each (multiples of 2s)")
+	workers := fs.Int("workers", 100, "calls in flight at once per process (MaxWorkers of the calls queue)")
+	history := fs.Duration("history", serve.DefaultHistory, "how long calls and deleted schedules stay readable")
+	hostRate := fs.Float64("host-rate", 0, "calls started per second per upstream (default: a schedule's URL host); 0: no limit")
+	hostConcurrency := fs.Int("host-concurrency", 0, "calls in flight per upstream; 0: no limit")
+	hostFailures := fs.Int("host-failures", 20, "consecutive failed calls that open an upstream's circuit breaker (0: no breaker)")
+	maxConns := fs.Int("max-conns", 20, "database connections this process may open")
+	riverLogLevel := logLevelFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var ps []time.Duration
+	for _, p := range strings.Split(*periods, ",") {
+		d, err := serve.ParsePeriod(p)
+		if err != nil {
+			return usageErr("--periods %q: %v", p, err)
+		}
+		ps = append(ps, d)
+	}
+	switch {
+	case *workers < 1 || *workers > river.QueueNumWorkersMax:
+		return usageErr("--workers must be between 1 and %d, got %d", river.QueueNumWorkersMax, *workers)
+	case *maxConns < 4:
+		return usageErr("--max-conns must be at least 4, got %d", *maxConns)
+	case *history < time.Hour:
+		return usageErr("--history must be at least 1h, got %s", *history)
+	case *hostRate < 0 || *hostConcurrency < 0 || *hostFailures < 0:
+		return usageErr("--host-rate, --host-concurrency and --host-failures must not be negative")
+	}
+	ln, err := listenHTTP("--addr", *addr, "127.0.0.1:8080 or 127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.close()
+
+	pool, err := connect(ctx, databaseURL(), int32(*maxConns))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := serve.Migrate(ctx, pool, *schema); err != nil {
+		return usageErr("%v", err)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	srv, err := serve.New(serve.Config{
+		Pool: pool, Schema: *schema, Periods: ps, Guard: &serve.Guard{AllowPrivate: *allowPrivate}, History: *history, Logger: logger,
+		HostLimits: riverutil.UpstreamLimits{Rate: *hostRate, Concurrency: *hostConcurrency, FailureThreshold: *hostFailures},
+	})
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	created, err := srv.TokenFile(ctx, *tokenFile)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if created {
+		fmt.Fprintf(stdout, "wrote a new API token to %s\n", *tokenFile)
+	}
+	config := &river.Config{
+		Logger:            slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: *riverLogLevel})),
+		Schema:            *schema,
+		FetchPollInterval: 250 * time.Millisecond,
+	}
+	if err := srv.Configure(config, *workers); err != nil {
+		return usageErr("%v", err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), config)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", srv.Handler())
+	ln.serve(mux)
+	fmt.Fprintf(stdout, "riverslot serve: API at %s (OpenAPI at %s), periods %s\n", ln.url("/v1/"), ln.url("/v1/openapi.json"), *periods)
+	if w := openWarning("--addr", ln.listener.Addr()); w != "" && *allowPrivate {
+		fmt.Fprint(stderr, "riverslot serve: --allow-private-targets on an address beyond this machine: anyone with a token can make it call your network\n")
+	}
+
+	prune := time.NewTicker(time.Minute)
+	defer prune.Stop()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-prune.C:
+			if calls, schedules, err := srv.Prune(ctx); err != nil {
+				logger.Warn("riverslot serve: pruning history", slog.String("error", err.Error()))
+			} else if calls+schedules > 0 {
+				logger.Info("riverslot serve: pruned history", slog.Int64("calls", calls), slog.Int64("schedules", schedules))
+			}
+		}
+	}
+	ln.close()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		return fmt.Errorf("error stopping: %w", err)
+	}
+	fmt.Fprintln(stdout, "riverslot serve: stopped")
+	return nil
+}
