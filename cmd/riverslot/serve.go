@@ -89,6 +89,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageErr("%v", err)
 	}
+	if err := srv.CreateIndexes(ctx); err != nil {
+		return err
+	}
 	created, err := srv.TokenFile(ctx, *tokenFile)
 	if err != nil {
 		return usageErr("%v", err)

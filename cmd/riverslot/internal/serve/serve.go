@@ -46,6 +46,8 @@ const (
 	DefaultTimeout  = 10 * time.Second
 	DefaultRetries  = 3
 	DefaultHistory  = 7 * 24 * time.Hour
+	// MinPeriod is the shortest period: riverslot's shortest cycle.
+	MinPeriod = 16 * time.Second
 )
 
 // Config configures a Server.
@@ -117,11 +119,14 @@ func ParsePeriod(s string) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf(`must be a duration such as "32s", "1h" or "24h", got %q`, s)
 	}
-	if _, err := slotplan.NewBuckets(d, slotplan.BucketsTwoByte); err != nil {
-		lo := max(d.Truncate(2*time.Second), slotplan.CycleMin)
+	if _, err := slotplan.NewBuckets(d, slotplan.BucketsTwoByte); err != nil || d < MinPeriod {
+		lo := max(d.Truncate(2*time.Second), MinPeriod)
 		hi := lo + 2*time.Second
+		if d <= MinPeriod {
+			return 0, fmt.Errorf("%s is too short: a period is at least %s (River starts scheduled jobs every 5 s)", d, FormatPeriod(MinPeriod))
+		}
 		return 0, fmt.Errorf("%s cannot be spread evenly (a period must be a whole number of seconds, a multiple of 2 s, at least %s); the nearest are %s and %s",
-			d, slotplan.CycleMin, FormatPeriod(lo), FormatPeriod(hi))
+			d, FormatPeriod(MinPeriod), FormatPeriod(lo), FormatPeriod(hi))
 	}
 	return d, nil
 }
@@ -177,10 +182,18 @@ func New(cfg Config) (*Server, error) {
 			continue
 		}
 		seen[p] = true
+		buckets := slotplan.BucketsTwoByte // 24h: 1,024 slots
+		if p < time.Hour {
+			// 16 slots of 1 s for 16 s, not 128 fan-outs of 125 ms.
+			buckets = slotplan.Buckets
+		}
 		tasks = append(tasks, riverutil.Task{
-			Name:        TaskName(p),
-			Cycle:       p,
-			Buckets:     slotplan.BucketsTwoByte,
+			Name:    TaskName(p),
+			Cycle:   p,
+			Buckets: buckets,
+			// A server started mid-period calls from the next period on, as
+			// a schedule created mid-period does: every call at its place.
+			FirstCycle:  riverutil.FirstCycleNext,
 			Schema:      cfg.Schema,
 			Table:       SchedulesTable,
 			Filter:      "deleted_at IS NULL AND NOT paused AND period_ms = " + strconv.FormatInt(p.Milliseconds(), 10),
@@ -208,6 +221,18 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// CreateIndexes creates the schedules' bucket indexes (one per bucket
+// count of the server's periods).
+func (s *Server) CreateIndexes(ctx context.Context) error {
+	return s.scheduler.CreateIndexes(ctx)
+}
+
+// Schema is the schema of River's tables and the service's.
+func (s *Server) Schema() string { return s.cfg.Schema }
+
+// Pool is the server's database pool.
+func (s *Server) Pool() *pgxpool.Pool { return s.cfg.Pool }
+
 // Scheduler is the server's riverslot scheduler (its tasks, one per
 // period).
 func (s *Server) Scheduler() *riverutil.Scheduler { return s.scheduler }
@@ -225,8 +250,8 @@ func (s *Server) Configure(config *river.Config, workers int) error {
 	return s.scheduler.Configure(config)
 }
 
-// Migrate creates River's tables, riverslot's, and the service's in schema,
-// and the schedules' bucket index.
+// Migrate creates River's tables, riverslot's, and the service's in schema;
+// Server.CreateIndexes the schedules' bucket indexes.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err := riverutil.Migrate(ctx, pool, schema); err != nil {
 		return err
@@ -250,7 +275,6 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
 	deleted_at timestamptz
 )`,
-		`CREATE INDEX IF NOT EXISTS riverslot_schedule_bucket ON ` + t + ` ((get_byte(uuid_send(id), 15) * 256 + get_byte(uuid_send(id), 14)), id)`,
 		`CREATE TABLE IF NOT EXISTS ` + c + ` (
 	schedule_id uuid NOT NULL,
 	period_ms bigint NOT NULL,

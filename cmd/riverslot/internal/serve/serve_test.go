@@ -67,6 +67,7 @@ func setup(t *testing.T, guard *serve.Guard, periods ...time.Duration) *api {
 	require.NoError(t, serve.Migrate(ctx, pool, schema))
 	srv, err := serve.New(serve.Config{Pool: pool, Schema: schema, Periods: periods, Guard: guard, Logger: riverslottest.Logger(t)})
 	require.NoError(t, err)
+	require.NoError(t, srv.CreateIndexes(ctx))
 	token, err := srv.AddToken(ctx, "test")
 	require.NoError(t, err)
 	h := httptest.NewServer(srv.Handler())
