@@ -47,7 +47,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	scaleRunRetention := fs.Duration("scale-run-retention", time.Minute, "River's CompletedJobRetentionPeriod in the scale benchmark's compressed run")
 	syncTierJobs := fs.Int("synctier-jobs", 100_000, "jobs per side in the sync-tier benchmark (riverslot's sync worker with a no-op Sync against River's no-op worker)")
 	syncTierWorkers := fs.Int("synctier-workers", 400, "MaxWorkers of the sync-tier benchmark's queue, both sides")
-	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth, weights, synctier, scale (comma-separated; synctier and scale run only when named)")
+	serveSchedules := fs.Int("serve-schedules", 100_000, "schedules of 1h the serve benchmark creates through the API (--only serve)")
+	serveRunSchedules := fs.Int("serve-run-schedules", 2_000, "schedules of 16 s in the serve benchmark's compressed run of three periods")
+	only := fs.String("only", "", "run only these benchmarks: fanout, selection, deepqueue, depth, weights, synctier, scale, serve (comma-separated; synctier, scale and serve run only when named)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -59,6 +61,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		BatchSize: *batch, Reps: *reps, OutDir: *outDir, ChartPath: *chartPath, Only: map[string]bool{},
 		WeightsAccounts: *weightsAccounts, WeightsChartPath: *weightsChart,
 		SyncTierJobs: *syncTierJobs, SyncTierWorkers: *syncTierWorkers,
+		ServeSchedules: *serveSchedules, ServeRunSchedules: *serveRunSchedules,
 		ScaleAccounts: *scaleAccounts, ScaleRunAccounts: *scaleRunAccounts, ScaleRunCycle: *scaleRunCycle, ScaleRunRetention: *scaleRunRetention,
 	}
 	var err error
@@ -71,10 +74,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, name := range strings.Split(*only, ",") {
 		switch name = strings.TrimSpace(name); name {
 		case "":
-		case "fanout", "selection", "deepqueue", "depth", "weights", "synctier", "scale":
+		case "fanout", "selection", "deepqueue", "depth", "weights", "synctier", "scale", "serve":
 			cfg.Only[name] = true
 		default:
-			return usageErr("--only: unknown benchmark %q; use fanout, selection, deepqueue, depth, weights, synctier or scale", name)
+			return usageErr("--only: unknown benchmark %q; use fanout, selection, deepqueue, depth, weights, synctier, scale or serve", name)
 		}
 	}
 	switch {
@@ -94,6 +97,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--scale-run-accounts must be between 1 and --scale-accounts (%d), got %d", *scaleAccounts, *scaleRunAccounts)
 	case *scaleRunRetention < time.Second:
 		return usageErr("--scale-run-retention must be at least 1s (River's CompletedJobRetentionPeriod), got %s", *scaleRunRetention)
+	case *serveSchedules < 1 || *serveRunSchedules < 1:
+		return usageErr("--serve-schedules and --serve-run-schedules must be at least 1")
 	case *syncTierJobs < 1:
 		return usageErr("--synctier-jobs must be at least 1, got %d", *syncTierJobs)
 	case *syncTierWorkers < 1 || *syncTierWorkers > river.QueueNumWorkersMax:

@@ -58,6 +58,10 @@ type Config struct {
 	// per side and the queue's MaxWorkers.
 	SyncTierJobs    int
 	SyncTierWorkers int
+	// ServeSchedules sizes the serve benchmark's API run (schedules of
+	// 1h); ServeRunSchedules its compressed run (schedules of 16 s).
+	ServeSchedules    int
+	ServeRunSchedules int
 	// Only, if non-empty, runs just these benchmarks (fanout, selection,
 	// deepqueue, depth, weights, synctier, scale). The synctier and scale
 	// benchmarks run only when named here.
@@ -121,9 +125,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		{"weights", r.weights},
 		{"synctier", r.syncTier},
 		{"scale", r.scale},
+		{"serve", r.serveBench},
 	}
 	for _, s := range steps {
-		if len(r.cfg.Only) > 0 && !r.cfg.Only[s.name] || len(r.cfg.Only) == 0 && (s.name == "scale" || s.name == "synctier") {
+		if len(r.cfg.Only) > 0 && !r.cfg.Only[s.name] || len(r.cfg.Only) == 0 && (s.name == "scale" || s.name == "synctier" || s.name == "serve") {
 			continue
 		}
 		begun := time.Now()
