@@ -52,6 +52,11 @@ demo: ## Run one compressed live cycle of slot scheduling (riverslot demo)
 	@url=$$($(PG) riverslot_demo) && echo "demo database: $$url" && \
 		$(GO) run ./cmd/riverslot demo --database-url "$$url" $(DEMO_FLAGS)
 
+.PHONY: serve
+serve: ## Run riverslot serve (periodic HTTP calls, API at 127.0.0.1:8080; SERVE_FLAGS) on the local Postgres
+	@url=$$($(PG) riverslot_demo) && echo "serve database: $$url" && \
+		$(GO) run ./cmd/riverslot serve --database-url "$$url" $(SERVE_FLAGS)
+
 .PHONY: bench
 bench: ## Run the benchmarks against a real Postgres (BENCH_FLAGS for sizes)
 	@url=$$($(PG) riverslot_bench) && echo "bench database: $$url" && \

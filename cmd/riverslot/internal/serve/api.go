@@ -390,11 +390,31 @@ func (s *Server) list(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if v := q.Get("upstream"); v != "" {
 		upstream = &v
 	}
-	deleted := q.Get("deleted") == "true"
+	// Only the filters given, so that the plan is the primary key's range
+	// (a generic plan of "$n IS NULL OR col = $n" sorted the whole table:
+	// 31 ms a page at 100,000 schedules).
+	where, args := []string{"id > $1"}, []any{after}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if periodMS != nil {
+		add("period_ms = $%d", *periodMS)
+	}
+	if paused != nil {
+		add("paused = $%d", *paused)
+	}
+	if upstream != nil {
+		add("upstream = $%d", *upstream)
+	}
+	if q.Get("deleted") == "true" {
+		where = append(where, "deleted_at IS NOT NULL")
+	} else {
+		where = append(where, "deleted_at IS NULL")
+	}
+	args = append(args, limit)
 	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT `+scheduleColumns+` FROM `+s.schedules+`
-WHERE id > $1 AND ($2::bigint IS NULL OR period_ms = $2) AND ($3::boolean IS NULL OR paused = $3) AND ($4::text IS NULL OR upstream = $4)
-	AND (deleted_at IS NULL) <> $5
-ORDER BY id LIMIT $6`, after, periodMS, paused, upstream, deleted, limit)
+WHERE `+strings.Join(where, " AND ")+` ORDER BY id LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
 		return internal(err)
 	}

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestServeFlags: serve refuses bad flags (exit 2, naming the flag and the
+// fix) before it listens or connects.
+func TestServeFlags(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--periods", "1h,7s"}, `--periods "7s": 7s is too short: a period is at least 16s`},
+		{[]string{"--periods", "1h0m1s"}, "cannot be spread evenly"},
+		{[]string{"--periods", "monthly"}, "not served yet"},
+		{[]string{"--workers", "0"}, "--workers must be between 1 and"},
+		{[]string{"--history", "10m"}, "--history must be at least 1h"},
+		{[]string{"--host-rate", "-1"}, "must not be negative"},
+		{[]string{"--addr", "not-an-address"}, "--addr"},
+	} {
+		code, _, stderr := runCmd(t, append([]string{"serve", "--database-url", "postgres://nobody@127.0.0.1:1/none"}, tt.args...)...)
+		require.Equal(t, 2, code, "%v: %s", tt.args, stderr)
+		require.Contains(t, stderr, tt.want, tt.args)
+	}
+}
