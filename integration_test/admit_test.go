@@ -31,6 +31,7 @@ var expectedSeconds = map[string]int{
 	"TestLeastPrivilege":                              69,
 	"TestKillMidFanOut":                               62,
 	"TestUpgradeProcesses":                            58,
+	"TestServeProcesses":                              100,
 	"TestUpstreamLimitsProcesses":                     62,
 	"TestUpstreamLimitsAndBreaker":                    58,
 	"TestDatabaseRestart":                             54,

@@ -55,9 +55,9 @@ func TestCalls(t *testing.T) {
 	create := func(paused bool) serve.Schedule {
 		id := uuid.New() // only to name the path: the server gives the id
 		var sc serve.Schedule
-		require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": ts.URL + "/s/" + id.String(), "period": "16s", "timeout": "2s", "paused": paused}, &sc))
-		// Point the path at the schedule's own id.
-		require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), map[string]any{"url": ts.URL + "/s/" + sc.ID.String()}, &sc))
+		require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": ts.URL + "/s/" + id.String(), "period": "16s", "timeout": "2s", "paused": true}, &sc))
+		// Its path named by its own id, then resumed (or left paused).
+		require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), map[string]any{"url": ts.URL + "/s/" + sc.ID.String(), "paused": paused}, &sc))
 		return sc
 	}
 	var live []serve.Schedule

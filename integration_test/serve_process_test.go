@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+)
+
+// serveProcess is a `riverslot serve` child process.
+type serveProcess struct {
+	cmd  *exec.Cmd
+	api  string
+	logs *lockedBuffer
+	done chan error
+}
+
+func startServe(t *testing.T, schema, tokenFile string) *serveProcess {
+	t.Helper()
+	cmd := exec.Command(riverslotBinary(t), "serve", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--addr", "127.0.0.1:0",
+		"--token-file", tokenFile, "--periods", "16s", "--allow-private-targets", "--max-conns", "5", "--workers", "10")
+	logs := &lockedBuffer{}
+	cmd.Stderr = logs
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	p := &serveProcess{cmd: cmd, logs: logs, done: make(chan error, 1)}
+	api := make(chan string, 1)
+	re := regexp.MustCompile(`API at (http://\S+)/v1/`)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				api <- m[1]
+			}
+		}
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("serve logs:\n%s", lastLines(logs.String(), 40))
+		}
+	})
+	select {
+	case p.api = <-api:
+	case err := <-p.done:
+		t.Fatalf("riverslot serve exited before starting: %v\n%s", err, logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("riverslot serve did not start within 60s\n%s", logs.String())
+	}
+	return p
+}
+
+// TestServeProcesses: two `riverslot serve` processes on one schema call
+// the schedules created over one's API, each once per period; one is
+// killed with SIGKILL and the other goes on: no schedule is ever called
+// twice in a period, and every one is called in every period from the
+// second after the kill on.
+func TestServeProcesses(t *testing.T) {
+	parallel(t)
+	reserveProcessConns(t, 0, 2)
+	const (
+		period    = 16 * time.Second
+		schedules = 24
+	)
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.EmptySchema(ctx, t, pool)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+
+	var (
+		mu    sync.Mutex
+		calls = map[string][]time.Time{}
+	)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls[strings.TrimPrefix(r.URL.Path, "/s/")] = append(calls[strings.TrimPrefix(r.URL.Path, "/s/")], time.Now())
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(target.Close)
+
+	a := startServe(t, schema, tokenFile)
+	b := startServe(t, schema, tokenFile)
+	token, err := os.ReadFile(tokenFile)
+	require.NoError(t, err)
+	send := func(api, method, path string, body any, out any) int {
+		t.Helper()
+		buf, err := json.Marshal(body)
+		require.NoError(t, err)
+		req, err := http.NewRequest(method, api+path, bytes.NewReader(buf))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		if out != nil {
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+		}
+		return resp.StatusCode
+	}
+	type schedule struct {
+		ID            string  `json:"id"`
+		OffsetSeconds float64 `json:"offset_seconds"`
+	}
+	var all []schedule
+	for range schedules {
+		var sc schedule
+		require.Equal(t, http.StatusCreated, send(a.api, "POST", "/v1/schedules", map[string]any{"url": target.URL + "/s/pending", "period": "16s", "timeout": "2s", "paused": true}, &sc))
+		// Its own path, resumed: through the other process.
+		require.Equal(t, http.StatusOK, send(b.api, "PATCH", "/v1/schedules/"+sc.ID, map[string]any{"url": target.URL + "/s/" + sc.ID, "paused": false}, nil))
+		all = append(all, sc)
+	}
+	of := func(id string) []time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]time.Time(nil), calls[id]...)
+	}
+	riverslottest.WaitFor(t, 3*period, "a first call of every schedule", func() bool {
+		for _, sc := range all {
+			if len(of(sc.ID)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
+	<-a.done
+	killed := time.Now()
+	// From the second period after the kill, three periods.
+	from := killed.Truncate(period).Add(2 * period)
+	to := from.Add(3 * period)
+	riverslottest.WaitFor(t, time.Until(to)+period, "three periods after the kill", func() bool { return time.Now().After(to.Add(period / 2)) })
+
+	require.Empty(t, of("pending"), "no schedule was called while paused")
+	for _, sc := range all {
+		offset := time.Duration(sc.OffsetSeconds * float64(time.Second))
+		per := map[int64]int{}
+		for _, at := range of(sc.ID) {
+			per[at.Add(-offset).Truncate(period).Unix()]++
+		}
+		for k, n := range per {
+			require.Equal(t, 1, n, "schedule %s: %d calls in the period from %s", sc.ID, n, time.Unix(k, 0).UTC())
+		}
+		for k := from; k.Before(to); k = k.Add(period) {
+			require.Equal(t, 1, per[k.Unix()], "schedule %s: no call in the period from %s (after the kill at %s)", sc.ID, k.UTC(), killed.UTC())
+		}
+	}
+	// The surviving process still answers, with the calls in its history.
+	var got struct {
+		LastCalls []struct {
+			OK bool `json:"ok"`
+		} `json:"last_calls"`
+	}
+	require.Equal(t, http.StatusOK, send(b.api, "GET", "/v1/schedules/"+all[0].ID, nil, &got))
+	require.GreaterOrEqual(t, len(got.LastCalls), 3)
+}
