@@ -82,7 +82,9 @@ func TestCalls(t *testing.T) {
 	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+later.ID.String(), map[string]any{"paused": false}, &resumed))
 	require.Equal(t, later.Offset, resumed.Offset)
 
-	// Three whole periods after every schedule's first call.
+	// Three calls of every schedule: its first and two periods after it
+	// (three periods through a kill -9: integration_test's
+	// TestServeProcesses).
 	riverslottest.WaitFor(t, 8*period, "three calls of every schedule", func() bool {
 		for _, sc := range append(live, resumed) {
 			if len(target.of(sc.ID)) < 3 {
