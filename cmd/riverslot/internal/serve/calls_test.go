@@ -19,7 +19,8 @@ import (
 )
 
 // arrivals is a loopback target that records when each schedule's calls
-// arrive (its path is /s/<schedule id>).
+// arrive (its path is /s/<schedule id>); /fail/<id> always answers 500,
+// /busy/<id> answers its first call 429 with Retry-After: 2.
 type arrivals struct {
 	mu sync.Mutex
 	at map[string][]time.Time
@@ -27,10 +28,20 @@ type arrivals struct {
 
 func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
+	_, id, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	a.mu.Lock()
-	a.at[strings.TrimPrefix(r.URL.Path, "/s/")] = append(a.at[strings.TrimPrefix(r.URL.Path, "/s/")], now)
+	a.at[id] = append(a.at[id], now)
+	n := len(a.at[id])
 	a.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/fail/"):
+		w.WriteHeader(http.StatusInternalServerError)
+	case strings.HasPrefix(r.URL.Path, "/busy/") && n == 1:
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusTooManyRequests)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
 }
 
 func (a *arrivals) of(id uuid.UUID) []time.Time {
@@ -43,10 +54,14 @@ func (a *arrivals) of(id uuid.UUID) []time.Time {
 // client through a real HTTP target on loopback, once per period, each at
 // its own place in the period (the same place every period, never before
 // it); a schedule deleted is never called again, and one paused at its
-// creation is called only once resumed, at its place.
+// creation is called only once resumed, at its place; a failing target
+// gets a call and the schedule's one retry per period, a throttling one
+// its next call no sooner than its Retry-After. The period is 24 s: 8
+// slots of 3 s (16 s has 16 slots of 1 s, whose fan-outs River's 5 s
+// scheduler tick makes late twice over).
 func TestCalls(t *testing.T) {
 	t.Parallel()
-	const period = 16 * time.Second
+	const period = 24 * time.Second
 	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
 	target := &arrivals{at: map[string][]time.Time{}}
 	ts := httptest.NewServer(target)
@@ -55,7 +70,7 @@ func TestCalls(t *testing.T) {
 	create := func(paused bool) serve.Schedule {
 		id := uuid.New() // only to name the path: the server gives the id
 		var sc serve.Schedule
-		require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": ts.URL + "/s/" + id.String(), "period": "16s", "timeout": "2s", "paused": true}, &sc))
+		require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": ts.URL + "/s/" + id.String(), "period": "24s", "timeout": "2s", "paused": true}, &sc))
 		// Its path named by its own id, then resumed (or left paused).
 		require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), map[string]any{"url": ts.URL + "/s/" + sc.ID.String(), "paused": paused}, &sc))
 		return sc
@@ -66,6 +81,12 @@ func TestCalls(t *testing.T) {
 	}
 	doomed := create(false)
 	later := create(true)
+	// One whose target always fails (one retry), one whose target
+	// throttles its first call (on an upstream of its own, so that its
+	// pause holds no other schedule back).
+	failing, busy := create(true), create(true)
+	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+failing.ID.String(), map[string]any{"url": ts.URL + "/fail/" + failing.ID.String(), "retries": 1, "paused": false}, &failing))
+	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+busy.ID.String(), map[string]any{"url": ts.URL + "/busy/" + busy.ID.String(), "upstream": "busy-host", "paused": false}, &busy))
 
 	ctx := context.Background()
 	config := &river.Config{Schema: a.srv.Schema(), FetchPollInterval: 100 * time.Millisecond}
@@ -128,6 +149,37 @@ func TestCalls(t *testing.T) {
 	p50, p99 := lateness[len(lateness)/2], lateness[len(lateness)*99/100]
 	t.Logf("%d schedules of %s called for %s: %d calls, lateness p50 %s, p99 %s", len(live)+1, period, end.Sub(started).Round(time.Second), len(lateness), p50, p99)
 	require.Less(t, p50, 5*time.Second, "half the calls within River's scheduler tick")
+
+	// The failing schedule: its call and one retry in each period, then
+	// given up until the next; both in its history as failures.
+	perPeriod := map[time.Time]int{}
+	failingOffset := time.Duration(failing.OffsetSeconds * float64(time.Second))
+	for _, at := range target.of(failing.ID) {
+		perPeriod[at.Add(-failingOffset).Truncate(period)]++
+	}
+	checked := 0
+	for k, n := range perPeriod {
+		if k.Add(failingOffset + period/2).After(end) {
+			require.LessOrEqual(t, n, 2, "the failing schedule's last period, whose retry may still come")
+			continue
+		}
+		require.Equal(t, 2, n, "the failing schedule's period from %s: a call and one retry", k.UTC())
+		checked++
+	}
+	require.Positive(t, checked)
+	var failed serve.Schedule
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules/"+failing.ID.String(), nil, &failed))
+	attempts := map[int]bool{}
+	for _, c := range failed.LastCalls {
+		require.False(t, c.OK)
+		require.Equal(t, http.StatusInternalServerError, *c.Status)
+		attempts[c.Attempt] = true
+	}
+	require.Equal(t, map[int]bool{1: true, 2: true}, attempts)
+	// The throttled one: tried again no sooner than its Retry-After.
+	b := target.of(busy.ID)
+	require.GreaterOrEqual(t, len(b), 2)
+	require.GreaterOrEqual(t, b[1].Sub(b[0]), 2*time.Second, "the second call waited for Retry-After")
 
 	// The calls are in the history, with their lateness.
 	var got serve.Schedule
