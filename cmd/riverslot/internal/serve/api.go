@@ -23,6 +23,12 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
+// page is the operator's page: static, it reads the API with a token the
+// operator types in; every value is set as text, never as markup.
+//
+//go:embed page.html
+var page []byte
+
 // Schedule is a schedule as the API reads and writes it.
 type Schedule struct {
 	ID       uuid.UUID         `json:"id"`
@@ -43,7 +49,20 @@ type Schedule struct {
 	CreatedAt     time.Time   `json:"created_at"`
 	UpdatedAt     time.Time   `json:"updated_at"`
 	DeletedAt     *time.Time  `json:"deleted_at,omitempty"`
-	LastCalls     []Call      `json:"last_calls,omitempty"`
+	// Health is how its calls go.
+	Health    *Health `json:"health,omitempty"`
+	LastCalls []Call  `json:"last_calls,omitempty"`
+}
+
+// Health sums a schedule's recent calls up.
+type Health struct {
+	// Status is "ok" (its last call succeeded), "failing" (it failed),
+	// "never_called", "paused" or "deleted".
+	Status string `json:"status"`
+	// LastCall is its latest call (a retry counts).
+	LastCall *Call `json:"last_call,omitempty"`
+	// RecentFailures counts the failed calls among its last 10.
+	RecentFailures int `json:"recent_failures"`
 }
 
 // Call is one call of a schedule.
@@ -83,12 +102,20 @@ func badField(field, format string, args ...any) *apiError {
 }
 
 // Handler is the service's HTTP API (/v1/...); every endpoint but the
-// OpenAPI document needs a token.
+// OpenAPI document and the operator's page (/v1/page, which asks for a
+// token and reads the API with it) needs a token.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
+	})
+	mux.HandleFunc("GET /v1/page", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'none'; frame-ancestors 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		_, _ = w.Write(page)
 	})
 	auth := func(h func(http.ResponseWriter, *http.Request) (int, any)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -319,6 +346,67 @@ func (s *Server) place(sc *Schedule, period time.Duration, now time.Time) {
 	}
 }
 
+// health fills the schedules' Health, in one query (each schedule's last
+// ten calls by the calls' index).
+func (s *Server) health(ctx context.Context, list []Schedule) error {
+	if len(list) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(list))
+	for i, sc := range list {
+		ids[i] = sc.ID
+	}
+	rows, err := s.cfg.Pool.Query(ctx, `SELECT s.id, c.started_at, c.due_at, c.lateness_ms / 1000, c.attempt, c.status, c.latency_ms / 1000, c.ok, c.error,
+	(SELECT count(*) FILTER (WHERE NOT x.ok) FROM (SELECT ok FROM `+s.calls+` WHERE schedule_id = s.id ORDER BY started_at DESC LIMIT 10) x)
+FROM unnest($1::uuid[]) AS s(id)
+LEFT JOIN LATERAL (SELECT * FROM `+s.calls+` WHERE schedule_id = s.id ORDER BY started_at DESC LIMIT 1) c ON true`, ids)
+	if err != nil {
+		return err
+	}
+	byID := map[uuid.UUID]*Health{}
+	var (
+		id       uuid.UUID
+		started  *time.Time
+		attempt  *int
+		latency  *float64
+		ok       *bool
+		failures int
+		c        Call
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &started, &c.DueAt, &c.LatenessSeconds, &attempt, &c.Status, &latency, &ok, &c.Error, &failures}, func() error {
+		h := &Health{RecentFailures: failures, Status: "never_called"}
+		if started != nil {
+			call := c
+			call.StartedAt, call.Attempt, call.LatencySeconds, call.OK = *started, *attempt, *latency, *ok
+			h.LastCall = &call
+			h.Status = "ok"
+			if !call.OK {
+				h.Status = "failing"
+			}
+		}
+		byID[id] = h
+		c = Call{} // the pointers are scanned anew
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := range list {
+		h := byID[list[i].ID]
+		if h == nil {
+			h = &Health{Status: "never_called"}
+		}
+		switch {
+		case list[i].DeletedAt != nil:
+			h.Status = "deleted"
+		case list[i].Paused:
+			h.Status = "paused"
+		}
+		list[i].Health = h
+	}
+	return nil
+}
+
 func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any) {
 	var in input
 	if e := decode(r, &in); e != nil {
@@ -422,6 +510,9 @@ WHERE `+strings.Join(where, " AND ")+` ORDER BY id LIMIT $`+strconv.Itoa(len(arg
 	if err != nil {
 		return internal(err)
 	}
+	if err := s.health(r.Context(), list); err != nil {
+		return internal(err)
+	}
 	page := struct {
 		Schedules []Schedule `json:"schedules"`
 		Next      *uuid.UUID `json:"next"`
@@ -476,7 +567,11 @@ WHERE schedule_id = $1 ORDER BY started_at DESC LIMIT 20`, id)
 	if sc.LastCalls == nil {
 		sc.LastCalls = []Call{}
 	}
-	return http.StatusOK, sc
+	one := []Schedule{sc}
+	if err := s.health(r.Context(), one); err != nil {
+		return internal(err)
+	}
+	return http.StatusOK, one[0]
 }
 
 func (s *Server) patch(_ http.ResponseWriter, r *http.Request) (int, any) {

@@ -176,6 +176,8 @@ func TestCalls(t *testing.T) {
 		attempts[c.Attempt] = true
 	}
 	require.Equal(t, map[int]bool{1: true, 2: true}, attempts)
+	require.Equal(t, "failing", failed.Health.Status)
+	require.GreaterOrEqual(t, failed.Health.RecentFailures, 2)
 	// The throttled one: tried again no sooner than its Retry-After.
 	b := target.of(busy.ID)
 	require.GreaterOrEqual(t, len(b), 2)
@@ -185,6 +187,9 @@ func TestCalls(t *testing.T) {
 	var got serve.Schedule
 	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules/"+live[0].ID.String(), nil, &got))
 	require.GreaterOrEqual(t, len(got.LastCalls), 3)
+	require.Equal(t, "ok", got.Health.Status)
+	require.True(t, got.Health.LastCall.OK)
+	require.Zero(t, got.Health.RecentFailures)
 	for _, c := range got.LastCalls {
 		require.True(t, c.OK)
 		require.NotNil(t, c.Status)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -176,6 +177,17 @@ func TestAPI(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
 	resp.Body.Close()
 	require.Equal(t, "3.1.0", doc["openapi"])
+	// The operator's page needs no token to load (it asks for one), and
+	// renders nothing as markup.
+	resp, err = http.Get(a.http.URL + "/v1/page")
+	require.NoError(t, err)
+	html, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'")
+	require.Contains(t, string(html), "textContent")
+	require.NotContains(t, string(html), "innerHTML")
 	require.Contains(t, doc["paths"], "/v1/schedules/{id}")
 
 	for _, tt := range []struct {
@@ -246,6 +258,8 @@ func TestAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules?limit=1000&paused=true", nil, &spread))
 	require.Len(t, spread.Schedules, 320)
 	for _, sc := range spread.Schedules {
+		require.Equal(t, "paused", sc.Health.Status)
+		require.Nil(t, sc.Health.LastCall)
 		require.Equal(t, http.StatusOK, a.do("DELETE", "/v1/schedules/"+sc.ID.String(), nil, nil))
 	}
 
