@@ -72,7 +72,8 @@ func openWarning(flag string, addr net.Addr) string {
 func (l *httpListener) url(path string) string { return "http://" + l.listener.Addr().String() + path }
 
 func (l *httpListener) serve(handler http.Handler) {
-	l.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	l.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: 2 * time.Minute,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	go func() {
 		if err := l.server.Serve(l.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			panic(err) // Serve on a bound listener fails only on a programming error

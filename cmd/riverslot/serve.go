@@ -22,10 +22,11 @@ period, timeout, retries, upstream, paused) is called once per period at a
 fixed place in it (its offset, from its id), spread evenly with every other
 schedule of the period. Several processes on one --schema form a cluster.
 
-Every endpoint but /v1/openapi.json needs a token (Authorization: Bearer
-TOKEN). --token-file writes a new random token there when the file is
-missing, and accepts the one in it; POST /v1/tokens makes more. Tokens are
-stored hashed.
+Every endpoint but /v1/openapi.json and /v1/page (the operator's page,
+static: it asks for a token) needs a token (Authorization: Bearer TOKEN).
+--token-file writes a new random token there when the file is missing, and
+accepts the one in it; POST /v1/tokens makes more, DELETE /v1/tokens/{id}
+revokes one. Tokens are stored hashed.
 
 Targets on loopback, private and link-local addresses are refused, when a
 schedule is created and at every connection, unless --allow-private-targets.

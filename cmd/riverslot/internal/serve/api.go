@@ -65,6 +65,10 @@ type Health struct {
 	RecentFailures int `json:"recent_failures"`
 }
 
+// HiddenValue stands for a header's value in answers: values are
+// write-only (they often hold the target's credentials).
+const HiddenValue = "(hidden)"
+
 // Call is one call of a schedule.
 type Call struct {
 	StartedAt       time.Time  `json:"started_at"`
@@ -138,6 +142,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PATCH /v1/schedules/{id}", auth(s.patch))
 	mux.HandleFunc("DELETE /v1/schedules/{id}", auth(s.delete))
 	mux.HandleFunc("POST /v1/tokens", auth(s.newToken))
+	mux.HandleFunc("GET /v1/tokens", auth(s.listTokens))
+	mux.HandleFunc("DELETE /v1/tokens/{id}", auth(s.deleteToken))
 	mux.HandleFunc("GET /v1/stats", auth(s.stats))
 	return mux
 }
@@ -172,7 +178,32 @@ func decode(r *http.Request, v any) *apiError {
 var methods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodHead}
 
 // forbiddenHeaders are set by the server, not by a schedule.
-var forbiddenHeaders = []string{"host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "trailer", "proxy-authorization", "proxy-connection"}
+var forbiddenHeaders = []string{"host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "trailer", "keep-alive",
+	"proxy-authorization", "proxy-authenticate", "proxy-connection"}
+
+// validHeaderName reports whether k is an HTTP token (RFC 9110).
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, c := range []byte(k) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether v is one line of visible characters,
+// spaces and tabs.
+func validHeaderValue(v string) bool {
+	for _, c := range []byte(v) {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
 
 // row is a schedule as stored.
 type row struct {
@@ -194,10 +225,10 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 		if err != nil {
 			return badField("url", "%v", err)
 		}
-		r.url = u.String()
-		if in.Upstream == nil && (create || r.upstream == "") {
-			r.upstream = strings.ToLower(u.Hostname())
-		}
+		// The upstream key stays the URL's host (and the sub-key it had):
+		// a new URL moves the schedule to its new host's limits.
+		_, sub, _ := strings.Cut(r.upstream, "/")
+		r.url, r.upstream = u.String(), upstreamKey(u.Hostname(), sub)
 	}
 	if in.Method != nil {
 		m := strings.ToUpper(*in.Method)
@@ -210,20 +241,25 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 		if len(*in.Headers) > MaxHeaders {
 			return badField("headers", "may hold at most %d headers, got %d", MaxHeaders, len(*in.Headers))
 		}
-		size := 0
+		size, headers := 0, map[string]string{}
 		for k, v := range *in.Headers {
 			size += len(k) + len(v)
-			if k == "" || strings.ContainsAny(k, " \t\r\n:") || strings.ContainsAny(v, "\r\n") {
-				return badField("headers", "has an invalid header %q: names are tokens, values one line", k)
+			if !validHeaderName(k) || !validHeaderValue(v) {
+				return badField("headers", "has an invalid header %q: names are tokens, values one line of printable text", k)
 			}
 			if slices.Contains(forbiddenHeaders, strings.ToLower(k)) {
 				return badField("headers", "may not set %s: the server sets it", k)
 			}
+			ck := http.CanonicalHeaderKey(k)
+			if _, dup := headers[ck]; dup {
+				return badField("headers", "names %s twice (header names are case-insensitive)", ck)
+			}
+			headers[ck] = v
 		}
 		if size > MaxHeaderBytes {
 			return badField("headers", "are %d bytes; at most %d", size, MaxHeaderBytes)
 		}
-		r.headers = *in.Headers
+		r.headers = headers
 	}
 	if in.Body != nil {
 		if len(*in.Body) > MaxBody {
@@ -262,15 +298,32 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 		r.retries = *in.Retries
 	}
 	if in.Upstream != nil {
-		if *in.Upstream == "" || len(*in.Upstream) > 128 {
-			return badField("upstream", "must be 1 to 128 bytes (the key the per-upstream limits count by; default: the URL's host)")
+		// A sub-key within the URL's host: a schedule can share or split
+		// its own host's limits, not pause another host's schedules.
+		sub := *in.Upstream
+		if host, _, _ := strings.Cut(r.upstream, "/"); strings.EqualFold(sub, host) {
+			sub = ""
 		}
-		r.upstream = *in.Upstream
+		if len(sub) > 64 || strings.Contains(sub, "/") || !validHeaderValue(sub) {
+			return badField("upstream", "must be a sub-key of at most 64 printable bytes without \"/\" (limits count per host/sub-key; \"\" or the host: the host's own), got %q", *in.Upstream)
+		}
+		host, _, _ := strings.Cut(r.upstream, "/")
+		r.upstream = upstreamKey(host, sub)
 	}
 	if in.Paused != nil {
 		r.paused = *in.Paused
 	}
 	return nil
+}
+
+// upstreamKey is the limiter's key of a schedule: its URL's host, and its
+// sub-key after a "/" when it has one.
+func upstreamKey(host, sub string) string {
+	host = strings.ToLower(host)
+	if sub == "" {
+		return host
+	}
+	return host + "/" + sub
 }
 
 func (s *Server) periodList() string {
@@ -312,6 +365,10 @@ func (s *Server) scan(rows pgx.CollectableRow) (Schedule, error) {
 	)
 	if err := rows.Scan(&sc.ID, &url, &method, &headers, &body, &periodMS, &timeoutMS, &sc.Retries, &u, &sc.Paused, &created, &updated, &deleted); err != nil {
 		return sc, err
+	}
+	// Header values often hold the target's credentials: write-only.
+	for k := range headers {
+		headers[k] = HiddenValue
 	}
 	sc.URL, sc.Method, sc.Headers, sc.Body, sc.Upstream = url, method, headers, body, u
 	sc.CreatedAt, sc.UpdatedAt, sc.DeletedAt = created, updated, deleted
@@ -686,14 +743,72 @@ func tokenHash(token string) []byte {
 	return h[:]
 }
 
+// authCacheFor is how long a token found valid is trusted without a query:
+// a revoked token stops working within it.
+const authCacheFor = 10 * time.Second
+
 func (s *Server) authorized(r *http.Request) bool {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || len(token) > 256 {
 		return false
 	}
+	hash := tokenHash(token)
+	key := string(hash)
+	s.authMu.Lock()
+	expires, cached := s.authOK[key]
+	s.authMu.Unlock()
+	if cached && time.Now().Before(expires) {
+		return true
+	}
 	var found bool
-	err := s.cfg.Pool.QueryRow(r.Context(), `SELECT EXISTS (SELECT 1 FROM `+s.tokens+` WHERE hash = $1)`, tokenHash(token)).Scan(&found)
-	return err == nil && found
+	err := s.cfg.Pool.QueryRow(r.Context(), `SELECT EXISTS (SELECT 1 FROM `+s.tokens+` WHERE hash = $1)`, hash).Scan(&found)
+	if err != nil || !found {
+		return false
+	}
+	s.authMu.Lock()
+	if s.authOK == nil || len(s.authOK) > 10_000 {
+		s.authOK = map[string]time.Time{}
+	}
+	s.authOK[key] = time.Now().Add(authCacheFor)
+	s.authMu.Unlock()
+	return true
+}
+
+// tokenInfo is a token as GET /v1/tokens lists it (never the token).
+type tokenInfo struct {
+	ID        int64     `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func (s *Server) listTokens(_ http.ResponseWriter, r *http.Request) (int, any) {
+	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT id, name, created_at FROM `+s.tokens+` ORDER BY id`)
+	if err != nil {
+		return internal(err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[tokenInfo])
+	if err != nil {
+		return internal(err)
+	}
+	return http.StatusOK, map[string]any{"tokens": list}
+}
+
+func (s *Server) deleteToken(_ http.ResponseWriter, r *http.Request) (int, any) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		return 0, &apiError{status: http.StatusNotFound, Field: "id", Error: fmt.Sprintf("no token %q: ids are the numbers GET /v1/tokens lists", r.PathValue("id"))}
+	}
+	tag, err := s.cfg.Pool.Exec(r.Context(), `DELETE FROM `+s.tokens+` WHERE id = $1`, id)
+	if err != nil {
+		return internal(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, &apiError{status: http.StatusNotFound, Field: "id", Error: fmt.Sprintf("no token %d", id)}
+	}
+	s.authMu.Lock()
+	s.authOK = nil // every process forgets within authCacheFor; this one at once
+	s.authMu.Unlock()
+	return http.StatusOK, map[string]any{"id": id, "deleted": true}
 }
 
 func (s *Server) newToken(_ http.ResponseWriter, r *http.Request) (int, any) {

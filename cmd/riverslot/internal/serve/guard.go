@@ -8,18 +8,33 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
 // ErrPrivateTarget is returned for a target on a loopback, private,
-// link-local, unspecified or multicast address while private targets are
-// not allowed: the server must not become a proxy into its own network.
+// link-local, unspecified or multicast address, or one of the server's
+// own, while private targets are not allowed: the server must not become
+// a proxy into its own network.
 var ErrPrivateTarget = errors.New("targets on loopback, private and link-local addresses are refused (riverslot serve --allow-private-targets allows them)")
 
-// privateAddr reports whether a is an address the guard refuses.
+// privateAddr reports whether a is an address the guard refuses: an
+// IPv4 form of one inside IPv6 (mapped, compatible, 6to4, NAT64) is
+// judged by the IPv4 address it carries.
 func privateAddr(a netip.Addr) bool {
 	a = a.Unmap()
+	if a.Is6() {
+		b := a.As16()
+		switch {
+		case [12]byte(b[:12]) == [12]byte{} && !a.IsLoopback() && !a.IsUnspecified(): // ::a.b.c.d, IPv4-compatible
+			return privateAddr(netip.AddrFrom4([4]byte(b[12:16])))
+		case b[0] == 0x20 && b[1] == 0x02: // 2002:a.b.c.d::/48, 6to4
+			return privateAddr(netip.AddrFrom4([4]byte(b[2:6])))
+		case nat64.Contains(a): // 64:ff9b::a.b.c.d, NAT64
+			return privateAddr(netip.AddrFrom4([4]byte(b[12:16])))
+		}
+	}
 	if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
 		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() {
 		return true
@@ -32,16 +47,46 @@ func privateAddr(a netip.Addr) bool {
 	return false
 }
 
-// blocked are further ranges that reach this network or none: carrier-grade
-// NAT, IETF protocol assignments, benchmarking, "this network", reserved,
-// IPv4-compatible/NAT64 forms of them are unmapped by the dialer's check.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+
+// blocked are further ranges that reach this network, or none: "this
+// network", carrier-grade NAT, IETF protocol assignments, benchmarking,
+// reserved; local-use NAT64, Teredo (an IPv4 address obfuscated inside),
+// deprecated site-local.
 var blocked = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("192.0.0.0/24"),
 	netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("2001::/32"),
+	netip.MustParsePrefix("fec0::/10"),
+}
+
+// ownAddrs are this machine's interface addresses (public ones too: a
+// service on a public address of the server is its own), read again
+// after a minute.
+var ownAddrs struct {
+	sync.Mutex
+	set  map[netip.Addr]bool
+	read time.Time
+}
+
+func ownAddr(a netip.Addr) bool {
+	ownAddrs.Lock()
+	defer ownAddrs.Unlock()
+	if ownAddrs.set == nil || time.Since(ownAddrs.read) > time.Minute {
+		ownAddrs.set, ownAddrs.read = map[netip.Addr]bool{}, time.Now()
+		if addrs, err := net.InterfaceAddrs(); err == nil {
+			for _, ad := range addrs {
+				if p, err := netip.ParsePrefix(ad.String()); err == nil {
+					ownAddrs.set[p.Addr().Unmap()] = true
+				}
+			}
+		}
+	}
+	return ownAddrs.set[a.Unmap()]
 }
 
 // Guard checks targets: a schedule's URL when it is created or changed,
@@ -78,7 +123,7 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	}
 	host := u.Hostname()
 	if a, err := netip.ParseAddr(host); err == nil {
-		if privateAddr(a) {
+		if privateAddr(a) || ownAddr(a) {
 			return nil, ErrPrivateTarget
 		}
 		return u, nil
@@ -97,7 +142,7 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("host %q does not resolve: %v", host, err)
 	}
 	for _, a := range addrs {
-		if privateAddr(a) {
+		if privateAddr(a) || ownAddr(a) {
 			return nil, ErrPrivateTarget
 		}
 	}
@@ -114,7 +159,7 @@ func (g *Guard) Control(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return fmt.Errorf("riverslot: refusing to connect to %q: %w", address, err)
 	}
-	if privateAddr(ap.Addr()) {
+	if privateAddr(ap.Addr()) || ownAddr(ap.Addr()) {
 		return fmt.Errorf("riverslot: refusing to connect to %s: %w", address, ErrPrivateTarget)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,6 +75,8 @@ type Config struct {
 // Server is the service's state: its tasks and its HTTP API.
 type Server struct {
 	cfg       Config
+	authMu    sync.Mutex
+	authOK    map[string]time.Time // token hash to when its check expires
 	scheduler *riverutil.Scheduler
 	tasks     map[time.Duration]riverutil.TaskInfo
 	http      *http.Client
@@ -291,6 +294,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		`CREATE INDEX IF NOT EXISTS riverslot_call_schedule ON ` + c + ` (schedule_id, started_at DESC)`,
 		`CREATE INDEX IF NOT EXISTS riverslot_call_started ON ` + c + ` (started_at)`,
 		`CREATE TABLE IF NOT EXISTS ` + k + ` (
+	id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
 	hash bytea PRIMARY KEY,
 	name text NOT NULL DEFAULT '',
 	created_at timestamptz NOT NULL DEFAULT clock_timestamp()
@@ -337,6 +341,9 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riveruti
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && !live {
 		return nil // deleted or paused since its fan-out: never called
 	}
+	if err == nil && job.Args.Task != TaskName(time.Duration(periodMS)*time.Millisecond) {
+		return nil // moved to another period since its fan-out: that period's task calls it
+	}
 	if err != nil {
 		return riverutil.NotUpstream(fmt.Errorf("error reading schedule %s: %w", id, err))
 	}
@@ -365,7 +372,9 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riveruti
 	if status != 0 {
 		statusCol = &status
 	}
-	if _, err := s.cfg.Pool.Exec(ctx, `INSERT INTO `+s.calls+` (schedule_id, period_ms, job_id, attempt, due_at, started_at, lateness_ms, status, latency_ms, error, ok)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := s.cfg.Pool.Exec(rctx, `INSERT INTO `+s.calls+` (schedule_id, period_ms, job_id, attempt, due_at, started_at, lateness_ms, status, latency_ms, error, ok)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, id, periodMS, job.ID, job.Attempt, due, started, lateness, statusCol, float64(latency)/float64(time.Millisecond), errText, ok); err != nil {
 		s.cfg.Logger.WarnContext(ctx, "riverslot serve: could not record a call", slog.String("schedule", id.String()), slog.String("error", err.Error()))
 	}
@@ -413,7 +422,7 @@ func (s *Server) do(ctx context.Context, t target) (int, time.Duration, error) {
 	wait := time.Second
 	if v := resp.Header.Get("Retry-After"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n > 0 {
-			wait = time.Duration(n) * time.Second
+			wait = time.Duration(min(n, 3600)) * time.Second
 		} else if at, err := http.ParseTime(v); err == nil && time.Until(at) > 0 {
 			wait = time.Until(at)
 		}

@@ -11,12 +11,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/serve"
@@ -129,6 +131,11 @@ func TestGuard(t *testing.T) {
 		{"http://[::ffff:127.0.0.1]/", true},
 		{"http://localhost:9000/", true},
 		{"http://api.localhost/", true},
+		{"http://[::7f00:1]/", true},          // IPv4-compatible 127.0.0.1
+		{"http://[2002:a00:1::]/", true},      // 6to4 of 10.0.0.1
+		{"http://[64:ff9b::a00:1]/", true},    // NAT64 of 10.0.0.1
+		{"http://[64:ff9b::808:808]/", false}, // NAT64 of 8.8.8.8
+		{"http://[2001:0:4136:e378::1]/", true},
 		{"http://8.8.8.8/", false},
 		{"https://[2001:4860:4860::8888]/", false},
 	} {
@@ -149,6 +156,14 @@ func TestGuard(t *testing.T) {
 	require.ErrorIs(t, g.Control("tcp6", "[::1]:443", nil), serve.ErrPrivateTarget)
 	require.NoError(t, g.Control("tcp4", netip.MustParseAddrPort("8.8.8.8:443").String(), nil))
 	require.NoError(t, (&serve.Guard{AllowPrivate: true}).Control("tcp4", "127.0.0.1:80", nil))
+	// This machine's own addresses, public ones too.
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		p, err := netip.ParsePrefix(a.String())
+		require.NoError(t, err)
+		require.ErrorIs(t, g.Control("tcp", netip.AddrPortFrom(p.Addr(), 443).String(), nil), serve.ErrPrivateTarget, p.Addr())
+	}
 }
 
 // TestAPI: every endpoint needs a token; a schedule is created with its
@@ -306,7 +321,27 @@ func TestAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), map[string]any{"paused": false, "timeout": "5s"}, &resumed))
 	require.Equal(t, sc.Offset, resumed.Offset)
 	require.Equal(t, "5s", resumed.Timeout)
-	require.Equal(t, map[string]string{"X-Tenant": "42"}, resumed.Headers, "fields not given are kept")
+	require.Equal(t, map[string]string{"X-Tenant": serve.HiddenValue}, resumed.Headers, "header values are write-only")
+	var stored map[string]string
+	require.NoError(t, a.srv.Pool().QueryRow(context.Background(), `SELECT headers FROM `+pgx.Identifier{a.srv.Schema(), serve.SchedulesTable}.Sanitize()+` WHERE id = $1`, sc.ID).Scan(&stored))
+	require.Equal(t, map[string]string{"X-Tenant": "42"}, stored, "fields not given are kept")
+	// The upstream key is the URL's host, with an optional sub-key: a new
+	// URL moves it to the new host's limits, keeping the sub-key.
+	var moved serve.Schedule
+	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), map[string]any{"upstream": "tenant-42"}, &moved))
+	require.Equal(t, "203.0.113.10/tenant-42", moved.Upstream)
+	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), map[string]any{"url": "https://198.51.100.9/hook"}, &moved))
+	require.Equal(t, "198.51.100.9/tenant-42", moved.Upstream)
+	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), map[string]any{"upstream": ""}, &moved))
+	require.Equal(t, "198.51.100.9", moved.Upstream)
+	for _, bad := range []map[string]any{
+		{"upstream": "other.example/x"},
+		{"headers": map[string]string{"X-A": "1", "x-a": "2"}},
+		{"headers": map[string]string{"X-A": "a\x00b"}},
+		{"headers": map[string]string{"Keep-Alive": "1"}},
+	} {
+		require.Equal(t, http.StatusBadRequest, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), bad, &e), "%v", bad)
+	}
 	require.Equal(t, http.StatusBadRequest, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), map[string]any{"period": "2h"}, &e))
 	require.Equal(t, "period", e.Field)
 
@@ -330,8 +365,24 @@ func TestAPI(t *testing.T) {
 		Token string `json:"token"`
 	}
 	require.Equal(t, http.StatusCreated, a.do("POST", "/v1/tokens", map[string]any{"name": "ci"}, &tok))
+	first := a.token
 	a.token = tok.Token
 	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules", nil, nil))
+	// Listed without their values, and revoked: the revoked one is
+	// refused at once by this process.
+	var toks struct {
+		Tokens []struct {
+			ID   int64  `json:"id"`
+			Name string `json:"name"`
+		} `json:"tokens"`
+	}
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/tokens", nil, &toks))
+	require.Len(t, toks.Tokens, 2)
+	require.Equal(t, "ci", toks.Tokens[1].Name)
+	a.token = first
+	require.Equal(t, http.StatusOK, a.do("DELETE", "/v1/tokens/"+strconv.FormatInt(toks.Tokens[1].ID, 10), nil, nil))
+	a.token = tok.Token
+	require.Equal(t, http.StatusUnauthorized, a.do("GET", "/v1/schedules", nil, nil))
 	path := filepath.Join(t.TempDir(), "token")
 	created, err := a.srv.TokenFile(context.Background(), path)
 	require.NoError(t, err)
