@@ -87,24 +87,9 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return usageErr("--anchor/--cycle: %v", strings.Replace(err.Error(), "TriggerOffset", "the anchor", 1))
 	}
-	at := time.Now()
-	if *now != "" {
-		if at, err = time.Parse(time.RFC3339, *now); err != nil {
-			return usageErr("--now must be RFC 3339, e.g. 2026-11-22T09:00:00Z: %v", err)
-		}
-	}
-	var id uuid.UUID
-	if *account != "" {
-		if id, err = uuid.Parse(*account); err != nil {
-			return usageErr("--account must be a UUID such as 0b6e4f2a-8c1d-4f5e-9a7b-3c2d1e0f9a8b, got %q", *account)
-		}
-	}
-	s := *seed
-	if s == 0 {
-		if err := checkTaskName(*task); err != nil {
-			return err
-		}
-		s = slotplan.SeedFromName(*task)
+	at, id, s, err := planInputs(*now, *account, *task, *seed)
+	if err != nil {
+		return err
 	}
 	if *phase < 0 || *phase >= 1 {
 		return usageErr("--phase must be in [0, 1) (a fraction of the cycle), got %g", *phase)
@@ -579,4 +564,30 @@ func planBudgets(ctx context.Context, url, riverSchema string, task riverutil.Ta
 		return nil, usageErr("%v", err)
 	}
 	return scheduler.UpstreamBudgets(ctx, task.Name)
+}
+
+// planInputs reads plan's --now (default: now), --account (optional) and
+// the offset seed (--seed, else derived from --task).
+func planInputs(now, account, task string, seed uint64) (time.Time, uuid.UUID, uint64, error) {
+	at := time.Now()
+	if now != "" {
+		var err error
+		if at, err = time.Parse(time.RFC3339, now); err != nil {
+			return time.Time{}, uuid.Nil, 0, usageErr("--now must be RFC 3339, e.g. 2026-11-22T09:00:00Z: %v", err)
+		}
+	}
+	var id uuid.UUID
+	if account != "" {
+		var err error
+		if id, err = uuid.Parse(account); err != nil {
+			return time.Time{}, uuid.Nil, 0, usageErr("--account must be a UUID such as 0b6e4f2a-8c1d-4f5e-9a7b-3c2d1e0f9a8b, got %q", account)
+		}
+	}
+	if seed == 0 {
+		if err := checkTaskName(task); err != nil {
+			return time.Time{}, uuid.Nil, 0, err
+		}
+		seed = slotplan.SeedFromName(task)
+	}
+	return at, id, seed, nil
 }

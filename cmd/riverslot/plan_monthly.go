@@ -8,8 +8,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -50,27 +48,12 @@ func runPlanMonthly(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil || *location == "" || strings.EqualFold(*location, "local") {
 		return usageErr("--location must be an IANA time zone such as Europe/London or UTC, got %q", *location)
 	}
-	at := time.Now()
-	if *now != "" {
-		if at, err = time.Parse(time.RFC3339, *now); err != nil {
-			return usageErr("--now must be RFC 3339, e.g. 2026-11-22T09:00:00Z: %v", err)
-		}
-	}
-	var id uuid.UUID
-	if *account != "" {
-		if id, err = uuid.Parse(*account); err != nil {
-			return usageErr("--account must be a UUID such as 0b6e4f2a-8c1d-4f5e-9a7b-3c2d1e0f9a8b, got %q", *account)
-		}
+	at, id, s, err := planInputs(*now, *account, *task, *seed)
+	if err != nil {
+		return err
 	}
 	if *months < 1 || *months > 120 {
 		return usageErr("--months must be between 1 and 120, got %d", *months)
-	}
-	s := *seed
-	if s == 0 {
-		if err := checkTaskName(*task); err != nil {
-			return err
-		}
-		s = slotplan.SeedFromName(*task)
 	}
 	m, err := slotplan.NewMonthly(loc)
 	if err != nil {
