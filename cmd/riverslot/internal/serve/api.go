@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -165,12 +166,16 @@ func internal(err error) (int, any) {
 func decode(r *http.Request, v any) *apiError {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("data after the JSON object")
+	}
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return &apiError{status: http.StatusRequestEntityTooLarge, Error: fmt.Sprintf("the request is over %d bytes", MaxRequestBytes)}
 		}
-		return &apiError{status: http.StatusBadRequest, Error: "the request is not a JSON object of a schedule's fields: " + err.Error()}
+		return &apiError{status: http.StatusBadRequest, Error: "the request is not one JSON object of a schedule's fields: " + err.Error()}
 	}
 	return nil
 }
@@ -760,9 +765,13 @@ func (s *Server) authorized(r *http.Request) bool {
 	if cached && time.Now().Before(expires) {
 		return true
 	}
+	if !s.lookups.allow() {
+		return false // too many lookups of unknown tokens: refused without a query
+	}
 	var found bool
 	err := s.cfg.Pool.QueryRow(r.Context(), `SELECT EXISTS (SELECT 1 FROM `+s.tokens+` WHERE hash = $1)`, hash).Scan(&found)
 	if err != nil || !found {
+		s.lookups.failed()
 		return false
 	}
 	s.authMu.Lock()
@@ -772,6 +781,44 @@ func (s *Server) authorized(r *http.Request) bool {
 	s.authOK[key] = time.Now().Add(authCacheFor)
 	s.authMu.Unlock()
 	return true
+}
+
+// lookupBudget bounds the token lookups that find nothing: after
+// failedLookupsPerSecond a second (a burst of as many), unknown tokens are
+// refused without a query until the budget refills, so that requests with
+// made-up tokens cannot take the pool the calls need. Known tokens are
+// served from the cache meanwhile; a valid token not yet cached may be
+// refused (401) while the budget is spent.
+type lookupBudget struct {
+	mu     sync.Mutex
+	tokens float64
+	at     time.Time
+}
+
+const failedLookupsPerSecond = 20
+
+func (b *lookupBudget) refill() {
+	now := time.Now()
+	if b.at.IsZero() {
+		b.tokens = failedLookupsPerSecond
+	} else {
+		b.tokens = min(failedLookupsPerSecond, b.tokens+now.Sub(b.at).Seconds()*failedLookupsPerSecond)
+	}
+	b.at = now
+}
+
+func (b *lookupBudget) allow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill()
+	return b.tokens >= 1
+}
+
+func (b *lookupBudget) failed() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill()
+	b.tokens--
 }
 
 // tokenInfo is a token as GET /v1/tokens lists it (never the token).
@@ -853,6 +900,12 @@ func (s *Server) TokenFile(ctx context.Context, path string) (bool, error) {
 			return false, err
 		}
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			// Another process on this host wrote it first: accept its token
+			// once it is complete.
+			time.Sleep(100 * time.Millisecond)
+			return s.TokenFile(ctx, path)
+		}
 		if err != nil {
 			return false, fmt.Errorf("--token-file: %w", err)
 		}

@@ -77,6 +77,7 @@ type Server struct {
 	cfg       Config
 	authMu    sync.Mutex
 	authOK    map[string]time.Time // token hash to when its check expires
+	lookups   lookupBudget
 	scheduler *riverutil.Scheduler
 	tasks     map[time.Duration]riverutil.TaskInfo
 	http      *http.Client

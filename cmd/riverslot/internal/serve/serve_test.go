@@ -228,6 +228,25 @@ func TestAPI(t *testing.T) {
 		require.Equal(t, tt.field, e.Field, e.Error)
 		require.Contains(t, e.Error, tt.want)
 	}
+	// One JSON object, nothing after it.
+	req, err := http.NewRequest("POST", a.http.URL+"/v1/schedules", strings.NewReader(`{"url": "https://203.0.113.10/", "period": "1h"} {"period": "1m"}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	// Made-up tokens, many: refused, and the known token still works (it
+	// is served from the cache while lookups of unknown ones are spent).
+	good = a.token
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules?limit=1", nil, nil))
+	for i := range 60 {
+		a.token = "rs_made_up_" + strconv.Itoa(i)
+		require.Equal(t, http.StatusUnauthorized, a.do("GET", "/v1/schedules?limit=1", nil, nil))
+	}
+	a.token = good
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules?limit=1", nil, nil))
+
 	var e apiErr
 	require.Equal(t, http.StatusBadRequest, a.do("POST", "/v1/schedules", map[string]any{"url": "https://203.0.113.10/", "period": "1h", "cron": "* * * * *"}, &e))
 	require.Contains(t, e.Error, `unknown field "cron"`)
