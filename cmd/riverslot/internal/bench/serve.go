@@ -10,8 +10,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,7 +181,7 @@ func (r *Runner) serveBench(ctx context.Context) error {
 			pct(creates, 0.5).Round(10*time.Microsecond), pct(creates, 0.99).Round(10*time.Microsecond), perSec(n, createdIn),
 			pct(lists, 0.5).Round(10*time.Microsecond), pct(lists, 0.99).Round(10*time.Microsecond), len(lists),
 			pct(gets, 0.5).Round(10*time.Microsecond), pct(gets, 0.99).Round(10*time.Microsecond)),
-		fmt.Sprintf("Go heap in use %.1f MiB", float64(ms.HeapInuse)/(1<<20)), "-")
+		fmt.Sprintf("Go heap in use %.1f MiB, process RSS %s", float64(ms.HeapInuse)/(1<<20), rss()), "-")
 
 	// The compressed run: ServeRunSchedules schedules of 16 s, three
 	// periods, calls delivered to the loopback target.
@@ -239,7 +242,25 @@ FROM `+pgx.Identifier{runSchema, serve.CallsTable}.Sanitize()+` WHERE due_at >= 
 		lat = fmt.Sprintf("lateness p50 %.2f s, p99 %.2f s", *p50, *p99)
 	}
 	r.row(fmt.Sprintf("serve calls (%d schedules of 16 s, 3 periods, loopback target; calls due in them)", m), human(m),
-		fmt.Sprintf("%.1f calls/s delivered (%d, %d failed), %s, Go heap in use %.1f MiB", got, calls, failed, lat, float64(ms.HeapInuse)/(1<<20)),
+		fmt.Sprintf("%.1f calls/s delivered (%d, %d failed), %s, Go heap in use %.1f MiB, process RSS %s", got, calls, failed, lat, float64(ms.HeapInuse)/(1<<20), rss()),
 		fmt.Sprintf("%.1f calls/s planned (%d)", planned, 3*m), fmt.Sprintf("%.2f", got/planned))
 	return nil
+}
+
+// rss is this process's resident set size (the API server, the River
+// client and the bench's own clients share it), from /proc; "n/a" where
+// there is none.
+func rss() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "n/a"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			if kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))); err == nil {
+				return fmt.Sprintf("%.1f MiB", float64(kb)/1024)
+			}
+		}
+	}
+	return "n/a"
 }
