@@ -12,9 +12,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -209,7 +210,9 @@ func New(cfg Config) (*Server, error) {
 			Sync:        s.call,
 		})
 	}
-	sort.Slice(cfg.Periods, func(i, j int) bool { return cfg.Periods[i] < cfg.Periods[j] })
+	// The server's own sorted list, each period once (the caller's slice
+	// is left as it was).
+	s.cfg.Periods = slices.Sorted(maps.Keys(seen))
 	scheduler, err := riverutil.New(cfg.Pool, &riverutil.Config{Logger: cfg.Logger, Tasks: tasks})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
@@ -308,17 +311,32 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	return nil
 }
 
+// pruneBatch is how many rows one pruning statement deletes: a server
+// back from a long stop, or with a shorter History, prunes in many short
+// transactions, not one that grows with the fleet.
+const pruneBatch = 10_000
+
 // Prune deletes calls, and schedules deleted, longer ago than History.
 func (s *Server) Prune(ctx context.Context) (calls, schedules int64, err error) {
-	tag, err := s.cfg.Pool.Exec(ctx, `DELETE FROM `+s.calls+` WHERE started_at < clock_timestamp() - $1 * interval '1 millisecond'`, s.cfg.History.Milliseconds())
-	if err != nil {
-		return 0, 0, fmt.Errorf("error pruning calls: %w", err)
+	prune := func(table, column, what string) (int64, error) {
+		var total int64
+		for {
+			tag, err := s.cfg.Pool.Exec(ctx, `DELETE FROM `+table+` WHERE ctid = ANY (ARRAY(SELECT ctid FROM `+table+`
+	WHERE `+column+` < clock_timestamp() - $1 * interval '1 millisecond' LIMIT $2))`, s.cfg.History.Milliseconds(), pruneBatch)
+			if err != nil {
+				return total, fmt.Errorf("error pruning %s: %w", what, err)
+			}
+			total += tag.RowsAffected()
+			if tag.RowsAffected() < pruneBatch {
+				return total, nil
+			}
+		}
 	}
-	tag2, err := s.cfg.Pool.Exec(ctx, `DELETE FROM `+s.schedules+` WHERE deleted_at < clock_timestamp() - $1 * interval '1 millisecond'`, s.cfg.History.Milliseconds())
-	if err != nil {
-		return tag.RowsAffected(), 0, fmt.Errorf("error pruning deleted schedules: %w", err)
+	if calls, err = prune(s.calls, "started_at", "calls"); err != nil {
+		return calls, 0, err
 	}
-	return tag.RowsAffected(), tag2.RowsAffected(), nil
+	schedules, err = prune(s.schedules, "deleted_at", "deleted schedules")
+	return calls, schedules, err
 }
 
 // target is what a call needs of its schedule.

@@ -417,3 +417,38 @@ func TestAPI(t *testing.T) {
 	a.token = strings.TrimSpace(string(b))
 	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules", nil, nil))
 }
+
+// TestPrune: calls and deleted schedules older than History go, in
+// batches, the newer stay; a server's periods are its own sorted list,
+// each once, whatever order (and repeats) its caller gave.
+func TestPrune(t *testing.T) {
+	t.Parallel()
+	periods := []time.Duration{time.Hour, time.Minute, time.Hour}
+	a := setup(t, &serve.Guard{}, periods...)
+	require.Equal(t, []time.Duration{time.Hour, time.Minute, time.Hour}, periods, "the caller's slice is left as it was")
+	var e apiErr
+	require.Equal(t, http.StatusBadRequest, a.do("POST", "/v1/schedules", map[string]any{"url": "https://203.0.113.10/", "period": "24h"}, &e))
+	require.Contains(t, e.Error, "this server serves 1m, 1h (the nearest: 1h)")
+
+	var old, kept serve.Schedule
+	require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": "https://203.0.113.10/old", "period": "1h"}, &old))
+	require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": "https://203.0.113.10/kept", "period": "1h"}, &kept))
+	require.Equal(t, http.StatusOK, a.do("DELETE", "/v1/schedules/"+kept.ID.String(), nil, nil))
+	ctx := context.Background()
+	schedules := pgx.Identifier{a.srv.Schema(), serve.SchedulesTable}.Sanitize()
+	calls := pgx.Identifier{a.srv.Schema(), serve.CallsTable}.Sanitize()
+	_, err := a.srv.Pool().Exec(ctx, `UPDATE `+schedules+` SET deleted_at = now() - interval '8 days' WHERE id = $1`, old.ID)
+	require.NoError(t, err)
+	// 25,000 calls from eight days ago (more than two batches), 5 recent.
+	_, err = a.srv.Pool().Exec(ctx, `INSERT INTO `+calls+` (schedule_id, period_ms, attempt, started_at, latency_ms, ok)
+SELECT $1::uuid, 3600000, 1, now() - interval '8 days' + g * interval '1 ms', 1, true FROM generate_series(1, 25000) g
+UNION ALL SELECT $1::uuid, 3600000, 1, now() - g * interval '1 minute', 1, true FROM generate_series(1, 5) g`, kept.ID)
+	require.NoError(t, err)
+	pruned, gone, err := a.srv.Prune(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 25000, pruned)
+	require.EqualValues(t, 1, gone)
+	require.EqualValues(t, 5, riverslottest.Count(ctx, t, a.srv.Pool(), `SELECT count(*) FROM `+calls))
+	require.Equal(t, http.StatusNotFound, a.do("GET", "/v1/schedules/"+old.ID.String(), nil, nil))
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules/"+kept.ID.String(), nil, nil), "deleted today: still readable")
+}
