@@ -246,6 +246,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		KeepUntil: cycleStart.Add(ledger.Horizon(spec.Plan.Cycle)),
 		Placement: output.Placement, Pins: ref, Fallback: pins.Fallback, First: first,
 		LatePolicy: spec.LatePolicy, LateGrace: spec.LateGrace,
+		TriggerOffset: spec.Schedule.Offset, Location: locationName(spec.Schedule.Location),
 	}); err != nil {
 		return err
 	}
@@ -360,4 +361,13 @@ func place(ctx context.Context, riverTx pgx.Tx, riverPool *pgxpool.Pool, owner *
 		}
 	}
 	return pins, nil
+}
+
+// locationName is the name of the schedule's zone the ledger records, ""
+// for an absolute UTC grid (no Location).
+func locationName(loc *time.Location) string {
+	if loc == nil {
+		return ""
+	}
+	return loc.String()
 }

@@ -255,13 +255,19 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &noCycle):
 		writeError(w, http.StatusNotFound, err.Error())
 	default:
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		id := hex.EncodeToString(b[:])
-		h.logger().ErrorContext(r.Context(), "riverslot handler: request failed", slog.String("path", r.URL.Path),
-			slog.String("request_id", id), slog.String("error", err.Error()))
-		writeError(w, http.StatusInternalServerError, "internal error reading the schedule (request "+id+"); the server's log has the cause under request_id "+id)
+		writeError(w, http.StatusInternalServerError, h.logged(r, err))
 	}
+}
+
+// logged logs err with a new request id and returns what a response may
+// say of it: the id, never the database's error.
+func (h *handler) logged(r *http.Request, err error) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	h.logger().ErrorContext(r.Context(), "riverslot handler: request failed", slog.String("path", r.URL.Path),
+		slog.String("request_id", id), slog.String("error", err.Error()))
+	return "internal error reading the schedule (request " + id + "); the server's log has the cause under request_id " + id
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river/rivertype"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/perslot"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -42,29 +42,41 @@ type AccountStatus struct {
 	// from now: the slot it is served in (pinned, when the latest cycle
 	// pins it) plus its offset. Pins of later cycles may differ.
 	NextSyncs []time.Time
-	// Current and Previous are the account's sync job in the latest cycle
-	// and the one before it; nil when it has none (not selected yet, or
-	// deleted by River's retention).
+	// Current and Previous are the account's sync in the latest cycle and
+	// the one before it, as the ledger records the cycles: the sync job
+	// itself while River has it queued or running (Source "river"), else
+	// what the ledger says of the account's slot (Source "ledger": its
+	// fan-out finished, so the sync was enqueued for the account's regular
+	// time, and how it ended is counted in the cycle's totals; or the slot
+	// failed or did not fan out). Nil when the ledger records no such
+	// cycle.
 	Current, Previous *AccountSync
-	// LastSynced is when the account's most recent sync job that called
-	// Sync completed, among those River keeps; zero when none.
-	LastSynced time.Time
 }
 
-// AccountSync is one sync job of an account.
+// AccountSync is an account's sync in one cycle.
 type AccountSync struct {
-	JobID       int64
-	CycleStart  time.Time
-	Slot        int
-	State       string
+	// Source is "river" (the sync job, queued or running) or "ledger"
+	// (the cycle's ledger rows: River has no unfinished job of it).
+	Source     string
+	JobID      int64 // 0 from the ledger
+	CycleStart time.Time
+	Plan       string
+	Slot       int
+	// State is River's job state (scheduled, available, pending, running,
+	// retryable) from River; from the ledger, the slot's: SlotDone (its
+	// fan-out enqueued the account's sync; the sync has ended), SlotFailed,
+	// SlotScheduled (its fan-out is to run or running) or SlotMissing.
+	State string
+	// ScheduledAt is the job's scheduled time from River; from the ledger,
+	// the account's regular time in the cycle (a late fan-out may have
+	// spread it later).
 	ScheduledAt time.Time
 	AttemptedAt *time.Time
-	FinalizedAt *time.Time
-	Attempts    int
-	// Skipped is why the job completed without calling Sync
-	// (syncjob.SkippedStale or SkippedTooSoon), "" when it called it.
-	Skipped string
-	// LastError is River's last recorded error of the job.
+	// FanOutAt is, from the ledger, when the slot's fan-out finished.
+	FanOutAt *time.Time
+	Attempts int
+	// LastError is River's last recorded error of the job, or the slot's
+	// fan-out error the ledger records.
 	LastError string
 }
 
@@ -78,22 +90,18 @@ const nextSyncsShown = 3
 // the GIN index (their values are in every sync job of the cycle).
 const accountJobsCTE = `WITH j AS MATERIALIZED (SELECT * FROM %s WHERE args @> jsonb_build_object('account_id', $1::text)) `
 
-// accountSyncSQL reads the account's latest sync job of task $3 and cycle
-// $4.
-const accountSyncSQL = accountJobsCTE + `SELECT id, (args->>'cycle_start')::timestamptz, coalesce((args->>'slot')::int, -1), state, scheduled_at, attempted_at, finalized_at, attempt,
-		coalesce(metadata->'` + rivertype.MetadataKeyOutput + `'->>'` + syncjob.OutputSkipped + `', ''), errors
-	FROM j WHERE kind = $2 AND args->>'task' = $3 AND args->>'cycle_start' = $4 ORDER BY id DESC LIMIT 1`
-
-// lastSyncedSQL finds when the account was last synced by task $3 (Sync
-// called) among the jobs River keeps.
-const lastSyncedSQL = accountJobsCTE + `SELECT max(finalized_at) FROM j WHERE kind = $2 AND args->>'task' = $3 AND state = 'completed'
-	AND NOT coalesce(metadata->'` + rivertype.MetadataKeyOutput + `' ? '` + syncjob.OutputSkipped + `', false)`
+// accountSyncSQL reads the account's latest unfinished sync job of task $3
+// and cycle $4.
+const accountSyncSQL = accountJobsCTE + `SELECT id, state, scheduled_at, attempted_at, attempt, errors
+	FROM j WHERE kind = $2 AND args->>'task' = $3 AND args->>'cycle_start' = $4
+	  AND state IN ('scheduled', 'available', 'pending', 'running', 'retryable') ORDER BY id DESC LIMIT 1`
 
 // Account returns where the account stands in the named task's latest
 // cycle: bucket, slot, offset and pin under the cycle's plan and placement,
-// its next regular syncs, and its sync jobs of this cycle and the one
-// before. Every read is an index lookup: River's GIN index on args for the
-// account's jobs, the pins table's key for its pin.
+// its next regular syncs, and its sync in this cycle and the one before.
+// Every read is an index lookup: the ledger's key for the cycles and
+// slots, River's GIN index on args for the account's unfinished jobs, the
+// pins table's key for its pin.
 func (s *Scheduler) Account(ctx context.Context, taskName string, id uuid.UUID) (*AccountStatus, error) {
 	spec, err := s.spec(taskName)
 	if err != nil {
@@ -160,40 +168,67 @@ func (s *Scheduler) account(ctx context.Context, spec *taskspec.Spec, id uuid.UU
 		}
 	}
 
-	prevStart := latest.Add(-spec.Plan.Cycle)
-	if spec.Schedule.Location != nil {
-		prevStart = spec.Schedule.Start(latest.Add(-time.Nanosecond)).UTC()
+	if !found {
+		return a, nil
 	}
-	for _, c := range []struct {
-		start time.Time
-		into  **AccountSync
-	}{{latest, &a.Current}, {prevStart, &a.Previous}} {
-		if *c.into, err = s.accountSync(ctx, table, spec.Name, id, c.start); err != nil {
+	cycles := []ledger.Cycle{{Task: spec.Name, Plan: spec.Key, Start: latest}}
+	prev, err := s.ledger().Cycles(ctx, s.pool, spec.Name, time.Time{}, latest, 1)
+	if err != nil {
+		return nil, err
+	}
+	cycles = append(cycles, prev...)
+	for i, c := range cycles {
+		cs, err := planSpec(spec, c.Plan, c.Start)
+		if err != nil {
 			return nil, err
 		}
-	}
-	var last *time.Time
-	if err := s.pool.QueryRow(ctx, fmt.Sprintf(lastSyncedSQL, table), id.String(), syncjob.Kind, spec.Name).Scan(&last); err != nil {
-		return nil, fmt.Errorf("error finding the account's last sync: %w", err)
-	}
-	if last != nil {
-		a.LastSynced = last.UTC()
+		slot := served
+		if cs.PlanID != spec.PlanID {
+			slot = cs.Plan.Shift(cs.Plan.SlotOf(id), cs.Shift)
+		}
+		sync, err := s.accountSync(ctx, table, cs, id, c.Start, slot)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			a.Current = sync
+		} else {
+			a.Previous = sync
+		}
 	}
 	return a, nil
 }
 
-func (s *Scheduler) accountSync(ctx context.Context, table, task string, id uuid.UUID, cycleStart time.Time) (*AccountSync, error) {
-	j := &AccountSync{}
+func (s *Scheduler) accountSync(ctx context.Context, table string, spec *taskspec.Spec, id uuid.UUID, cycleStart time.Time, slot int) (*AccountSync, error) {
+	j := &AccountSync{Source: "river", CycleStart: cycleStart.UTC(), Plan: spec.PlanID, Slot: slot}
 	var errs []json.RawMessage
-	err := s.pool.QueryRow(ctx, fmt.Sprintf(accountSyncSQL, table), id.String(), syncjob.Kind, task, cycleStart.UTC().Format(time.RFC3339Nano)).
-		Scan(&j.JobID, &j.CycleStart, &j.Slot, &j.State, &j.ScheduledAt, &j.AttemptedAt, &j.FinalizedAt, &j.Attempts, &j.Skipped, &errs)
+	err := s.pool.QueryRow(ctx, fmt.Sprintf(accountSyncSQL, table), id.String(), syncjob.Kind, spec.Name, cycleStart.UTC().Format(time.RFC3339Nano)).
+		Scan(&j.JobID, &j.State, &j.ScheduledAt, &j.AttemptedAt, &j.Attempts, &errs)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return nil, nil
+		// River has no unfinished job of it: the ledger says what its
+		// slot did.
+		slots, err := s.ledger().Slots(ctx, s.pool, spec.Name, spec.PlanID, cycleStart)
+		if err != nil {
+			return nil, err
+		}
+		j.Source, j.State = "ledger", SlotMissing
+		j.ScheduledAt = spec.Regular(cycleStart, slot, id).UTC()
+		if r, ok := slots[slot]; ok {
+			switch {
+			case r.Finished != nil:
+				j.State, j.FanOutAt = SlotDone, r.Finished
+			case r.FailedAt != nil:
+				j.State, j.LastError = SlotFailed, r.Error
+			default:
+				j.State, j.LastError = SlotScheduled, r.Error
+			}
+		}
+		return j, nil
 	case err != nil:
 		return nil, fmt.Errorf("error reading the account's sync job: %w", err)
 	}
-	j.CycleStart, j.ScheduledAt = j.CycleStart.UTC(), j.ScheduledAt.UTC()
+	j.ScheduledAt = j.ScheduledAt.UTC()
 	if len(errs) > 0 {
 		var last struct {
 			Error string `json:"error"`

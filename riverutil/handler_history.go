@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/riverqueue/river/rivertype"
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/syncjob"
 )
@@ -30,13 +30,15 @@ type CycleSummary struct {
 	// SkippedLate); Enqueued the sync jobs they inserted; SkippedLate the
 	// late accounts they skipped (the next cycle covers them).
 	Selected, Enqueued, SkippedLate int64
-	// Sync jobs of the cycle: Unfinished (pending, running or retryable),
-	// Failed (discarded or cancelled), SkippedStale and SkippedTooSoon
-	// (completed without calling Sync), each counted up to SkippedCountMax.
-	Unfinished, Failed, SkippedStale, SkippedTooSoon int64
-	// Synced is Enqueued less Unfinished, Failed and SkippedStale: the
-	// accounts whose Sync ran (or, for SkippedTooSoon, had run less than
-	// half a cycle before).
+	// Sync jobs of the cycle: Unfinished (pending, running or retryable,
+	// from River's job table), and how the others ended, as the nodes that
+	// ran them counted them in the cycle's ledger row: Failed (their last
+	// attempt failed, or cancelled), SkippedStale (started past their
+	// NotAfter) and SkippedUpstream (no room with their upstream before
+	// their NotAfter), completed without calling Sync.
+	Unfinished, Failed, SkippedStale, SkippedUpstream int64
+	// Synced is the sync jobs that called Sync, or found their account
+	// gone or filtered out (nothing to sync).
 	Synced int64
 	// NotSelected estimates the accounts of failed or missing slots that
 	// their fan-out never reached: the accounts the same slot selected in
@@ -47,7 +49,8 @@ type CycleSummary struct {
 	// cycle (of another plan or grid, after a plan change) that syncs
 	// them less than half a cycle away: not missed.
 	Covered int64
-	// Missed is SkippedLate + SkippedStale + Failed + NotSelected: accounts
+	// Missed is SkippedLate + SkippedStale + SkippedUpstream + Failed +
+	// NotSelected: accounts
 	// the cycle did not sync. Coverage is (Synced + Covered) / (Selected +
 	// NotSelected), the share of accounts synced within their cycle, by it
 	// or by the cycle it left them to (1 for a cycle with no account).
@@ -56,13 +59,13 @@ type CycleSummary struct {
 	// Duplicates is the sync jobs the fan-outs enqueued beyond the accounts
 	// they selected (0 when every batch committed once).
 	Duplicates int64
-	// Lateness of the cycle's completed sync jobs (started after their
-	// scheduled time), from a sample of up to 2,000 spread over the cycle.
-	// LatenessKnown is false when River keeps none of the cycle's
-	// completed sync jobs (its retention deleted them): the lateness is
-	// unknown, not zero.
+	// Lateness of the cycle's synced syncs (started after their scheduled
+	// time), from the histogram of its ledger row (buckets 26% wide,
+	// interpolated). LatenessKnown is false when the row counts none (a
+	// cycle before the ledger counted outcomes, or with no sync yet): the
+	// lateness is unknown, not zero.
 	LatenessP50, LatenessP99 time.Duration
-	LatenessSample           int
+	LatenessSample           int64
 	LatenessKnown            bool
 	// Finished: the cycle has ended and none of its slots or sync jobs is
 	// still to run.
@@ -72,13 +75,10 @@ type CycleSummary struct {
 // Cycles returns the named task's most recent cycles, newest first, at most
 // limit (CyclesLimitDefault when 0, at most CyclesLimitMax), as riverslot's
 // ledger records them (for 4 cycles + 1 h of each cycle's plan), whatever
-// River has deleted: every plan's cycle, its slots' states and what each
-// fan-out did. Its sync job figures (unfinished, failed, skipped, lateness)
-// cover the sync jobs River still keeps; lateness is unknown
-// (LatenessKnown false) once River deleted them all. It never reads the accounts table
-// and never lists a cycle's sync jobs: its figures come from the per-slot
-// jobs' results, River's indexes on job state and metadata, and a bounded
-// sample for lateness.
+// River has deleted: every plan's cycle, its slots' states, what each
+// fan-out did and how the cycle's sync jobs ended. It reads the ledger by
+// key, River's job table only for the cycles' unfinished sync jobs (River's
+// fetching index) and per-slot jobs (by id), and never the accounts table.
 func (s *Scheduler) Cycles(ctx context.Context, taskName string, limit int) ([]CycleSummary, error) {
 	spec, err := s.spec(taskName)
 	if err != nil {
@@ -96,47 +96,13 @@ func (s *Scheduler) Cycles(ctx context.Context, taskName string, limit int) ([]C
 	return s.cycleHistory(ctx, spec, limit, time.Now())
 }
 
-// historyCountsSQL counts, each up to $6, a cycle's ($2 task, $3 cycle
-// start) unfinished sync jobs (River's fetching index), failed ones
-// finalized since $4 (its finalized_at index) and those completed without
-// calling Sync as stale ($7) or too soon ($8) (its metadata GIN index; $5
-// is syncjob.OutputSkipped).
-const historyCountsSQL = `SELECT
-	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE state IN ('scheduled', 'available', 'pending', 'running', 'retryable')
-		AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) u),
-	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE state IN ('discarded', 'cancelled') AND finalized_at >= $4
-		AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) f),
-	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('` + rivertype.MetadataKeyOutput + `', jsonb_build_object($5::text, $7::text))
-		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) stale),
-	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('` + rivertype.MetadataKeyOutput + `', jsonb_build_object($5::text, $8::text))
-		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $6) too_soon)`
+// historyUnfinishedSQL counts, up to $4, a cycle's ($2 task, $3 cycle
+// start) unfinished sync jobs, through River's fetching index.
+const historyUnfinishedSQL = `SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE state IN ('scheduled', 'available', 'pending', 'running', 'retryable')
+		AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $4) u`
 
-// historyLatenessSQL samples a cycle's ($2 task, $3 cycle start) completed
-// sync jobs: from each window start of $4 (spread over the cycle), the
-// first $5 finalized before the next ($6, same length) among the first $7
-// completed jobs of any kind and task finalized there, each window a short
-// range of River's (state, finalized_at) index. The inner bound keeps a
-// page view's cost fixed whatever River keeps of other tasks: without it a
-// window with none of the cycle's jobs (River deleted them, or the cycle
-// left every account to another) read every job finalized in it.
-const historyLatenessSQL = `SELECT count(*),
-	coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY l), 0)::float8,
-	coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY l), 0)::float8
-	FROM unnest($4::timestamptz[], $6::timestamptz[]) w(since, until) CROSS JOIN LATERAL (
-		SELECT extract(epoch FROM attempted_at - scheduled_at) AS l FROM (
-			SELECT attempted_at, scheduled_at, kind, args FROM %s
-			WHERE state = 'completed' AND finalized_at >= w.since AND finalized_at < w.until
-			ORDER BY finalized_at LIMIT $7) window_jobs
-		WHERE kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3
-		LIMIT $5) s`
-
-// historyLatenessScan bounds the completed jobs historyLatenessSQL reads
-// per window: 16 windows of 1,000, 16,000 index entries a cycle.
-const historyLatenessScan = 1000
-
-// latenessWindows is how many windows historyLatenessSQL samples a cycle
-// in, latenessSample/latenessWindows jobs each.
-const latenessWindows = 16
+// historyUnfinishedMax bounds the count of a cycle's unfinished sync jobs.
+const historyUnfinishedMax = 1_000_000
 
 // cycleHistory returns the task's last limit cycles, newest first, as of
 // now. It is the one place history is read: from River's job table and
@@ -151,9 +117,10 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 		return nil, err
 	}
 	type cycleRef struct {
-		plan  string
-		start time.Time
-		spec  *taskspec.Spec
+		plan     string
+		start    time.Time
+		spec     *taskspec.Spec
+		outcomes ledger.Outcomes
 	}
 	cycles := make([]cycleRef, len(recorded))
 	out := make([]CycleSummary, len(recorded))
@@ -162,7 +129,7 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 		if err != nil {
 			return nil, err
 		}
-		cycles[i] = cycleRef{plan: r.Plan.String(), start: r.Start, spec: cs}
+		cycles[i] = cycleRef{plan: r.Plan.String(), start: r.Start, spec: cs, outcomes: r.Outcomes}
 		out[i] = CycleSummary{CycleStart: r.Start, Plan: r.Plan.String(), Slots: cs.Plan.Slots}
 	}
 
@@ -252,37 +219,24 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 				}
 			}
 		}
-		if err := s.pool.QueryRow(ctx, fmt.Sprintf(historyCountsSQL, table), syncjob.Kind, spec.Name, key, c.CycleStart.Add(-cs.Plan.Cycle),
-			syncjob.OutputSkipped, SkippedCountMax, syncjob.SkippedStale, syncjob.SkippedTooSoon).
-			Scan(&c.Unfinished, &c.Failed, &c.SkippedStale, &c.SkippedTooSoon); err != nil {
-			return nil, fmt.Errorf("error counting the sync jobs of cycle %s: %w", key, err)
+		if err := s.pool.QueryRow(ctx, fmt.Sprintf(historyUnfinishedSQL, table), syncjob.Kind, spec.Name, key, historyUnfinishedMax).
+			Scan(&c.Unfinished); err != nil {
+			return nil, fmt.Errorf("error counting the unfinished sync jobs of cycle %s: %w", key, err)
 		}
-		c.Synced = max(c.Enqueued-c.Unfinished-c.Failed-c.SkippedStale, 0)
-		c.Missed = c.SkippedLate + c.SkippedStale + c.Failed + c.NotSelected
+		o := &cycles[i].outcomes
+		c.Failed = o.Failed() + o.Cancelled()
+		c.SkippedStale, c.SkippedUpstream = o.Stale(), o.Upstream()
+		c.Synced = o.Synced() + o.Gone()
+		c.Missed = c.SkippedLate + c.SkippedStale + c.SkippedUpstream + c.Failed + c.NotSelected
 		c.Coverage = 1
 		if all := c.Selected + c.NotSelected; all > 0 {
 			c.Coverage = float64(c.Synced+c.Covered) / float64(all)
 		}
 		end := cs.CycleEnd(c.CycleStart)
 		c.Finished = now.After(end) && c.Unfinished == 0 && c.SlotsDone+len(c.FailedSlots) == c.Slots
-
-		// Lateness: a sample spread over the cycle and the half cycle
-		// after it (late syncs finish then).
-		span := end.Sub(c.CycleStart) + cs.Plan.Cycle/2
-		since := make([]time.Time, latenessWindows)
-		until := make([]time.Time, latenessWindows)
-		for w := range since {
-			since[w] = c.CycleStart.Add(span * time.Duration(w) / latenessWindows)
-			until[w] = c.CycleStart.Add(span * time.Duration(w+1) / latenessWindows)
-		}
-		var p50, p99 float64
-		if err := s.pool.QueryRow(ctx, fmt.Sprintf(historyLatenessSQL, table), syncjob.Kind, spec.Name, key, since,
-			latenessSample/latenessWindows, until, historyLatenessScan).Scan(&c.LatenessSample, &p50, &p99); err != nil {
-			return nil, fmt.Errorf("error sampling the lateness of cycle %s: %w", key, err)
-		}
-		c.LatenessP50 = time.Duration(p50 * float64(time.Second))
-		c.LatenessP99 = time.Duration(p99 * float64(time.Second))
-		c.LatenessKnown = c.LatenessSample > 0
+		c.LatenessSample = o.Lateness.Count()
+		c.LatenessP50, c.LatenessKnown = o.Lateness.Quantile(0.5)
+		c.LatenessP99, _ = o.Lateness.Quantile(0.99)
 	}
 	return out, nil
 }

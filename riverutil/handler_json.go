@@ -8,28 +8,32 @@ import (
 // statusJSON is the JSON form of a TaskStatus: riverslot status --json and
 // Handler's /api/status.
 type statusJSON struct {
-	Task               string           `json:"task"`
-	CycleStart         string           `json:"cycle_start"`
-	Plan               string           `json:"plan"`
-	Placement          string           `json:"placement"`
-	PinsTask           string           `json:"pins_task,omitempty"`
-	PinsShift          int              `json:"pins_shift,omitempty"`
-	Slots              int              `json:"slots"`
-	SlotsDone          int              `json:"slots_done"`
-	SlotsFailed        int              `json:"slots_failed"`
-	AccountsExpected   int64            `json:"accounts_expected"`
-	SyncEnqueued       int64            `json:"sync_enqueued"`
-	SyncSkipped        int64            `json:"sync_skipped"`
-	SyncPending        int64            `json:"sync_pending"`
-	SyncRunning        int64            `json:"sync_running"`
-	SyncRetryable      int64            `json:"sync_retryable"`
-	SyncCompleted      int64            `json:"sync_completed"`
-	SyncFailed         int64            `json:"sync_failed"`
-	SyncCancelled      int64            `json:"sync_cancelled"`
-	SyncSkippedStale   int64            `json:"sync_skipped_stale"`
-	SyncSkippedTooSoon int64            `json:"sync_skipped_too_soon"`
-	LatenessP50Seconds float64          `json:"lateness_p50_seconds"`
-	LatenessP99Seconds float64          `json:"lateness_p99_seconds"`
+	Task                string `json:"task"`
+	CycleStart          string `json:"cycle_start"`
+	Plan                string `json:"plan"`
+	Placement           string `json:"placement"`
+	PinsTask            string `json:"pins_task,omitempty"`
+	PinsShift           int    `json:"pins_shift,omitempty"`
+	Slots               int    `json:"slots"`
+	SlotsDone           int    `json:"slots_done"`
+	SlotsFailed         int    `json:"slots_failed"`
+	AccountsExpected    int64  `json:"accounts_expected"`
+	SyncEnqueued        int64  `json:"sync_enqueued"`
+	SyncSkipped         int64  `json:"sync_skipped"`
+	SyncPending         int64  `json:"sync_pending"`
+	SyncRunning         int64  `json:"sync_running"`
+	SyncRetryable       int64  `json:"sync_retryable"`
+	SyncCompleted       int64  `json:"sync_completed"`
+	SyncFailed          int64  `json:"sync_failed"`
+	SyncCancelled       int64  `json:"sync_cancelled"`
+	SyncSynced          int64  `json:"sync_synced"`
+	SyncGone            int64  `json:"sync_gone"`
+	SyncSkippedStale    int64  `json:"sync_skipped_stale"`
+	SyncSkippedUpstream int64  `json:"sync_skipped_upstream"`
+	// Null when the cycle's ledger row counts no synced sync.
+	LatenessP50Seconds *float64         `json:"lateness_p50_seconds"`
+	LatenessP99Seconds *float64         `json:"lateness_p99_seconds"`
+	LatenessSample     int64            `json:"lateness_sample"`
 	NextSlot           *int             `json:"next_slot"`
 	NextSlotAt         *string          `json:"next_slot_at"`
 	Verdict            string           `json:"verdict"`
@@ -105,10 +109,14 @@ func (st TaskStatus) MarshalJSON() ([]byte, error) {
 		SlotsDone: c.SlotsDone, SlotsFailed: c.SlotsFailed, AccountsExpected: c.AccountsExpected,
 		SyncEnqueued: c.Enqueued, SyncSkipped: c.Skipped, SyncPending: c.Pending, SyncRunning: c.Running,
 		SyncRetryable: c.Retryable, SyncCompleted: c.Completed, SyncFailed: c.Discarded, SyncCancelled: c.Cancelled,
-		SyncSkippedStale: c.SkippedStale, SyncSkippedTooSoon: c.SkippedTooSoon,
-		LatenessP50Seconds: c.LatenessP50.Seconds(), LatenessP99Seconds: c.LatenessP99.Seconds(),
-		Verdict: c.Verdict, OnTrack: c.OnTrack, Starting: c.Starting, BehindSlots: c.BehindSlots, OffSlots: c.OffSlots,
+		SyncSynced: c.Synced, SyncGone: c.Gone, SyncSkippedStale: c.SkippedStale, SyncSkippedUpstream: c.SkippedUpstream,
+		LatenessSample: c.LatenessSample,
+		Verdict:        c.Verdict, OnTrack: c.OnTrack, Starting: c.Starting, BehindSlots: c.BehindSlots, OffSlots: c.OffSlots,
 		PerSlot: make([]statusSlotJSON, 0, len(c.PerSlot)),
+	}
+	if c.LatenessKnown {
+		a, b := c.LatenessP50.Seconds(), c.LatenessP99.Seconds()
+		out.LatenessP50Seconds, out.LatenessP99Seconds = &a, &b
 	}
 	if cs := st.Census; cs != nil {
 		out.Census = &censusJSON{CycleStart: cs.CycleStart.Format(time.RFC3339), Steps: cs.Steps, NextBucket: cs.NextBucket,
@@ -143,34 +151,34 @@ type cyclesJSON struct {
 }
 
 type cycleJSON struct {
-	CycleStart         string  `json:"cycle_start"`
-	Plan               string  `json:"plan"`
-	Slots              int     `json:"slots"`
-	SlotsDone          int     `json:"slots_done"`
-	FailedSlots        []int   `json:"failed_slots"`
-	MissingSlots       []int   `json:"missing_slots"`
-	AccountsSelected   int64   `json:"accounts_selected"`
-	SyncEnqueued       int64   `json:"sync_enqueued"`
-	SyncSkippedLate    int64   `json:"sync_skipped_late"`
-	SyncUnfinished     int64   `json:"sync_unfinished"`
-	SyncFailed         int64   `json:"sync_failed"`
-	SyncSkippedStale   int64   `json:"sync_skipped_stale"`
-	SyncSkippedTooSoon int64   `json:"sync_skipped_too_soon"`
-	Synced             int64   `json:"synced"`
-	NotSelected        int64   `json:"not_selected"`
-	Covered            int64   `json:"covered_by_other_cycle"`
-	Missed             int64   `json:"missed"`
-	Coverage           float64 `json:"coverage"`
-	Duplicates         int64   `json:"duplicates"`
-	// Null when River keeps none of the cycle's completed sync jobs.
+	CycleStart          string  `json:"cycle_start"`
+	Plan                string  `json:"plan"`
+	Slots               int     `json:"slots"`
+	SlotsDone           int     `json:"slots_done"`
+	FailedSlots         []int   `json:"failed_slots"`
+	MissingSlots        []int   `json:"missing_slots"`
+	AccountsSelected    int64   `json:"accounts_selected"`
+	SyncEnqueued        int64   `json:"sync_enqueued"`
+	SyncSkippedLate     int64   `json:"sync_skipped_late"`
+	SyncUnfinished      int64   `json:"sync_unfinished"`
+	SyncFailed          int64   `json:"sync_failed"`
+	SyncSkippedStale    int64   `json:"sync_skipped_stale"`
+	SyncSkippedUpstream int64   `json:"sync_skipped_upstream"`
+	Synced              int64   `json:"synced"`
+	NotSelected         int64   `json:"not_selected"`
+	Covered             int64   `json:"covered_by_other_cycle"`
+	Missed              int64   `json:"missed"`
+	Coverage            float64 `json:"coverage"`
+	Duplicates          int64   `json:"duplicates"`
+	// Null when the cycle's ledger row counts no synced sync.
 	LatenessP50Seconds *float64 `json:"lateness_p50_seconds"`
 	LatenessP99Seconds *float64 `json:"lateness_p99_seconds"`
-	LatenessSample     int      `json:"lateness_sample"`
+	LatenessSample     int64    `json:"lateness_sample"`
 	Finished           bool     `json:"finished"`
 }
 
 func toCyclesJSON(task string, cycles []CycleSummary) *cyclesJSON {
-	out := &cyclesJSON{Task: task, Source: "ledger+river_job", Cycles: make([]cycleJSON, 0, len(cycles))}
+	out := &cyclesJSON{Task: task, Source: "ledger", Cycles: make([]cycleJSON, 0, len(cycles))}
 	for _, c := range cycles {
 		var p50, p99 *float64
 		if c.LatenessKnown {
@@ -181,7 +189,7 @@ func toCyclesJSON(task string, cycles []CycleSummary) *cyclesJSON {
 			CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Plan: c.Plan, Slots: c.Slots, SlotsDone: c.SlotsDone,
 			FailedSlots: nonNil(c.FailedSlots), MissingSlots: nonNil(c.MissingSlots),
 			AccountsSelected: c.Selected, SyncEnqueued: c.Enqueued, SyncSkippedLate: c.SkippedLate,
-			SyncUnfinished: c.Unfinished, SyncFailed: c.Failed, SyncSkippedStale: c.SkippedStale, SyncSkippedTooSoon: c.SkippedTooSoon,
+			SyncUnfinished: c.Unfinished, SyncFailed: c.Failed, SyncSkippedStale: c.SkippedStale, SyncSkippedUpstream: c.SkippedUpstream,
 			Synced: c.Synced, NotSelected: c.NotSelected, Covered: c.Covered, Missed: c.Missed, Coverage: c.Coverage, Duplicates: c.Duplicates,
 			LatenessP50Seconds: p50, LatenessP99Seconds: p99, LatenessSample: c.LatenessSample,
 			Finished: c.Finished,
@@ -212,19 +220,19 @@ type accountJSON struct {
 	NextSyncs         []string         `json:"next_syncs"`
 	CurrentCycleSync  *accountSyncJSON `json:"current_cycle_sync"`
 	PreviousCycleSync *accountSyncJSON `json:"previous_cycle_sync"`
-	LastSyncedAt      *string          `json:"last_synced_at"`
 }
 
 type accountSyncJSON struct {
-	JobID       int64   `json:"job_id"`
+	Source      string  `json:"source"`
+	JobID       int64   `json:"job_id,omitempty"`
 	CycleStart  string  `json:"cycle_start"`
+	Plan        string  `json:"plan"`
 	Slot        int     `json:"slot"`
 	State       string  `json:"state"`
 	ScheduledAt string  `json:"scheduled_at"`
 	AttemptedAt *string `json:"attempted_at"`
-	FinalizedAt *string `json:"finalized_at"`
+	FanOutAt    *string `json:"fan_out_at"`
 	Attempts    int     `json:"attempts"`
-	Skipped     string  `json:"skipped,omitempty"`
 	LastError   string  `json:"last_error,omitempty"`
 }
 
@@ -240,7 +248,6 @@ func toAccountJSON(a *AccountStatus) *accountJSON {
 	out := &accountJSON{
 		Task: a.Task, AccountID: a.AccountID.String(), Plan: a.Plan, CycleStart: a.CycleStart.UTC().Format(time.RFC3339),
 		Bucket: a.Bucket, Slot: a.Slot, OffsetSeconds: a.Offset.Seconds(), Pinned: a.Pinned, NextSyncs: []string{},
-		LastSyncedAt: rfc3339(&a.LastSynced),
 	}
 	if a.Pinned {
 		slot, w := a.PinnedSlot, a.PinWeight
@@ -254,9 +261,9 @@ func toAccountJSON(a *AccountStatus) *accountJSON {
 			return nil
 		}
 		return &accountSyncJSON{
-			JobID: j.JobID, CycleStart: j.CycleStart.UTC().Format(time.RFC3339), Slot: j.Slot, State: j.State,
-			ScheduledAt: j.ScheduledAt.UTC().Format(time.RFC3339Nano), AttemptedAt: rfc3339(j.AttemptedAt), FinalizedAt: rfc3339(j.FinalizedAt),
-			Attempts: j.Attempts, Skipped: j.Skipped, LastError: j.LastError,
+			Source: j.Source, JobID: j.JobID, CycleStart: j.CycleStart.UTC().Format(time.RFC3339), Plan: j.Plan, Slot: j.Slot, State: j.State,
+			ScheduledAt: j.ScheduledAt.UTC().Format(time.RFC3339Nano), AttemptedAt: rfc3339(j.AttemptedAt), FanOutAt: rfc3339(j.FanOutAt),
+			Attempts: j.Attempts, LastError: j.LastError,
 		}
 	}
 	out.CurrentCycleSync, out.PreviousCycleSync = conv(a.Current), conv(a.Previous)

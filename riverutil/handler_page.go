@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
 	"html/template"
@@ -108,8 +109,9 @@ th{text-align:left} .l{text-align:left} .err{color:#8a1119;white-space:pre-wrap;
 <div class="card"><h2>Slot circle</h2>{{$.Circle}}</div>
 </div>
 <div class="card" style="margin-top:16px"><h2>Sync jobs of this cycle</h2>
-<table id="syncs"><tr><th>enqueued</th><th>skipped late</th><th>pending</th><th>running</th><th>retryable</th><th>completed</th><th>failed</th><th>cancelled</th><th>stale</th><th>too soon</th><th>lateness p50</th><th>p99</th></tr>
-<tr><td>{{.Enqueued}}</td><td>{{.Skipped}}</td><td>{{.Pending}}</td><td>{{.Running}}</td><td>{{.Retryable}}</td><td>{{.Completed}}</td><td>{{.Discarded}}</td><td>{{.Cancelled}}</td><td>{{.SkippedStale}}</td><td>{{.SkippedTooSoon}}</td><td>{{secs .LatenessP50}}</td><td>{{secs .LatenessP99}}</td></tr></table></div>
+<table id="syncs"><tr><th>enqueued</th><th>skipped late</th><th>pending</th><th>running</th><th>retryable</th><th>completed</th><th>failed</th><th>cancelled</th><th>synced</th><th>gone</th><th>stale</th><th>no room upstream</th><th>lateness p50</th><th>p99</th></tr>
+<tr><td>{{.Enqueued}}</td><td>{{.Skipped}}</td><td>{{.Pending}}</td><td>{{.Running}}</td><td>{{.Retryable}}</td><td>{{.Completed}}</td><td>{{.Discarded}}</td><td>{{.Cancelled}}</td><td>{{.Synced}}</td><td>{{.Gone}}</td><td>{{.SkippedStale}}</td><td>{{.SkippedUpstream}}</td>{{if .LatenessKnown}}<td>{{secs .LatenessP50}}</td><td>{{secs .LatenessP99}}</td>{{else}}<td class="muted">unknown</td><td class="muted">unknown</td>{{end}}</tr></table>
+<p class="muted">failed, completed, synced, gone, stale and no room: as the nodes counted them in riverslot's ledger (kept after River deletes the jobs); pending, running, retryable: River's unfinished jobs</p></div>
 {{end}}{{with .Upstreams}}
 <div class="card scroll" style="margin-top:16px"><h2>Upstreams</h2>
 <p class="muted">{{.Keys}} upstreams, {{.NotClosed}} with a breaker open or half-open; the {{len .Top}} that most need a look (all of them: riverslot upstream list)</p>
@@ -136,9 +138,8 @@ th{text-align:left} .l{text-align:left} .err{color:#8a1119;white-space:pre-wrap;
 <tr><th>bucket</th><td class="l">{{.Bucket}}</td></tr><tr><th>slot</th><td class="l">{{.Slot}}{{if .Pinned}}, pinned to slot {{.PinnedSlot}} (weight {{.PinWeight}}){{end}}</td></tr>
 <tr><th>offset in slot</th><td class="l">{{secs .Offset}}</td></tr>
 <tr><th>next syncs</th><td class="l">{{range .NextSyncs}}{{ts .}}<br>{{end}}</td></tr>
-<tr><th>last synced</th><td class="l">{{ts .LastSynced}}</td></tr>
-{{with .Current}}<tr><th>this cycle</th><td class="l">{{.State}}{{if .Skipped}} ({{.Skipped}}){{end}}, scheduled {{ts .ScheduledAt}}, attempted {{tsp .AttemptedAt}}, finalized {{tsp .FinalizedAt}}, {{.Attempts}} attempts{{if .LastError}}<br><span class="err">{{.LastError}}</span>{{end}}</td></tr>{{else}}<tr><th>this cycle</th><td class="l">no sync job</td></tr>{{end}}
-{{with .Previous}}<tr><th>previous cycle</th><td class="l">{{.State}}{{if .Skipped}} ({{.Skipped}}){{end}}, scheduled {{ts .ScheduledAt}}, attempted {{tsp .AttemptedAt}}, finalized {{tsp .FinalizedAt}}, {{.Attempts}} attempts{{if .LastError}}<br><span class="err">{{.LastError}}</span>{{end}}</td></tr>{{else}}<tr><th>previous cycle</th><td class="l">no sync job</td></tr>{{end}}
+{{with .Current}}<tr><th>this cycle</th><td class="l">{{if eq .Source "river"}}job {{.JobID}} {{.State}}, scheduled {{ts .ScheduledAt}}, attempted {{tsp .AttemptedAt}}, {{.Attempts}} attempts{{else}}slot {{.Slot}} {{.State}}{{if .FanOutAt}} (fan-out {{tsp .FanOutAt}}){{end}}, regular time {{ts .ScheduledAt}}{{end}}{{if .LastError}}<br><span class="err">{{.LastError}}</span>{{end}}</td></tr>{{else}}<tr><th>this cycle</th><td class="l">no cycle recorded</td></tr>{{end}}
+{{with .Previous}}<tr><th>previous cycle</th><td class="l">{{if eq .Source "river"}}job {{.JobID}} {{.State}}, scheduled {{ts .ScheduledAt}}, attempted {{tsp .AttemptedAt}}, {{.Attempts}} attempts{{else}}slot {{.Slot}} {{.State}}{{if .FanOutAt}} (fan-out {{tsp .FanOutAt}}){{end}}, regular time {{ts .ScheduledAt}}{{end}}{{if .LastError}}<br><span class="err">{{.LastError}}</span>{{end}}</td></tr>{{else}}<tr><th>previous cycle</th><td class="l">no cycle recorded</td></tr>{{end}}
 </table>{{end}}
 </div>
 </body>
@@ -203,9 +204,19 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		d.Tasks = append(d.Tasks, s.Name)
 	}
 	var errs []string
+	// shown says what the page shows of err: a task without a cycle as it
+	// is, any other error (the database's) only by a request id, logged
+	// with its cause as fail logs it.
+	shown := func(err error) string {
+		var noCycle *noCycleError
+		if errors.As(err, &noCycle) {
+			return err.Error()
+		}
+		return h.logged(r, err)
+	}
 	st, err := h.s.statusFromJobs(ctx, spec, time.Time{})
 	if err != nil {
-		errs = append(errs, err.Error())
+		errs = append(errs, shown(err))
 	} else {
 		d.Status = st
 		c := st.Current
@@ -224,18 +235,18 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		d.Circle = slotCircleSVG(c, now)
 	}
 	if d.Cycles, err = h.s.cycleHistory(ctx, spec, h.config.Cycles, now); err != nil {
-		errs = append(errs, err.Error())
+		errs = append(errs, shown(err))
 	}
 	d.Coverage, d.Lateness = coverageSVG(d.Cycles), latenessSVG(d.Cycles)
 	if d.Failures, err = h.recentFailures(ctx, spec); err != nil {
-		errs = append(errs, err.Error())
+		errs = append(errs, shown(err))
 	}
 	if v := r.URL.Query().Get("account"); v != "" {
 		d.Account = v
 		if id, err := parseAccountID(v); err != nil {
 			d.AccountErr = err.Error()
 		} else if d.AccountRes, err = h.s.account(ctx, spec, id, now); err != nil {
-			d.AccountErr = err.Error()
+			d.AccountErr = shown(err)
 		}
 	}
 	d.Error = strings.Join(errs, "; ")

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/riverqueue/river/rivertype"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/perslot"
@@ -165,27 +165,36 @@ type CycleStatus struct {
 	SlotsDone, SlotsFailed int
 
 	// Sync jobs of the cycle: Enqueued is what the fan-outs inserted (their
-	// cursors), Skipped the late accounts they skipped. By state: Pending
-	// (scheduled or available), Running, Retryable, Completed (Enqueued less
-	// the others), Discarded, Cancelled.
+	// cursors), Skipped the late accounts they skipped. Pending (scheduled
+	// or available), Running and Retryable are River's unfinished jobs.
+	// The rest is how the cycle's sync jobs ended, as the nodes that ran
+	// them counted them in the cycle's ledger row (so it stays after River
+	// deletes the jobs; a node killed loses at most half a second of its
+	// counts): Completed ended without error (Synced called Sync, Gone
+	// found the account gone or filtered out, SkippedStale started past
+	// its NotAfter, less than half a cycle before the account's next
+	// regular sync, SkippedUpstream found no room with its upstream before
+	// its NotAfter), Discarded failed its last attempt, Cancelled was
+	// cancelled.
 	Enqueued, Skipped               int64
 	Pending, Running, Retryable     int64
 	Completed, Discarded, Cancelled int64
+	Synced, Gone                    int64
 	AccountsExpected                int64 // the sum of the slots' Expected
-	// SkippedStale and SkippedTooSoon are the sync jobs of the cycle that
-	// completed without calling Sync (they are among Completed), by reason:
-	// stale (started past its NotAfter, less than half a cycle before the
-	// account's next regular sync) or too soon (another sync of the account
-	// started less than half a cycle before). Each is counted up to
-	// SkippedCountMax.
-	SkippedStale, SkippedTooSoon int64
-	LatenessP50, LatenessP99     time.Duration // start minus scheduled time of recently completed syncs
-	LatenessSample               int           // how many syncs the percentiles come from, at most 2,000
-	NextSlot                     int           // -1 when every slot has started
-	NextSlotAt                   time.Time     // when NextSlot starts
-	Verdict                      string        // "on track", "starting: ...", "behind by N slots", "failed slot K: error" or "slot K selected N accounts, M expected (...)"
-	OnTrack                      bool          // the verdict is "on track"
-	BehindSlots                  int           // slots past their middle whose fan-out has not finished
+	SkippedStale, SkippedUpstream   int64
+	// LatenessP50 and LatenessP99 are percentiles of the start minus the
+	// scheduled time of the cycle's synced syncs, from the ledger's
+	// histogram (buckets 26% wide, interpolated); LatenessSample is how
+	// many syncs it counts, LatenessKnown false when none (the percentiles
+	// are then unknown, not zero).
+	LatenessP50, LatenessP99 time.Duration
+	LatenessSample           int64
+	LatenessKnown            bool
+	NextSlot                 int       // -1 when every slot has started
+	NextSlotAt               time.Time // when NextSlot starts
+	Verdict                  string    // "on track", "starting: ...", "behind by N slots", "failed slot K: error" or "slot K selected N accounts, M expected (...)"
+	OnTrack                  bool      // the verdict is "on track"
+	BehindSlots              int       // slots past their middle whose fan-out has not finished
 	// Starting is set, with the verdict "starting: ...", instead of
 	// "behind by N slots" while River is starting and the behind slots'
 	// per-slot jobs are due (none missing, retrying or scheduled later):
@@ -217,10 +226,6 @@ const (
 	// their pinned slots, every other account in its hash slot.
 	PlacementPinned = perslot.PlacementPinned
 )
-
-// SkippedCountMax bounds each count of CycleStatus.SkippedStale and
-// SkippedTooSoon: a count that reaches it means at least that many.
-const SkippedCountMax = 100_000
 
 // SlotStatus is one slot's fan-out.
 type SlotStatus struct {
@@ -286,39 +291,25 @@ func (s *Scheduler) slotJobs(ctx context.Context, ids []int64) (map[int64]slotJo
 	return out, nil
 }
 
-// latenessSample bounds how many recently completed sync jobs Status reads
-// for lateness percentiles, among the latenessScan most recently completed
-// jobs (of any kind, task and cycle): a backward walk of River's (state,
-// finalized_at) index that stops at latenessSample matches. Without the
-// inner bound PostgreSQL, expecting few matches, read and sorted every
-// completed sync job of the cycle (2 s for 500,000).
-const (
-	latenessSample = 2000
-	latenessScan   = 20 * latenessSample
-)
-
-// Status returns where the named task's current cycle (the latest with a
-// bootstrap job) and the one before it stand. The cycle is found under any
-// plan and shown under the plan its jobs carry (CycleStatus.Plan), with the
-// placement they carry: a task OppositeOf another is found even by a tool
-// that describes it alone, and a pinned cycle's accounts are expected in
-// their pinned slots. It reads River's job table through River's indexes
-// (the cycle's per-slot jobs, the unfinished sync jobs, which slot
-// scheduling keeps few, and recently finished ones) and counts the accounts
-// per slot through the bucket index; it never scans every sync job.
-// Lateness percentiles come from the cycle's most recently completed sync
-// jobs, at most 2,000 among the 40,000 jobs completed last. Sync jobs completed without calling Sync are found
-// through River's GIN index on metadata (none in a healthy fleet; after an
-// outage or a plan change, the skipped jobs River still keeps), each count
-// stopping at SkippedCountMax. The accounts expected per slot come from
-// riverslot's ledger: what each slot's fan-out of an earlier cycle counted
-// in its bucket range; only the task's first cycle under its plan counts
-// the accounts table (through the bucket index, at most once a minute).
-// Those the cycle's pins move (one bucket-index lookup per pin) are counted
-// at most once a minute per task and cycle. Cycles and slots whose jobs
-// River has deleted are read from the ledger (finished slots with what
-// their fan-out recorded); the sync job figures (pending, failed, skipped,
-// lateness) cover the jobs River still keeps.
+// Status returns where the named task's current cycle (the latest in
+// riverslot's ledger) and the one before it stand. The cycle is found under
+// any plan and shown under the plan its bootstrap recorded
+// (CycleStatus.Plan), with the placement it recorded: a task OppositeOf
+// another is found even by a tool that describes it alone, and a pinned
+// cycle's accounts are expected in their pinned slots. Everything about
+// the cycle comes from its ledger rows, read by key: what its bootstrap
+// decided, each slot's state and fan-out figures, and how its sync jobs
+// ended (counted there by the nodes that ran them, with a lateness
+// histogram), so nothing is lost when River deletes finished jobs. River's
+// job table is read only for what is still queued or running: the per-slot
+// jobs of slots not finished (by id) and the cycle's unfinished sync jobs
+// (through River's fetching index; slot scheduling keeps them few). The
+// accounts expected per slot come from the ledger too: what each slot's
+// fan-out of an earlier cycle counted in its bucket range; only the task's
+// first cycle under its plan counts the accounts table (through the bucket
+// index, at most once a minute). Those the cycle's pins move (one
+// bucket-index lookup per pin) are counted at most once a minute per task
+// and cycle.
 func (s *Scheduler) Status(ctx context.Context, taskName string) (*TaskStatus, error) {
 	spec, err := s.spec(taskName)
 	if err != nil {
@@ -648,19 +639,6 @@ func (s *Scheduler) pinMoves(ctx context.Context, spec *taskspec.Spec, ref *task
 	return counts[:slots], counts[slots:], nil
 }
 
-// skippedSQL counts, up to $7 each, the completed sync jobs of the cycle
-// ($2 task, $3 cycle start, finalized since $4) whose output ($8 is
-// syncjob.OutputSkipped) says they completed without calling Sync for
-// reason $5 and for reason $6. River's GIN index on metadata finds the
-// skipped jobs (of every task and cycle River keeps; their args filter them
-// after), never every sync job; the args are not matched through their own
-// GIN index, which would list the whole cycle.
-const skippedSQL = `SELECT
-	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('` + rivertype.MetadataKeyOutput + `', jsonb_build_object($8::text, $5::text))
-		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $7) stale),
-	(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE metadata @> jsonb_build_object('` + rivertype.MetadataKeyOutput + `', jsonb_build_object($8::text, $6::text))
-		AND state = 'completed' AND finalized_at >= $4 AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $7) too_soon)`
-
 // Off slots: a done slot whose selected accounts differ from Expected by
 // more than max(offSlotMin, Expected / offSlotDivisor).
 const (
@@ -693,9 +671,8 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	// primary key: is it queued, running, retrying, or gone?
 	led := s.ledger()
 	var (
-		// since bounds the cycle's jobs' finalized_at from below: no sync
-		// job of the cycle exists before its bootstrap.
-		since = cycleStart
+		// outcomes are how the cycle's sync jobs ended, from its row.
+		outcomes ledger.Outcomes
 		// ref is the pins the cycle follows, as its bootstrap recorded
 		// them; a cycle recorded before placements were (and a cycle not
 		// bootstrapped yet) follows the task's configuration, as a
@@ -705,9 +682,7 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	if rec, ok, err := led.CycleRecord(ctx, s.pool, spec.Name, spec.PlanID, cycleStart); err != nil {
 		return nil, err
 	} else if ok {
-		if rec.CreatedAt.Before(since) {
-			since = rec.CreatedAt
-		}
+		outcomes = rec.Outcomes
 		switch rec.Placement {
 		case perslot.PlacementHash:
 			ref = nil
@@ -816,34 +791,13 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 		syncjob.Kind, spec.Name, cycleKey).Scan(&c.Pending, &c.Running, &c.Retryable); err != nil {
 		return nil, fmt.Errorf("error counting the cycle's unfinished sync jobs: %w", err)
 	}
-	if err := s.pool.QueryRow(ctx, `SELECT
-			count(*) FILTER (WHERE state = 'discarded'),
-			count(*) FILTER (WHERE state = 'cancelled')
-		FROM `+table+` WHERE state IN ('discarded', 'cancelled') AND finalized_at >= $4
-		  AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3`,
-		syncjob.Kind, spec.Name, cycleKey, since).Scan(&c.Discarded, &c.Cancelled); err != nil {
-		return nil, fmt.Errorf("error counting the cycle's failed sync jobs: %w", err)
-	}
-	c.Completed = max(c.Enqueued-c.Pending-c.Running-c.Retryable-c.Discarded-c.Cancelled, 0)
-	if err := s.pool.QueryRow(ctx, fmt.Sprintf(skippedSQL, table), syncjob.Kind, spec.Name, cycleKey, since,
-		syncjob.SkippedStale, syncjob.SkippedTooSoon, SkippedCountMax, syncjob.OutputSkipped).Scan(&c.SkippedStale, &c.SkippedTooSoon); err != nil {
-		return nil, fmt.Errorf("error counting the cycle's skipped sync jobs: %w", err)
-	}
-
-	var p50, p99 float64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*),
-			coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY l), 0)::float8,
-			coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY l), 0)::float8
-		FROM (SELECT extract(epoch FROM attempted_at - scheduled_at) AS l FROM (
-				SELECT * FROM `+table+` WHERE state = 'completed' AND finalized_at >= $4
-				ORDER BY finalized_at DESC LIMIT $6) newest
-			WHERE kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3
-			LIMIT $5) recent`,
-		syncjob.Kind, spec.Name, cycleKey, since, latenessSample, latenessScan).Scan(&c.LatenessSample, &p50, &p99); err != nil {
-		return nil, fmt.Errorf("error reading sync lateness: %w", err)
-	}
-	c.LatenessP50 = time.Duration(p50 * float64(time.Second))
-	c.LatenessP99 = time.Duration(p99 * float64(time.Second))
+	c.Synced, c.Gone = outcomes.Synced(), outcomes.Gone()
+	c.SkippedStale, c.SkippedUpstream = outcomes.Stale(), outcomes.Upstream()
+	c.Completed = c.Synced + c.Gone + c.SkippedStale + c.SkippedUpstream
+	c.Discarded, c.Cancelled = outcomes.Failed(), outcomes.Cancelled()
+	c.LatenessSample = outcomes.Lateness.Count()
+	c.LatenessP50, c.LatenessKnown = outcomes.Lateness.Quantile(0.5)
+	c.LatenessP99, _ = outcomes.Lateness.Quantile(0.99)
 
 	// Behind: slots past their middle whose fan-out has not finished. Off:
 	// done slots that selected other accounts than the placement expects.

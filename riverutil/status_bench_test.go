@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/riverutil"
@@ -40,7 +41,8 @@ func BenchmarkStatus(b *testing.B) {
 	require.Equal(b, 64, st.Current.SlotsDone)
 	require.EqualValues(b, 7800, st.Current.Pending)
 	require.EqualValues(b, 5000, st.Current.SkippedStale)
-	require.EqualValues(b, 1000, st.Current.SkippedTooSoon)
+	require.EqualValues(b, 495000, st.Current.Synced)
+	require.True(b, st.Current.LatenessKnown)
 	require.Equal(b, riverutil.PlacementPinned, st.Current.Placement)
 	require.Positive(b, st.Current.PerSlot[5].PinnedOut)
 	require.Zero(b, st.Current.PerSlot[5].Expected, "slot 5's accounts are all pinned away")
@@ -126,9 +128,9 @@ func seedStatusBench(b *testing.B) (*riverutil.Scheduler, string) {
 				'scheduled', now() + interval '5 minutes', now()
 			FROM generate_series(1, 7800) g`,
 			[]any{start.UTC().Format(time.RFC3339Nano)}},
-		// 5,000 stale and 1,000 too-soon syncs among the cycle's completed.
-		{`UPDATE ` + jobs + ` SET metadata = jsonb_build_object('output', jsonb_build_object('riverslot_skipped', CASE WHEN id % 6 = 0 THEN 'too_soon' ELSE 'stale' END))
-			WHERE id IN (SELECT id FROM ` + jobs + ` WHERE kind = 'riverslot_sync' AND state = 'completed' AND args->>'cycle_start' = $1 ORDER BY id LIMIT 6000)`,
+		// 5,000 stale syncs among the cycle's completed.
+		{`UPDATE ` + jobs + ` SET metadata = jsonb_build_object('output', jsonb_build_object('riverslot_skipped', 'stale'))
+			WHERE id IN (SELECT id FROM ` + jobs + ` WHERE kind = 'riverslot_sync' AND state = 'completed' AND args->>'cycle_start' = $1 ORDER BY id LIMIT 5000)`,
 			[]any{start.UTC().Format(time.RFC3339Nano)}},
 		// What River keeps of other tasks in production: completed sync
 		// jobs of three other tasks, finalized over the last 24 h (River's
@@ -149,6 +151,9 @@ func seedStatusBench(b *testing.B) (*riverutil.Scheduler, string) {
 	// The ledger, as the bootstraps and fan-outs record it: here from the
 	// jobs above, as MigrateLedger records an upgrade's cycles.
 	require.NoError(b, riverutil.MigrateLedger(ctx, pool, schema))
+	// How the cycle's completed syncs ended, as their workers count it.
+	riverslottest.CountOutcomes(ctx, b, pool, schema, "transactions", info.PlanID, start, ledger.OutcomeStale, 5000, 0)
+	riverslottest.CountOutcomes(ctx, b, pool, schema, "transactions", info.PlanID, start, ledger.OutcomeSynced, 495000, 200*time.Millisecond)
 
 	return s, schema
 }

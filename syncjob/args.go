@@ -40,12 +40,6 @@ type Args struct {
 	// earlier version, which wrote NotAfter into every job): no limit.
 	NotAfter time.Time `json:"not_after,omitzero"`
 
-	// Apart, when set, is the least time between two Sync calls of the task
-	// for the account: a sync job that starts less than Apart after another
-	// sync of the account started completes without calling Sync (one GIN
-	// index lookup per sync). riverslot's fan-out leaves it zero (no check).
-	Apart time.Duration `json:"apart,omitempty"`
-
 	// Upstream is the account's upstream key (Task.Upstream's value when
 	// the fan-out selected it; empty: the task's default upstream), whose
 	// limits and breaker the sync goes through when the task sets any.

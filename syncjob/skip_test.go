@@ -2,6 +2,7 @@ package syncjob_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -19,52 +20,35 @@ import (
 )
 
 // TestSkippedSyncs runs sync jobs through a real River client and checks
-// which complete without calling Sync: a stale one (started after its
-// NotAfter), and one whose account's previous sync by the task started less
-// than Apart before (completed, or still running: the younger job waits for
-// the older, then finds it done). Another task's sync of the same account,
-// and jobs without NotAfter or Apart (made before they were recorded), run.
+// that a stale one (started after its NotAfter) completes without calling
+// Sync, and that a fresh one and one without NotAfter (made before it was
+// recorded) call it.
 func TestSkippedSyncs(t *testing.T) {
 	t.Parallel()
 
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := riverslottest.Schema(ctx, t, pool)
-	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 4)
-	stale, fresh, twice, together := ids[0], ids[1], ids[2], ids[3]
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 2)
+	stale, fresh := ids[0], ids[1]
 
 	var (
-		mu      sync.Mutex
-		calls   = map[string]int{}
-		holding = make(chan struct{})
-		release = make(chan struct{})
+		mu    sync.Mutex
+		calls = map[string]int{}
 	)
-	record := func(task string) syncjob.SyncFunc {
-		return func(ctx context.Context, id uuid.UUID, _ *river.Job[syncjob.Args]) error {
-			mu.Lock()
-			calls[task+"/"+id.String()]++
-			mu.Unlock()
-			if id == together {
-				close(holding)
-				select {
-				case <-release:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			return nil
-		}
-	}
 	w := syncjob.NewWorker(pool, riverslottest.Logger(t))
-	for _, task := range []string{"reports", "billing"} {
-		w.AddTask(riverslottest.Spec(t, task, schema, "accounts", "active", 2*time.Minute, 100), record(task))
-	}
+	w.AddTask(riverslottest.Spec(t, "reports", schema, "accounts", "active", 2*time.Minute, 100), func(_ context.Context, id uuid.UUID, _ *river.Job[syncjob.Args]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls[id.String()]++
+		return nil
+	})
 	client, events := startWorker(ctx, t, pool, schema, w, 4)
 	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	args := func(task string, id uuid.UUID, notAfter time.Time, apart time.Duration) syncjob.Args {
-		a := syncjob.NewArgs(task, id, start, 0)
-		a.NotAfter, a.Apart = notAfter, apart
+	args := func(id uuid.UUID, notAfter time.Time) syncjob.Args {
+		a := syncjob.NewArgs("reports", id, start, 0)
+		a.NotAfter = notAfter
 		return a
 	}
 	insert := func(a syncjob.Args) int64 {
@@ -72,7 +56,6 @@ func TestSkippedSyncs(t *testing.T) {
 		require.NoError(t, err)
 		return res.Job.ID
 	}
-	waitDone := func(ids ...int64) { t.Helper(); waitCompleted(t, events, ids...) }
 	skipped := func(id int64) string {
 		t.Helper()
 		var reason *string
@@ -82,53 +65,135 @@ func TestSkippedSyncs(t *testing.T) {
 		}
 		return *reason
 	}
-	hour := time.Hour
 
-	staleJob := insert(args("reports", stale, time.Now().Add(-time.Minute), hour))
-	freshJob := insert(args("reports", fresh, time.Now().Add(hour), hour))
-	legacyJob := insert(syncjob.NewArgs("reports", stale, start, 0)) // no NotAfter, no Apart
-	waitDone(staleJob, freshJob, legacyJob)
+	staleJob := insert(args(stale, time.Now().Add(-time.Minute)))
+	freshJob := insert(args(fresh, time.Now().Add(time.Hour)))
+	legacyJob := insert(syncjob.NewArgs("reports", stale, start, 0)) // no NotAfter
+	waitCompleted(t, events, staleJob, freshJob, legacyJob)
 	require.Equal(t, syncjob.SkippedStale, skipped(staleJob))
 	require.Empty(t, skipped(freshJob))
-
-	// twice: the second sync within Apart of the first is skipped; another
-	// task's is not.
-	first := insert(args("reports", twice, time.Time{}, hour))
-	waitDone(first)
-	second := insert(args("reports", twice, time.Time{}, hour))
-	other := insert(args("billing", twice, time.Time{}, hour))
-	waitDone(second, other)
-	require.Empty(t, skipped(first))
-	require.Equal(t, syncjob.SkippedTooSoon, skipped(second))
-	require.Empty(t, skipped(other))
-
-	// together: two jobs of one account at once; the younger waits for the
-	// older (running) and then skips.
-	older := insert(args("reports", together, time.Time{}, hour))
-	<-holding
-	younger := insert(args("reports", together, time.Time{}, hour))
-	// It is scheduled again (River's snooze) without calling Sync.
-	var snoozes int64
-	for deadline := time.Now().Add(30 * time.Second); snoozes == 0; time.Sleep(50 * time.Millisecond) {
-		require.NoError(t, pool.QueryRow(ctx, "SELECT coalesce((metadata->>'snoozes')::int, 0) FROM "+jobs+" WHERE id = $1", younger).Scan(&snoozes))
-		require.True(t, time.Now().Before(deadline), "the younger job snoozes while the older runs")
-	}
-	close(release)
-	waitDone(older)
-	_, err := pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = now() WHERE id = $1", younger) // skip the rest of the snooze
-	require.NoError(t, err)
-	waitDone(younger)
-	require.Equal(t, syncjob.SkippedTooSoon, skipped(younger))
+	require.Empty(t, skipped(legacyJob))
 
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, map[string]int{
-		"reports/" + stale.String():    1, // the legacy job only
-		"reports/" + fresh.String():    1,
-		"reports/" + twice.String():    1,
-		"billing/" + twice.String():    1,
-		"reports/" + together.String(): 1,
+		stale.String(): 1, // the legacy job only
+		fresh.String(): 1,
 	}, calls)
+}
+
+// TestOutcomesCounted runs sync jobs of one cycle that end every way
+// (synced, account gone, stale, failed for good, cancelled; one retried
+// then synced, one snoozed then synced) and checks that the cycle's ledger
+// row counts each as it ended, once, with the synced ones' lateness, and
+// still does after River deletes the jobs; a job of another cycle, and
+// one without its plan's tag, count nowhere.
+func TestOutcomesCounted(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	ids := riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 9)
+	synced, gone, stale, failed, cancelled, retried, snoozed, untagged, otherCycle := ids[0], ids[1], ids[2], ids[3], ids[4], ids[5], ids[6], ids[7], ids[8]
+
+	const cycle = 2 * time.Minute
+	spec := riverslottest.Spec(t, "reports", schema, "accounts", "active", cycle, 100)
+	_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "accounts"}.Sanitize()+" SET active = false WHERE id = $1", gone)
+	require.NoError(t, err)
+	var (
+		mu       sync.Mutex
+		attempts = map[uuid.UUID]int{}
+	)
+	w := syncjob.NewWorker(pool, riverslottest.Logger(t))
+	w.AddTask(spec, func(_ context.Context, id uuid.UUID, _ *river.Job[syncjob.Args]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts[id]++
+		switch {
+		case id == failed:
+			return errors.New("the bank said no")
+		case id == cancelled:
+			return river.JobCancel(errors.New("the account was closed upstream"))
+		case id == retried && attempts[id] == 1:
+			return errors.New("a blip")
+		case id == snoozed && attempts[id] == 1:
+			return river.JobSnooze(0)
+		}
+		return nil
+	})
+	client, _ := startWorker(ctx, t, pool, schema, w, 4)
+	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+
+	// The cycle's row, as its bootstrap makes it; syncs are due now.
+	start := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	led := ledger.New(schema)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	for _, s := range []time.Time{start, start.Add(-cycle)} {
+		_, err = led.ClaimBootstrap(ctx, tx, spec.Name, spec.PlanID, s, 1)
+		require.NoError(t, err)
+		require.NoError(t, led.RecordCycle(ctx, tx, ledger.Cycle{Task: spec.Name, Plan: spec.Key, Start: s, End: s.Add(cycle),
+			Deadline: s.Add(2 * cycle), KeepUntil: s.Add(time.Hour), Placement: "hash"}))
+	}
+	require.NoError(t, tx.Commit(ctx))
+
+	tags := []string{taskspec.PlanTag(spec.PlanID)}
+	insert := func(id uuid.UUID, cycleStart time.Time, notAfter time.Time, tags []string, maxAttempts int) int64 {
+		a := syncjob.NewArgs(spec.Name, id, cycleStart, 0)
+		a.NotAfter = notAfter
+		res, err := client.Insert(ctx, a, &river.InsertOpts{MaxAttempts: maxAttempts, Tags: tags})
+		require.NoError(t, err)
+		return res.Job.ID
+	}
+	later := time.Now().Add(time.Hour)
+	all := []int64{
+		insert(synced, start, later, tags, 1),
+		insert(gone, start, later, tags, 1),
+		insert(stale, start, time.Now().Add(-time.Minute), tags, 1),
+		insert(failed, start, later, tags, 1),
+		insert(cancelled, start, later, tags, 3),
+		insert(retried, start, later, tags, 2),
+		insert(snoozed, start, later, tags, 1),
+		insert(untagged, start, later, nil, 1),
+		insert(otherCycle, start.Add(-cycle), later, tags, 1),
+	}
+	// The retried job waits out River's backoff: make it due at once.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err := pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = now() WHERE id = ANY($1) AND state IN ('retryable', 'scheduled')", all)
+		require.NoError(t, err)
+		var unfinished int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+jobs+" WHERE id = ANY($1) AND finalized_at IS NULL", all).Scan(&unfinished))
+		if unfinished == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%d jobs unfinished after 60s", unfinished)
+	}
+	require.NoError(t, w.FlushOutcomes(ctx))
+	// River's retention deletes them: the counts stay in the ledger.
+	_, err = pool.Exec(ctx, "DELETE FROM "+jobs)
+	require.NoError(t, err)
+
+	rec, ok, err := led.CycleRecord(ctx, pool, spec.Name, spec.PlanID, start)
+	require.NoError(t, err)
+	require.True(t, ok)
+	o := rec.Outcomes
+	require.EqualValues(t, 3, o.Synced(), "synced, retried and snoozed called Sync and succeeded")
+	require.EqualValues(t, 1, o.Gone())
+	require.EqualValues(t, 1, o.Stale())
+	require.EqualValues(t, 1, o.Failed(), "a failure River retries is not an end; the last attempt's is")
+	require.EqualValues(t, 1, o.Cancelled())
+	require.Zero(t, o.Upstream())
+	require.EqualValues(t, 3, o.Lateness.Count(), "lateness of the synced ones only")
+	p50, known := o.Lateness.Quantile(0.5)
+	require.True(t, known)
+	require.Less(t, p50, time.Minute, "the syncs were due a second before they were inserted")
+
+	rec, ok, err = led.CycleRecord(ctx, pool, spec.Name, spec.PlanID, start.Add(-cycle))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, 1, rec.Outcomes.Synced(), "the other cycle's sync counts in its own row")
+	require.EqualValues(t, 1, rec.Outcomes.Ended())
 }
 
 // TestDerivedNotAfter runs sync jobs that are tagged with their plan and

@@ -181,7 +181,7 @@ func (w *Worker) acquire(ctx context.Context, lim *upstream.Limiter, req upstrea
 
 // syncThrough calls the task's Sync for job, through its upstream's limits
 // and breaker when the task has any.
-func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[Args], notAfter time.Time) error {
+func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[Args], notAfter time.Time, e *ending) error {
 	spec := t.spec
 	if !spec.Limited() {
 		err := t.sync(ctx, job.Args.AccountID, job)
@@ -220,6 +220,7 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 		if d.Reason == upstream.SkippedDown {
 			msg = "riverslot: sync jobs completed without calling Sync: their upstream's circuit breaker stayed open past their NotAfter (the upstream is down); the next cycle covers them"
 		}
+		e.skipped = d.Reason
 		return w.skip(ctx, spec, job, d.Reason, msg, "upstream", job.Args.Upstream)
 	}
 	if d.Probe {

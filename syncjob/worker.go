@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,7 +19,6 @@ import (
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/upstream"
-	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 // Reasons a sync job completes without calling Sync, recorded as its
@@ -29,9 +29,6 @@ const (
 	// cycle before the account's next regular sync (it waited in the queue
 	// through an outage, or its cycle was superseded).
 	SkippedStale = "stale"
-	// SkippedTooSoon: another sync of the account by the task started less
-	// than Apart (half a cycle) before.
-	SkippedTooSoon = "too_soon"
 )
 
 // OutputSkipped is the key of a skipped sync job's output.
@@ -41,10 +38,6 @@ const OutputSkipped = "riverslot_skipped"
 // it was judged by (RFC 3339): the fan-out writes it into the args of
 // late-spread syncs only, the worker derives the others' (Args.NotAfter).
 const OutputNotAfter = "not_after"
-
-// apartSnooze is how long a sync job waits when another sync of its account
-// is running (it then completes as too_soon, or runs if that one failed).
-const apartSnooze = 5 * time.Second
 
 // SyncFunc is the application's work for one account. Returning an error
 // makes River retry the job with its usual backoff, up to the task's
@@ -82,6 +75,10 @@ type Worker struct {
 	// batch groups this node's limiter statements of one upstream that
 	// come at the same moment.
 	batch upstream.Batcher
+
+	// tally counts how this node's sync jobs ended, per cycle, into the
+	// cycles' rows in the ledger.
+	tally ledger.Tally
 }
 
 type cycleKey struct {
@@ -102,8 +99,25 @@ type workerTask struct {
 
 // NewWorker returns a sync worker. riverutil builds it.
 func NewWorker(pool *pgxpool.Pool, logger *slog.Logger) *Worker {
-	return &Worker{logger: logger, pool: pool, tasks: make(map[string]workerTask), logged: make(map[string]bool), cycles: make(map[cycleKey]cycleInfo)}
+	w := &Worker{logger: logger, pool: pool, tasks: make(map[string]workerTask), logged: make(map[string]bool), cycles: make(map[cycleKey]cycleInfo)}
+	w.tally.Exec = func(ctx context.Context, sql string, args ...any) error {
+		_, err := pool.Exec(ctx, sql, args...)
+		return err
+	}
+	var warned atomic.Bool
+	w.tally.OnError = func(err error) {
+		level := slog.LevelDebug
+		if !warned.Swap(true) {
+			level = slog.LevelWarn
+		}
+		logger.Log(context.Background(), level, "riverslot: could not add sync outcomes to the ledger; they are kept and written with the next ones", slog.String("error", err.Error()))
+	}
+	return w
 }
+
+// FlushOutcomes writes the sync outcomes the worker counted and has not
+// written yet (it writes them every ledger.TallyInterval by itself).
+func (w *Worker) FlushOutcomes(ctx context.Context) error { return w.tally.Flush(ctx) }
 
 // AddTask makes the worker serve the task of spec with sync.
 func (w *Worker) AddTask(spec *taskspec.Spec, sync SyncFunc) {
@@ -123,11 +137,68 @@ func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
 	return 0
 }
 
-// Work checks that the account still exists and matches the filter, that
-// the sync is not stale (NotAfter) and that no other sync of the account
-// started less than Apart before (or runs now), then calls the task's
-// SyncFunc. A stale or too-soon sync completes without calling it.
+// Work checks that the sync is not stale (NotAfter) and that the account
+// still exists and matches the filter, then calls the task's SyncFunc
+// (through its upstream's limits, when it has any). A stale sync completes
+// without calling it. How the job ended is counted in its cycle's row in
+// the ledger.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	var e ending
+	err := w.work(ctx, job, &e)
+	w.count(ctx, job, &e, err)
+	return err
+}
+
+// ending is how a sync job that returned nil ended without calling Sync:
+// skipped for a reason, or its account gone.
+type ending struct {
+	skipped string
+	gone    bool
+}
+
+// count adds the job's outcome, if it ended, to its cycle's row in the
+// ledger (through the node's Tally): a snoozed job, or a failed attempt
+// River will retry, has not ended.
+func (w *Worker) count(ctx context.Context, job *river.Job[Args], e *ending, err error) {
+	var o ledger.Outcome
+	var (
+		snooze *rivertype.JobSnoozeError
+		cancel *rivertype.JobCancelError
+	)
+	switch {
+	case err == nil && e.skipped == SkippedStale:
+		o = ledger.OutcomeStale
+	case err == nil && e.skipped != "":
+		o = ledger.OutcomeUpstream
+	case err == nil && e.gone:
+		o = ledger.OutcomeGone
+	case err == nil:
+		o = ledger.OutcomeSynced
+	case errors.As(err, &snooze):
+		return
+	case errors.As(err, &cancel):
+		o = ledger.OutcomeCancelled
+	case job.Attempt >= job.MaxAttempts:
+		o = ledger.OutcomeFailed
+	default:
+		return
+	}
+	plan, ok, perr := taskspec.PlanFromTags(job.Tags)
+	if !ok || perr != nil {
+		return // not made by a fan-out: no cycle row to count in
+	}
+	client, cerr := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if cerr != nil {
+		return
+	}
+	var lateness time.Duration
+	if job.AttemptedAt != nil {
+		lateness = job.AttemptedAt.Sub(job.ScheduledAt)
+	}
+	w.tally.Add(client.Schema(), ledger.CycleKey{Task: job.Args.Task, Plan: plan.String(), Start: job.Args.CycleStart}, o, lateness)
+}
+
+func (w *Worker) work(ctx context.Context, job *river.Job[Args], e *ending) error {
 	t, ok := w.tasks[job.Args.Task]
 	if !ok {
 		return river.JobCancel(fmt.Errorf("no riverslot task %q is registered in this process; register it or delete the job", job.Args.Task))
@@ -159,8 +230,10 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			if held == SkippedUpstreamThrottled {
 				msg = "riverslot: sync jobs completed without calling Sync: their place in their upstream's rate limit came past their NotAfter; the next cycle covers them"
 			}
+			e.skipped = held
 			return w.skip(ctx, t.spec, job, held, msg, OutputNotAfter, notAfter.UTC().Format(time.RFC3339Nano), "upstream", job.Args.Upstream)
 		}
+		e.skipped = SkippedStale
 		return w.skip(ctx, t.spec, job, SkippedStale, "riverslot: stale sync jobs completed without calling Sync: they started less than half a cycle before their accounts' next regular sync, which covers them",
 			OutputNotAfter, notAfter.UTC().Format(time.RFC3339Nano))
 	}
@@ -186,24 +259,10 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if !exists {
 		w.logger.DebugContext(ctx, "riverslot: account gone or filtered out since fan-out; nothing to sync",
 			slog.String("task", t.spec.Name), slog.String("account_id", job.Args.AccountID.String()))
+		e.gone = true
 		return w.forget(ctx, t.spec, job)
 	}
-	if job.Args.Apart > 0 {
-		verdict, err := w.apart(ctx, job, started)
-		if err != nil {
-			return err
-		}
-		switch verdict {
-		case apartTooSoon:
-			if err := w.forget(ctx, t.spec, job); err != nil {
-				return err
-			}
-			return w.skip(ctx, t.spec, job, SkippedTooSoon, "riverslot: sync jobs completed without calling Sync: another sync of the same account started less than half a cycle before (overlapping cycles of a plan or grid change)")
-		case apartWait:
-			return river.JobSnooze(apartSnooze)
-		}
-	}
-	return w.syncThrough(ctx, t, job, notAfter)
+	return w.syncThrough(ctx, t, job, notAfter, e)
 }
 
 // notAfter returns the job's NotAfter: its own when the fan-out wrote one
@@ -221,7 +280,7 @@ func (w *Worker) notAfter(ctx context.Context, nodeSpec *taskspec.Spec, job *riv
 	}
 	if err != nil {
 		// Not a plan this version reads: no limit, as for a job without
-		// one (the sync runs; Apart, when set, still keeps it apart).
+		// one (the sync runs).
 		w.warnOnce(ctx, nodeSpec, job, "plan-unreadable", "riverslot: sync jobs name a plan this node cannot read; they run without a NotAfter", slog.String("error", err.Error()))
 		return time.Time{}, nil
 	}
@@ -245,7 +304,7 @@ func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.
 	spec, err := nodeSpec.ForPlan(key.plan, key.start)
 	if err != nil {
 		// Not a plan this version reads: no limit, as for a job without
-		// one (the sync runs; Apart, when set, still keeps it apart).
+		// one (the sync runs).
 		w.warnOnce(ctx, nodeSpec, job, "plan-unrunnable", "riverslot: sync jobs name a plan this node cannot run; they run without a NotAfter", slog.String("plan", key.plan.String()), slog.String("error", err.Error()))
 	} else {
 		info.spec = spec
@@ -285,62 +344,6 @@ func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.
 	w.cycles[key] = info
 	w.cyclesMu.Unlock()
 	return info, nil
-}
-
-type apartVerdict int
-
-const (
-	apartRun apartVerdict = iota
-	apartTooSoon
-	apartWait
-)
-
-// apartSQL finds the other sync jobs of the task for the account that
-// started after $4 and called (or are calling) Sync: completed ones not
-// skipped, and running ones. It runs for every sync, so it must stay an
-// index lookup: the account's jobs come from River's GIN index on args
-// alone ($3 is {"account_id": ...}), in a materialized CTE so that the
-// planner cannot combine that index with the kind and state indexes, which
-// match most of the table (it did, on stale statistics: 0.6-0.9 s a sync on
-// 75,000 jobs, against 1 ms through the GIN index alone).
-const apartSQL = `WITH m AS MATERIALIZED (
-		SELECT id, kind, state, attempted_at, args, metadata FROM %s WHERE args @> $3::jsonb
-	)
-	SELECT id, state FROM m
-	WHERE kind = $1 AND args->>'task' = $2 AND attempted_at > $4 AND id <> $5 AND state IN ('completed', 'running')
-	  AND NOT coalesce(metadata->'` + rivertype.MetadataKeyOutput + `' ? '` + OutputSkipped + `', false)`
-
-// apart decides whether the job may call Sync: not if a sync of the
-// account completed that started less than Apart before this one; wait if
-// one with a smaller id is running (of two started together, the older job
-// runs and the younger then finds it completed).
-func (w *Worker) apart(ctx context.Context, job *river.Job[Args], started time.Time) (apartVerdict, error) {
-	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
-	if err != nil {
-		return apartRun, err
-	}
-	rows, err := w.pool.Query(ctx, fmt.Sprintf(apartSQL, sqlbucket.QualifiedTable(client.Schema(), "river_job")),
-		Kind, job.Args.Task, map[string]string{"account_id": job.Args.AccountID.String()}, started.Add(-job.Args.Apart), job.ID)
-	if err != nil {
-		return apartRun, fmt.Errorf("error looking up the recent syncs of account %s of task %q: %w", job.Args.AccountID, job.Args.Task, err)
-	}
-	verdict := apartRun
-	var (
-		id    int64
-		state string
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error {
-		switch {
-		case state == "completed":
-			verdict = apartTooSoon
-		case id < job.ID && verdict == apartRun:
-			verdict = apartWait
-		}
-		return nil
-	}); err != nil {
-		return apartRun, fmt.Errorf("error looking up the recent syncs of account %s of task %q: %w", job.Args.AccountID, job.Args.Task, err)
-	}
-	return verdict, nil
 }
 
 // skip completes the job without calling Sync: it records the reason as

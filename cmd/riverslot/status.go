@@ -187,20 +187,20 @@ func printStatus(w io.Writer, st *riverutil.TaskStatus) {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "sync jobs: %d enqueued (%d late skipped), %d pending, %d running, %d retryable, %d completed, %d failed, %d cancelled\n",
 		c.Enqueued, c.Skipped, c.Pending, c.Running, c.Retryable, c.Completed, c.Discarded, c.Cancelled)
-	fmt.Fprintf(w, "completed without calling Sync: %s stale, %s too soon\n", skippedCount(c.SkippedStale), skippedCount(c.SkippedTooSoon))
-	fmt.Fprintf(w, "accounts expected %d; lateness p50 %.2fs p99 %.2fs (last %d completed)\n",
-		c.AccountsExpected, c.LatenessP50.Seconds(), c.LatenessP99.Seconds(), c.LatenessSample)
+	fmt.Fprintf(w, "ended: %d synced, %d accounts gone, %d stale, %d without room with their upstream (counted in the ledger)\n",
+		c.Synced, c.Gone, c.SkippedStale, c.SkippedUpstream)
+	fmt.Fprintf(w, "accounts expected %d; lateness %s\n", c.AccountsExpected, latenessText(c))
 	if c.NextSlot >= 0 {
 		fmt.Fprintf(w, "next slot %d at %s\n", c.NextSlot, c.NextSlotAt.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "verdict: %s\n", c.Verdict)
 }
 
-// skippedCount prints a count of skipped sync jobs, which Status counts up
-// to riverutil.SkippedCountMax.
-func skippedCount(n int64) string {
-	if n >= riverutil.SkippedCountMax {
-		return fmt.Sprintf("%d+", n)
+// latenessText prints a cycle's lateness percentiles, or says they are
+// unknown (no synced sync counted yet).
+func latenessText(c *riverutil.CycleStatus) string {
+	if !c.LatenessKnown {
+		return "unknown (no synced sync counted yet)"
 	}
-	return fmt.Sprint(n)
+	return fmt.Sprintf("p50 %.2fs p99 %.2fs (%d synced)", c.LatenessP50.Seconds(), c.LatenessP99.Seconds(), c.LatenessSample)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
@@ -26,12 +27,11 @@ func TestStatusPinnedAndOpposite(t *testing.T) {
 	c := newPinnedCycle(t)
 	jobs := pgx.Identifier{c.schema, "river_job"}.Sanitize()
 
-	// One reports sync job completed as too soon, as the sync worker
-	// records it.
-	_, err := c.pool.Exec(ctx, `UPDATE `+jobs+` SET state = 'completed', attempt = 1, attempted_at = now(), finalized_at = now(),
-			metadata = '{"output": {"riverslot_skipped": "too_soon"}}'
-		WHERE id = (SELECT min(id) FROM `+jobs+` WHERE kind = 'riverslot_sync' AND args->>'task' = 'reports')`)
+	// One reports sync job ended as stale, as the sync worker counts it in
+	// the cycle's ledger row.
+	reports, err := c.scheduler.Task("reports")
 	require.NoError(t, err)
+	riverslottest.CountOutcomes(ctx, t, c.pool, c.schema, "reports", reports.PlanID, c.start, ledger.OutcomeStale, 1, 0)
 
 	perSlot := func(task string) []int64 {
 		rows, err := c.pool.Query(ctx, "SELECT (args->>'slot')::int, count(*) FROM "+jobs+" WHERE kind = 'riverslot_sync' AND args->>'task' = $1 GROUP BY 1", task)
@@ -54,9 +54,9 @@ func TestStatusPinnedAndOpposite(t *testing.T) {
 	}
 
 	for _, tt := range []struct {
-		task    string
-		shift   int
-		tooSoon int64
+		task  string
+		shift int
+		stale int64
 	}{{"transactions", 0, 0}, {"reports", pinnedSlots / 2, 1}} {
 		t.Run(tt.task, func(t *testing.T) {
 			info, err := c.scheduler.Task(tt.task)
@@ -64,17 +64,16 @@ func TestStatusPinnedAndOpposite(t *testing.T) {
 			code, out, stderr := status(tt.task, "--json")
 			require.Equal(t, 0, code, "stderr:\n%s\nstdout:\n%s", stderr, out)
 			var st struct {
-				CycleStart         string `json:"cycle_start"`
-				Plan               string `json:"plan"`
-				Placement          string `json:"placement"`
-				PinsTask           string `json:"pins_task"`
-				PinsShift          int    `json:"pins_shift"`
-				AccountsExpected   int64  `json:"accounts_expected"`
-				SyncSkippedStale   *int64 `json:"sync_skipped_stale"`
-				SyncSkippedTooSoon *int64 `json:"sync_skipped_too_soon"`
-				Verdict            string `json:"verdict"`
-				OffSlots           *int   `json:"off_slots"`
-				PerSlot            []struct {
+				CycleStart       string `json:"cycle_start"`
+				Plan             string `json:"plan"`
+				Placement        string `json:"placement"`
+				PinsTask         string `json:"pins_task"`
+				PinsShift        int    `json:"pins_shift"`
+				AccountsExpected int64  `json:"accounts_expected"`
+				SyncSkippedStale *int64 `json:"sync_skipped_stale"`
+				Verdict          string `json:"verdict"`
+				OffSlots         *int   `json:"off_slots"`
+				PerSlot          []struct {
 					Slot      int   `json:"slot"`
 					Expected  int64 `json:"accounts_expected"`
 					Enqueued  int64 `json:"enqueued"`
@@ -92,9 +91,7 @@ func TestStatusPinnedAndOpposite(t *testing.T) {
 			require.NotNil(t, st.OffSlots)
 			require.Zero(t, *st.OffSlots)
 			require.NotNil(t, st.SyncSkippedStale)
-			require.NotNil(t, st.SyncSkippedTooSoon)
-			require.Zero(t, *st.SyncSkippedStale)
-			require.Equal(t, tt.tooSoon, *st.SyncSkippedTooSoon)
+			require.Equal(t, tt.stale, *st.SyncSkippedStale)
 			inserted := perSlot(tt.task)
 			require.Len(t, st.PerSlot, pinnedSlots)
 			var moved int64
@@ -113,7 +110,7 @@ func TestStatusPinnedAndOpposite(t *testing.T) {
 				follows = "the pins of task transactions"
 			}
 			require.Contains(t, out, fmt.Sprintf("placement: pinned (%s, shifted by %d slots)", follows, tt.shift))
-			require.Contains(t, out, fmt.Sprintf("completed without calling Sync: 0 stale, %d too soon\n", tt.tooSoon))
+			require.Contains(t, out, fmt.Sprintf("ended: 0 synced, 0 accounts gone, %d stale, 0 without room with their upstream", tt.stale))
 			require.True(t, strings.HasSuffix(out, "verdict: on track\n"), out)
 		})
 	}

@@ -71,14 +71,13 @@ func savePlot(p *plot.Plot, w, h vg.Length, path string) error {
 func statusPlot(st *riverutil.TaskStatus) (*plot.Plot, error) {
 	c := st.Current
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("task %s, cycle %s: %s\nsync start lateness p50 %.2fs, p99 %.2fs (last %d completed); %d of %d accounts enqueued",
-		st.Task, c.CycleStart.UTC().Format(time.RFC3339), c.Verdict,
-		c.LatenessP50.Seconds(), c.LatenessP99.Seconds(), c.LatenessSample, c.Enqueued, c.AccountsExpected)
+	p.Title.Text = fmt.Sprintf("task %s, cycle %s: %s\nsync start lateness %s; %d of %d accounts enqueued",
+		st.Task, c.CycleStart.UTC().Format(time.RFC3339), c.Verdict, latenessText(c), c.Enqueued, c.AccountsExpected)
 	if c.Placement == riverutil.PlacementPinned {
 		p.Title.Text += fmt.Sprintf(" (pinned placement: pins of task %s)", c.PinsTask)
 	}
-	if c.SkippedStale+c.SkippedTooSoon > 0 {
-		p.Title.Text += fmt.Sprintf("; completed without calling Sync: %s stale, %s too soon", skippedCount(c.SkippedStale), skippedCount(c.SkippedTooSoon))
+	if c.SkippedStale+c.SkippedUpstream > 0 {
+		p.Title.Text += fmt.Sprintf("; completed without calling Sync: %d stale, %d without room with their upstream", c.SkippedStale, c.SkippedUpstream)
 	}
 	p.X.Label.Text = "slot"
 	p.Y.Label.Text = "accounts"

@@ -80,6 +80,20 @@ func DDL(schema string) []string {
 		`ALTER TABLE ` + table + `
 	ADD COLUMN IF NOT EXISTS late_policy text,
 	ADD COLUMN IF NOT EXISTS late_grace_us bigint`,
+		// Version 4: the rest of the cycle's plan (its trigger offset and
+		// zone), and how its sync jobs ended, counted by the nodes that ran
+		// them (Tally): Status and the history read these, not River's
+		// completed jobs, which River may have deleted.
+		`ALTER TABLE ` + table + `
+	ADD COLUMN IF NOT EXISTS trigger_offset_us bigint,
+	ADD COLUMN IF NOT EXISTS location text,
+	ADD COLUMN IF NOT EXISTS synced bigint,
+	ADD COLUMN IF NOT EXISTS gone bigint,
+	ADD COLUMN IF NOT EXISTS stale bigint,
+	ADD COLUMN IF NOT EXISTS upstream_skipped bigint,
+	ADD COLUMN IF NOT EXISTS failed bigint,
+	ADD COLUMN IF NOT EXISTS cancelled bigint,
+	ADD COLUMN IF NOT EXISTS lateness bigint[]`,
 	}
 }
 
@@ -298,7 +312,15 @@ type Cycle struct {
 	// were: the node's own applies).
 	LatePolicy taskspec.LatePolicy
 	LateGrace  time.Duration
-	CreatedAt  time.Time
+	// TriggerOffset and Location are the rest of the plan the cycle was
+	// decided under: its schedule's offset and zone ("" for an absolute
+	// UTC grid; unknown for a cycle recorded before they were).
+	TriggerOffset time.Duration
+	Location      string
+	CreatedAt     time.Time
+	// Outcomes are how the cycle's sync jobs ended, as the nodes that ran
+	// them counted them (read back only; RecordCycle does not write them).
+	Outcomes Outcomes
 }
 
 // RecordCycle records in tx what the bootstrap that claimed c's cycle
@@ -313,9 +335,9 @@ func (l Ledger) RecordCycle(ctx context.Context, tx pgx.Tx, c Cycle) error {
 		p := string(c.LatePolicy)
 		latePolicy = &p
 	}
-	tag, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10, first_cycle = $11, late_policy = $12, late_grace_us = $13"+
+	tag, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10, first_cycle = $11, late_policy = $12, late_grace_us = $13, trigger_offset_us = $14, location = $15"+
 		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4",
-		c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback, c.First, latePolicy, c.LateGrace.Microseconds())
+		c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback, c.First, latePolicy, c.LateGrace.Microseconds(), c.TriggerOffset.Microseconds(), c.Location)
 	if err != nil {
 		return wrap(err, "recording the cycle's decisions in the ledger")
 	}

@@ -433,3 +433,21 @@ func Key(tb testing.TB, planID string) taskspec.PlanKey {
 	require.NoError(tb, err)
 	return k
 }
+
+// CountOutcomes adds n outcomes o (with lateness, for OutcomeSynced) to the
+// ledger row of the task's cycle at start under plan, as the sync workers
+// that ended n such jobs would have: for tests that finish sync jobs by
+// hand instead of running them.
+func CountOutcomes(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema, task, plan string, start time.Time, o ledger.Outcome, n int, lateness time.Duration) {
+	tb.Helper()
+	tally := ledger.Tally{Exec: func(ctx context.Context, sql string, args ...any) error {
+		_, err := pool.Exec(ctx, sql, args...)
+		return err
+	}}
+	for range n {
+		tally.Add(schema, ledger.CycleKey{Task: task, Plan: plan, Start: start}, o, lateness)
+	}
+	if err := tally.Flush(ctx); err != nil {
+		tb.Fatalf("counting outcomes in the ledger: %v", err)
+	}
+}
