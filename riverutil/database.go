@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/riverslot/riverslot/bootstrap"
 	"github.com/riverslot/riverslot/internal/ledger"
@@ -127,7 +128,7 @@ func MigrateLedger(ctx context.Context, pool *pgxpool.Pool, schema string) error
 		return fmt.Errorf("error starting the ledger's backfill in schema %q: %w", schema, err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	if _, _, err := ledger.New(schema).Backfill(ctx, tx, bootstrap.Kind, perslot.Kind); err != nil {
+	if _, _, err := backfillLedger(ctx, tx, schema); err != nil {
 		return fmt.Errorf("schema %q: %w", schema, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -456,4 +457,57 @@ func (s *Scheduler) CreateIndexes(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// backfillLedger records in the ledger the cycles River's job table still holds
+// that the ledger does not (made by a version without the ledger, or
+// before it recorded each cycle's decisions), in one transaction:
+//   - a completed bootstrap job with per-slot jobs is a bootstrapped cycle
+//     (a bootstrap not yet run is left to run: it claims its cycle itself;
+//     one that made no per-slot job made no cycle);
+//   - every per-slot job is its slot, claimed by it; a completed one
+//     finished its fan-out at finalized_at, with the figures of its output;
+//   - a cycle row without its decisions gets them from its per-slot jobs'
+//     args (placement, pins, cycle end).
+//
+// It returns the rows added and the cycles completed. What River already
+// deleted cannot be recovered: docs/scale.md says what to do then.
+func backfillLedger(ctx context.Context, tx pgx.Tx, schema string) (added, completed int64, err error) {
+	l := struct{ table, jobs string }{ledger.New(schema).QualifiedTable(), sqlbucket.QualifiedTable(schema, "river_job")}
+	bootstrapKind, perSlotKind := bootstrap.Kind, perslot.Kind
+	tag, err := tx.Exec(ctx, "INSERT INTO "+l.table+" (task, cycle_start, plan, slot, job_id, created_at)"+
+		" SELECT DISTINCT ON (1, 2, 3) b.args->>'task', (b.args->>'cycle_start')::timestamptz, b.args->>'plan', $2::int, b.id, b.created_at FROM "+l.jobs+" b"+
+		" WHERE b.kind = $1 AND b.state = 'completed' AND coalesce(b.args->>'plan', '') <> '' AND coalesce(b.args->>'task', '') <> ''"+
+		// A bootstrap that made its cycle made per-slot jobs; one that
+		// completed without (FirstCycleNext, a cycle the ledger already
+		// had) made none and is not a cycle.
+		" AND EXISTS (SELECT 1 FROM "+l.jobs+" p WHERE p.args @> jsonb_build_object('task', b.args->'task', 'cycle_start', b.args->'cycle_start', 'plan', b.args->'plan') AND p.kind = $3)"+
+		" ORDER BY 1, 2, 3, b.id ON CONFLICT DO NOTHING", bootstrapKind, ledger.BootstrapSlot, perSlotKind)
+	if err != nil {
+		return 0, 0, ledger.Wrap(err, "recording River's bootstrapped cycles in the ledger")
+	}
+	added = tag.RowsAffected()
+	tag, err = tx.Exec(ctx, "INSERT INTO "+l.table+" (task, cycle_start, plan, slot, job_id, created_at, accounts, inserted, skipped, batches, finished_at)"+
+		" SELECT DISTINCT ON (1, 2, 3, 4) args->>'task', (args->>'cycle_start')::timestamptz, args->>'plan', (args->>'slot')::int, id, created_at,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'"+rivertype.MetadataKeyOutput+"'->>'accounts')::bigint END,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'"+rivertype.MetadataKeyOutput+"'->>'inserted')::bigint END,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'"+rivertype.MetadataKeyOutput+"'->>'skipped')::bigint END,"+
+		" CASE WHEN state = 'completed' THEN (metadata->'"+rivertype.MetadataKeyOutput+"'->>'batches')::int END,"+
+		" CASE WHEN state = 'completed' THEN finalized_at END"+
+		" FROM "+l.jobs+" WHERE kind = $1 AND coalesce(args->>'plan', '') <> '' AND coalesce(args->>'task', '') <> '' AND args ? 'slot'"+
+		" ORDER BY 1, 2, 3, 4, (state = 'completed') DESC, id ON CONFLICT DO NOTHING", perSlotKind)
+	if err != nil {
+		return 0, 0, ledger.Wrap(err, "recording River's per-slot jobs in the ledger")
+	}
+	added += tag.RowsAffected()
+	tag, err = tx.Exec(ctx, "UPDATE "+l.table+" c SET placement = coalesce(j.args->>'placement', 'hash'), pins = j.args->'pins',"+
+		" cycle_end = (j.args->>'cycle_end')::timestamptz"+
+		" FROM (SELECT DISTINCT ON (args->>'task', args->>'cycle_start', args->>'plan') args FROM "+l.jobs+
+		"  WHERE kind = $1 AND args ? 'placement' ORDER BY args->>'task', args->>'cycle_start', args->>'plan', id) j"+
+		" WHERE c.slot = $2 AND c.placement IS NULL AND c.task = j.args->>'task' AND c.cycle_start = (j.args->>'cycle_start')::timestamptz AND c.plan = j.args->>'plan'",
+		perSlotKind, ledger.BootstrapSlot)
+	if err != nil {
+		return 0, 0, ledger.Wrap(err, "recording the cycles' placements in the ledger")
+	}
+	return added, tag.RowsAffected(), nil
 }

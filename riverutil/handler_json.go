@@ -14,6 +14,7 @@ type statusJSON struct {
 	Placement           string `json:"placement"`
 	PinsTask            string `json:"pins_task,omitempty"`
 	PinsShift           int    `json:"pins_shift,omitempty"`
+	PinsFallback        string `json:"pins_fallback,omitempty"`
 	Slots               int    `json:"slots"`
 	SlotsDone           int    `json:"slots_done"`
 	SlotsFailed         int    `json:"slots_failed"`
@@ -105,7 +106,7 @@ func (st TaskStatus) MarshalJSON() ([]byte, error) {
 	}
 	out := &statusJSON{
 		Task: st.Task, CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Plan: c.Plan, Placement: c.Placement,
-		PinsTask: c.PinsTask, PinsShift: c.PinsShift, Slots: c.Slots,
+		PinsTask: c.PinsTask, PinsShift: c.PinsShift, PinsFallback: c.PinsFallback, Slots: c.Slots,
 		SlotsDone: c.SlotsDone, SlotsFailed: c.SlotsFailed, AccountsExpected: c.AccountsExpected,
 		SyncEnqueued: c.Enqueued, SyncSkipped: c.Skipped, SyncPending: c.Pending, SyncRunning: c.Running,
 		SyncRetryable: c.Retryable, SyncCompleted: c.Completed, SyncFailed: c.Discarded, SyncCancelled: c.Cancelled,

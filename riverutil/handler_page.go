@@ -101,7 +101,7 @@ th{text-align:left} .l{text-align:left} .err{color:#8a1119;white-space:pre-wrap;
 {{if .Error}}<p class="verdict bad" id="error">{{.Error}}</p>{{end}}
 {{with .Status}}{{with .Current}}
 <p><span class="verdict {{$.VerdictCSS}}" id="verdict">{{$.Verdict}}</span></p>
-<p id="cycle">cycle <b id="cycle-start">{{ts .CycleStart}}</b> · {{.Slots}} slots · plan {{.Plan}} · placement {{.Placement}}{{if .PinsTask}} (pins of {{.PinsTask}}){{end}} · next slot: <span id="next-slot">{{$.NextSlot}}</span></p>
+<p id="cycle">cycle <b id="cycle-start">{{ts .CycleStart}}</b> · {{.Slots}} slots · plan {{.Plan}} · placement {{.Placement}}{{if .PinsTask}} (pins of {{.PinsTask}}){{end}}{{if .PinsFallback}} <span class="err">(pins not computed in time: fell back to {{.PinsFallback}})</span>{{end}} · next slot: <span id="next-slot">{{$.NextSlot}}</span></p>
 <div class="row">
 <div class="card"><h2>Slots of this cycle</h2>{{$.Bars}}
 <div class="legend"><span><i style="background:#2e9e44"></i>done</span><span><i style="background:#1f6fd1"></i>running</span><span><i style="background:#b0b0b0"></i>scheduled</span><span><i style="background:#d1242f"></i>failed</span><span><i style="background:#e38b00"></i>missing</span><span>▔ expected</span></div>

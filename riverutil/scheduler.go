@@ -73,6 +73,12 @@ type Scheduler struct {
 	specs        []*taskspec.Spec
 	syncs        []SyncFunc // by spec index
 	byName       map[string]*taskspec.Spec
+	// punctual names the tasks whose sync jobs are inserted available
+	// (Task.Punctual).
+	punctual map[string]bool
+	// syncWorkers are the sync workers Configure registered: each counts
+	// its jobs' outcomes into the ledger (FlushOutcomes).
+	syncWorkers []*syncjob.Worker
 
 	expectedMu sync.Mutex
 	expected   map[string]expectedCount // Status's accounts per slot, by task
@@ -107,8 +113,9 @@ func newScheduler(config *Config) (*Scheduler, error) {
 		return nil, errors.New("Config.Tasks must contain at least one task")
 	}
 	s := &Scheduler{
-		logger: config.Logger,
-		byName: make(map[string]*taskspec.Spec),
+		logger:   config.Logger,
+		byName:   make(map[string]*taskspec.Spec),
+		punctual: make(map[string]bool),
 	}
 
 	configs := make([]taskspec.Config, len(config.Tasks))
@@ -118,6 +125,9 @@ func newScheduler(config *Config) (*Scheduler, error) {
 			t.AccountsPool = config.AccountsPool
 		}
 		configs[i] = t.config()
+		if t.Punctual {
+			s.punctual[t.Name] = true
+		}
 		if _, dup := syncs[t.Name]; !dup {
 			syncs[t.Name] = t.Sync
 		}
@@ -201,6 +211,7 @@ func (s *Scheduler) Configure(config *river.Config) error {
 	bootstrapWorker := bootstrap.NewWorker(s.pool, s.logger)
 	perSlotWorker := perslot.NewWorker(s.pool, s.logger)
 	syncWorker := syncjob.NewWorker(s.pool, s.logger)
+	s.syncWorkers = append(s.syncWorkers, syncWorker)
 	censusWorker := bootstrap.NewCensusWorker(s.pool, s.logger)
 	for i, spec := range s.specs {
 		bootstrapWorker.AddTask(spec)
@@ -226,7 +237,20 @@ func (s *Scheduler) Configure(config *river.Config) error {
 		return fmt.Errorf("error registering weight census worker: %w", err)
 	}
 	config.PeriodicJobs = append(config.PeriodicJobs, s.periodicJobs()...)
+	if len(s.punctual) > 0 {
+		config.Hooks = append(config.Hooks, river.HookInsertBeginFunc(s.insertPunctual))
+	}
+	for _, spec := range s.specs {
+		s.logger.Info("riverslot: "+firstCycleText[spec.FirstCycle], slog.String("task", spec.Name), slog.String("first_cycle", string(spec.FirstCycle)))
+	}
 	return nil
+}
+
+// firstCycleText says at start-up what a task's first cycle will do.
+var firstCycleText = map[taskspec.FirstCycle]string{
+	taskspec.FirstCycleLate: "if the ledger records no earlier cycle of the task, its first cycle runs as any late cycle: the accounts of slots already past are spread within half a cycle of their slot, or skipped until the next cycle under LatePolicy skip (Task.FirstCycle)",
+	taskspec.FirstCycleAll:  "if the ledger records no earlier cycle of the task, its first cycle syncs every account: those of slots already past are spread over the rest of the cycle (Task.FirstCycle)",
+	taskspec.FirstCycleNext: "if the ledger records no earlier cycle of the task, it starts at the next cycle: a cycle already begun syncs no account (Task.FirstCycle)",
 }
 
 func (s *Scheduler) log() *slog.Logger { return cmp.Or(s.logger, slog.Default()) }
@@ -373,4 +397,40 @@ func (s *Scheduler) Task(taskName string) (TaskInfo, error) {
 		return TaskInfo{}, err
 	}
 	return TaskInfo{Name: spec.Name, Plan: spec.Plan, Schedule: spec.Schedule, Seed: spec.Seed, Lead: spec.Lead, TriggerLead: spec.TriggerLead, Shift: spec.Shift, PlanID: spec.PlanID}, nil
+}
+
+// insertPunctual is the insert hook of Task.Punctual: a sync job of a
+// punctual task that River would insert scheduled (its time is ahead) is
+// inserted available instead. River's fetch takes only available jobs
+// whose scheduled_at has come (JobGetAvailable), so it starts at its
+// time, at the next fetch, not at the next run of River's scheduler.
+func (s *Scheduler) insertPunctual(_ context.Context, params *rivertype.JobInsertParams) error {
+	if params.State != rivertype.JobStateScheduled || params.Kind != syncjob.Kind {
+		return nil
+	}
+	var task string
+	switch a := params.Args.(type) {
+	case syncjob.Args:
+		task = a.Task
+	case *syncjob.Args:
+		task = a.Task
+	default:
+		return nil
+	}
+	if s.punctual[task] {
+		params.State = rivertype.JobStateAvailable
+	}
+	return nil
+}
+
+// FlushOutcomes writes the sync outcomes this process counted and has not
+// written to the cycles' ledger rows yet. The sync workers write them
+// every 500 ms by themselves; call it after River's client stopped
+// (Client.Stop) so that a graceful shutdown loses none of them.
+func (s *Scheduler) FlushOutcomes(ctx context.Context) error {
+	var errs []error
+	for _, w := range s.syncWorkers {
+		errs = append(errs, w.FlushOutcomes(ctx))
+	}
+	return errors.Join(errs...)
 }

@@ -157,6 +157,11 @@ type CycleStatus struct {
 	Placement string
 	PinsTask  string
 	PinsShift int
+	// PinsFallback is set when the cycle's bootstrap could not compute its
+	// pins in time (Task.PinsTimeout) and fell back: "previous" (the
+	// latest pins computed before) or "hash" (hash placement), as its
+	// ledger row records it; "" when it computed them.
+	PinsFallback string
 	// PerSlot has one entry per slot, in slot order.
 	PerSlot []SlotStatus
 
@@ -683,6 +688,7 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 		return nil, err
 	} else if ok {
 		outcomes = rec.Outcomes
+		c.PinsFallback = rec.Fallback
 		switch rec.Placement {
 		case perslot.PlacementHash:
 			ref = nil

@@ -117,10 +117,11 @@ func seedStatusBench(b *testing.B) (*riverutil.Scheduler, string) {
 			SELECT 'transactions', $1::text, c::timestamptz, id, get_byte(uuid_send(id), 15), 6 + (row_number() OVER (PARTITION BY c ORDER BY id))::int % 122, 1
 			FROM ` + table + `, unnest(ARRAY[$2::text, $3::text]) c WHERE get_byte(uuid_send(id), 15) BETWEEN 10 AND 11 AND active`,
 			[]any{info.PlanID, prev.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano)}},
-		// Sync jobs: 500,000 completed in each cycle, 7,800 scheduled.
+		// Sync jobs: 500,000 completed in each cycle, finalized over the
+		// last 24 h, as with River's default retention; 7,800 scheduled.
 		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, attempted_at, finalized_at, attempt, created_at)
 			SELECT jsonb_build_object('task', 'transactions', 'account_id', gen_random_uuid(), 'cycle_start', c, 'slot', g % 64), 'riverslot_sync', 5, 2, 'default',
-				'completed', now() - interval '1 minute', now() - interval '1 minute' + interval '200 milliseconds', now() - (g % 1000) * interval '1 second', 1, now() - interval '2 hours'
+				'completed', now() - interval '1 minute', now() - interval '1 minute' + interval '200 milliseconds', now() - (g % 86400) * interval '1 second', 1, now() - interval '2 hours'
 			FROM unnest(ARRAY[$1::text, $2::text]) c, generate_series(1, 500000) g`,
 			[]any{prev.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano)}},
 		{`INSERT INTO ` + jobs + ` (args, kind, max_attempts, priority, queue, state, scheduled_at, created_at)

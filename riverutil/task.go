@@ -275,6 +275,21 @@ type Task struct {
 	// a task with neither Upstream nor Limits does not touch the tables.
 	Limits UpstreamLimits
 
+	// Punctual makes the task's syncs start on time: its sync jobs are
+	// inserted available with their future scheduled time, instead of
+	// scheduled. River's producers fetch only jobs whose time has come, so
+	// each starts within the client's FetchPollInterval (River's default
+	// 1 s) of its time; a scheduled job waits for River's scheduler, which
+	// makes due jobs available every 5 s on the leader (up to 5 s late,
+	// longer while a leader is elected). It matters for short slots (a
+	// slot shorter than River's tick) and for calls that must come at the
+	// same second every period (riverslot serve sets it). A sync job River
+	// retries or snoozes goes through River's scheduler as any job. Set it
+	// on every node of a rolling deploy before relying on it (a node
+	// without it inserts scheduled jobs, which are merely late). Defaults
+	// to false.
+	Punctual bool
+
 	// Sync is the application's work for one account. Required.
 	Sync SyncFunc
 }

@@ -378,9 +378,13 @@ func (d *demo) run(ctx context.Context) error {
 			// Interrupted: cancel running jobs; a fan-out resumes from its
 			// cursor on the next run with --keep.
 			_ = client.StopAndCancel(stopCtx)
-			return
+		} else {
+			_ = client.Stop(stopCtx)
 		}
-		_ = client.Stop(stopCtx)
+		// The outcomes its sync jobs counted, written before it exits.
+		if err := scheduler.FlushOutcomes(stopCtx); err != nil {
+			d.logf("warning: %v", err)
+		}
 	}()
 
 	d.logf("%d cycle(s) from %s: %d slots of %s over %d accounts; the periodic trigger bootstraps each %s before it starts",

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/riverslot/riverslot/bootstrap"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/bench"
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/testkit/measure"
 	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -167,20 +167,18 @@ func (d *demo) seed(ctx context.Context) error {
 }
 
 // firstCycleStart is --cycle-start, else (with --keep) an unfinished cycle
-// found in the schema, else a trigger lead from now.
+// the schema's ledger records, else a trigger lead from now.
 func (d *demo) firstCycleStart(ctx context.Context, triggerLead time.Duration) (time.Time, error) {
 	if !d.opts.cycleStart.IsZero() {
 		return d.opts.cycleStart.UTC(), nil
 	}
 	if d.opts.keep {
-		var last *time.Time
-		err := d.pool.QueryRow(ctx, "SELECT max((args->>'cycle_start')::timestamptz) FROM "+
-			pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+" WHERE kind = $1 AND args->>'task' = $2",
-			bootstrap.Kind, d.opts.task).Scan(&last)
+		// The ledger's latest cycle of the task, whatever River deleted.
+		last, _, found, err := ledger.New(d.opts.schema).LatestCycle(ctx, d.pool, d.opts.task, "")
 		if err != nil {
 			return time.Time{}, fmt.Errorf("error looking for an unfinished cycle: %w", err)
 		}
-		if last != nil && time.Now().Before(last.Add(d.opts.cycle)) {
+		if found && time.Now().Before(last.Add(d.opts.cycle)) {
 			d.logf("found unfinished cycle %s; resuming it", last.UTC().Format(time.RFC3339))
 			return last.UTC(), nil
 		}

@@ -143,6 +143,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := client.Stop(stopCtx); err != nil {
 		return fmt.Errorf("error stopping: %w", err)
 	}
+	if err := srv.FlushOutcomes(stopCtx); err != nil {
+		return fmt.Errorf("error writing the call outcomes counted: %w", err)
+	}
 	fmt.Fprintln(stdout, "riverslot serve: stopped")
 	return nil
 }

@@ -147,6 +147,12 @@ func printStatus(w io.Writer, st *riverutil.TaskStatus) {
 		}
 		fmt.Fprintf(w, "placement: pinned (%s, shifted by %d slots): expected = hash slot - pinned out + pinned in\n", follows, c.PinsShift)
 	}
+	switch c.PinsFallback {
+	case "previous":
+		fmt.Fprintln(w, "pins: the bootstrap ran out of time computing this cycle's pins (PinsTimeout) and follows the latest pins computed before")
+	case "hash":
+		fmt.Fprintln(w, "pins: the bootstrap ran out of time computing this cycle's pins (PinsTimeout) and fell back to hash placement")
+	}
 	if cs := st.Census; cs != nil && cs.Stalls > 0 {
 		fmt.Fprintf(w, "weight census of cycle %s: STALLED, %d attempts in a row took no step since %s (a lock on the accounts table, or a slow database); it backs off and retries\n",
 			cs.CycleStart.Format(time.RFC3339), cs.Stalls, cs.StalledSince.Format(time.RFC3339))

@@ -73,7 +73,7 @@ func TestStatusSVG(t *testing.T) {
 	start := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	st := &riverutil.TaskStatus{Task: "transactions", Current: &riverutil.CycleStatus{
 		CycleStart: start, Slots: 4, Verdict: "failed slot 2: upstream table is broken", FailedSlot: 2,
-		LatenessP50: 120 * time.Millisecond, LatenessP99: 480 * time.Millisecond, LatenessSample: 40,
+		LatenessP50: 120 * time.Millisecond, LatenessP99: 480 * time.Millisecond, LatenessSample: 40, LatenessKnown: true,
 		Enqueued: 50, AccountsExpected: 100,
 		PerSlot: []riverutil.SlotStatus{
 			{Slot: 0, State: riverutil.SlotDone, Expected: 25, Enqueued: 25},
@@ -90,7 +90,7 @@ func TestStatusSVG(t *testing.T) {
 	require.Len(t, entries, 1, "only the SVG, no temporary file left")
 	text, fills := svgText(t, path)
 	require.Contains(t, text, "failed slot 2: upstream table is broken")
-	require.Contains(t, text, "p50 0.12s, p99 0.48s")
+	require.Contains(t, text, "p50 0.12s p99 0.48s (40 synced)")
 	for _, legend := range []string{"done", "failed", "scheduled", "expected"} {
 		require.Contains(t, text, legend)
 	}

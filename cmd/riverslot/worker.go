@@ -73,6 +73,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	workSync := fs.Bool("work-sync", true, "work the sync queue (false: sync jobs stay queued)")
 	periodic := fs.Bool("periodic", true, "run the periodic trigger that starts each cycle (RunOnStart); false: this node starts no cycle")
 	latePolicy := fs.String("late-policy", string(riverutil.LatePolicySpread), "spread or skip")
+	punctual := fs.Bool("punctual", false, "Task.Punctual: insert sync jobs available with their future time, so they start within the fetch poll of it instead of at River's next 5 s scheduler tick")
+	firstCycle := fs.String("first-cycle", string(riverutil.FirstCycleLate), "what the task's first cycle does when it started before the app did: late (as any late cycle), all (every account within it) or next (start at the next cycle)")
 	lateGrace := fs.Duration("late-grace", 0, "the task's LateGrace: how far past its time an account is still synced at its time, not by the late policy (default: the library's, a slot)")
 	completedRetention := fs.Duration("completed-retention", 0, "river.Config.CompletedJobRetentionPeriod: how long River keeps completed jobs (default 0: River's 24h); riverslot's ledger keeps cycles unique whatever it is")
 	rescueAfter := fs.Duration("rescue-after", 0, "river.Config.RescueStuckJobsAfter (default: the longest job timeout + 1m, set by Scheduler.Configure)")
@@ -197,6 +199,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	task := tf.riverTask()
 	task.BatchSize, task.Queue, task.ControlQueue = *batch, *syncQueue, river.QueueDefault
 	task.LatePolicy, task.LateGrace, task.PerSlotTimeout, task.SyncTimeout = riverutil.LatePolicy(*latePolicy), *lateGrace, *perSlotTimeout, *syncTimeout
+	task.FirstCycle, task.Punctual = riverutil.FirstCycle(*firstCycle), *punctual
 	if task.Weight != "" {
 		task.PinsTimeout = *pinsTimeout
 	}
@@ -308,6 +311,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer cancel()
 	if err := client.Stop(stopCtx); err != nil {
 		return fmt.Errorf("error stopping: %w", err)
+	}
+	if err := scheduler.FlushOutcomes(stopCtx); err != nil {
+		return fmt.Errorf("error writing the sync outcomes counted: %w", err)
 	}
 	fmt.Fprintf(stdout, "worker %s stopped\n", client.ID())
 	return nil

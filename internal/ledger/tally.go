@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"strconv"
@@ -163,12 +164,16 @@ const TallyInterval = 500 * time.Millisecond
 type Tally struct {
 	// Exec runs the update; riverutil sets it to River's pool.
 	Exec func(ctx context.Context, sql string, args ...any) error
-	// OnError is told of a failed write (its counts are kept for the next).
+	// OnError is told of a failed write (its counts are kept for the next,
+	// unless the ledger is missing or outdated: then they are dropped).
 	OnError func(error)
 
 	mu      sync.Mutex
 	pending map[tallyKey]*Outcomes
 	timer   *time.Timer
+	gen     int // of timer: a write it started may not clear a newer one
+
+	flushMu sync.Mutex // one write at a time
 }
 
 type tallyKey struct {
@@ -194,19 +199,29 @@ func (t *Tally) Add(schema string, key CycleKey, o Outcome, lateness time.Durati
 	if o == OutcomeSynced {
 		p.Lateness.Add(lateness)
 	}
-	if t.timer == nil {
-		t.timer = time.AfterFunc(TallyInterval, t.flushLater)
-	}
+	t.armLocked()
 }
 
-func (t *Tally) flushLater() {
+// armLocked starts the timer of the next write unless one runs; t.mu held.
+func (t *Tally) armLocked() {
+	if t.timer != nil {
+		return
+	}
+	t.gen++
+	gen := t.gen
+	t.timer = time.AfterFunc(TallyInterval, func() { t.flushLater(gen) })
+}
+
+func (t *Tally) flushLater(gen int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := t.Flush(ctx)
+	err := t.flush(ctx)
 	t.mu.Lock()
-	t.timer = nil
-	if len(t.pending) > 0 {
-		t.timer = time.AfterFunc(TallyInterval, t.flushLater)
+	if t.gen == gen {
+		t.timer = nil
+		if len(t.pending) > 0 {
+			t.armLocked()
+		}
 	}
 	t.mu.Unlock()
 	if err != nil && t.OnError != nil {
@@ -234,9 +249,24 @@ func tallySQL(table string) string {
 	return b.String()
 }
 
-// Flush writes what t counted, one statement per ledger, rows locked in
-// key order. Counts it could not write are kept for the next flush.
+// Flush writes what t counted now, one statement per ledger, rows locked
+// in key order, and stops the timer of the next write (an Add starts it
+// again): after the last job, nothing of t runs later. Counts it could not
+// write are kept for the next write.
 func (t *Tally) Flush(ctx context.Context) error {
+	t.mu.Lock()
+	if t.timer != nil {
+		t.timer.Stop()
+		t.timer = nil
+		t.gen++ // a write the timer started already clears nothing
+	}
+	t.mu.Unlock()
+	return t.flush(ctx)
+}
+
+func (t *Tally) flush(ctx context.Context) error {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
 	t.mu.Lock()
 	pending := t.pending
 	t.pending = nil
@@ -285,8 +315,13 @@ func (t *Tally) Flush(ctx context.Context) error {
 		}
 		args[3+outcomes] = hists
 		if err := t.Exec(ctx, tallySQL(keys[i].table), args...); err != nil {
+			err = wrap(err, "adding sync outcomes to the cycles' rows in the ledger")
 			if firstErr == nil {
-				firstErr = wrap(err, "adding sync outcomes to the cycles' rows in the ledger")
+				firstErr = err
+			}
+			if errors.Is(err, ErrMissing) || errors.Is(err, ErrOutdated) {
+				i = j // no row to add them to: dropped
+				continue
 			}
 			t.mu.Lock()
 			if t.pending == nil {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -367,6 +368,21 @@ func (r *Records) Find(msg string) []map[string]slog.Value {
 		out = append(out, attrs)
 	}
 	return out
+}
+
+// Each calls f with the message and attributes of every record, in order.
+func (r *Records) Each(f func(msg string, attrs map[string]slog.Value)) {
+	r.mu.Lock()
+	records := slices.Clone(r.records)
+	r.mu.Unlock()
+	for _, rec := range records {
+		attrs := map[string]slog.Value{"level": slog.StringValue(rec.Level.String())}
+		rec.Attrs(func(a slog.Attr) bool {
+			attrs[a.Key] = a.Value
+			return true
+		})
+		f(rec.Message, attrs)
+	}
 }
 
 type recordingHandler struct {

@@ -198,7 +198,10 @@ func New(cfg Config) (*Server, error) {
 			Buckets: buckets,
 			// A server started mid-period calls from the next period on, as
 			// a schedule created mid-period does: every call at its place.
-			FirstCycle:  riverutil.FirstCycleNext,
+			FirstCycle: riverutil.FirstCycleNext,
+			// Calls start within the client's fetch poll of their place,
+			// not at River's next 5 s scheduler tick.
+			Punctual:    true,
 			Schema:      cfg.Schema,
 			Table:       SchedulesTable,
 			Filter:      "deleted_at IS NULL AND NOT paused AND period_ms = " + strconv.FormatInt(p.Milliseconds(), 10),
@@ -256,6 +259,10 @@ func (s *Server) Configure(config *river.Config, workers int) error {
 	}
 	return s.scheduler.Configure(config)
 }
+
+// FlushOutcomes writes the call outcomes counted and not yet written to
+// the ledger: call it after River's client stopped.
+func (s *Server) FlushOutcomes(ctx context.Context) error { return s.scheduler.FlushOutcomes(ctx) }
 
 // Migrate creates River's tables, riverslot's, and the service's in schema;
 // Server.CreateIndexes the schedules' bucket indexes.
