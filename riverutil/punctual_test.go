@@ -15,9 +15,9 @@ import (
 )
 
 // TestPunctual runs a real cycle of two tasks over the same accounts, one
-// Punctual: its sync jobs are inserted available with their future time
-// (the other task's scheduled, as River inserts them), River never starts
-// one before its time, and every sync of both tasks runs.
+// Punctual: its per-slot and sync jobs are inserted available with their
+// future time (the other task's scheduled, as River inserts them), River
+// never starts one before its time, and every sync of both tasks runs.
 func TestPunctual(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -45,6 +45,19 @@ func TestPunctual(t *testing.T) {
 		require.NoError(t, err)
 	}
 	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	// The per-slot jobs, inserted by the bootstraps: the punctual task's
+	// available with their times ahead (they run on any node at their
+	// time, not when River's scheduler on the leader promotes them).
+	riverslottest.WaitFor(t, 30*time.Second, "both tasks' per-slot jobs", func() bool {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE kind = 'riverslot_perslot'") == 2*int64(info.Plan.Slots)
+	})
+	perSlot := func(task, state string) int64 {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE kind = 'riverslot_perslot' AND args->>'task' = $1 AND state = $2 AND scheduled_at > now() + interval '1 second'", task, state)
+	}
+	require.Positive(t, perSlot("punctual", "available"))
+	require.Zero(t, perSlot("punctual", "scheduled"))
+	require.Positive(t, perSlot("plain", "scheduled"))
+	require.Zero(t, perSlot("plain", "available"))
 	count := func(sql string, args ...any) int64 {
 		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE kind = 'riverslot_sync' AND "+sql, args...)
 	}

@@ -399,13 +399,15 @@ func (s *Scheduler) Task(taskName string) (TaskInfo, error) {
 	return TaskInfo{Name: spec.Name, Plan: spec.Plan, Schedule: spec.Schedule, Seed: spec.Seed, Lead: spec.Lead, TriggerLead: spec.TriggerLead, Shift: spec.Shift, PlanID: spec.PlanID}, nil
 }
 
-// insertPunctual is the insert hook of Task.Punctual: a sync job of a
-// punctual task that River would insert scheduled (its time is ahead) is
-// inserted available instead. River's fetch takes only available jobs
-// whose scheduled_at has come (JobGetAvailable), so it starts at its
-// time, at the next fetch, not at the next run of River's scheduler.
+// insertPunctual is the insert hook of Task.Punctual: a per-slot or sync
+// job of a punctual task that River would insert scheduled (its time is
+// ahead) is inserted available instead. River's fetch takes only available
+// jobs whose scheduled_at has come (JobGetAvailable), so it starts at its
+// time, at the next fetch of any node, not at the next run of River's
+// scheduler on the leader (every 5 s, and not at all while a new leader is
+// elected).
 func (s *Scheduler) insertPunctual(_ context.Context, params *rivertype.JobInsertParams) error {
-	if params.State != rivertype.JobStateScheduled || params.Kind != syncjob.Kind {
+	if params.State != rivertype.JobStateScheduled {
 		return nil
 	}
 	var task string
@@ -413,6 +415,10 @@ func (s *Scheduler) insertPunctual(_ context.Context, params *rivertype.JobInser
 	case syncjob.Args:
 		task = a.Task
 	case *syncjob.Args:
+		task = a.Task
+	case perslot.Args:
+		task = a.Task
+	case *perslot.Args:
 		task = a.Task
 	default:
 		return nil

@@ -870,7 +870,7 @@ func (s *Scheduler) checkStarting(ctx context.Context, spec *taskspec.Spec, c *C
 	}
 	var held int
 	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.riverTable(spec)+
-		" WHERE id = ANY($1) AND (state IN ('retryable', 'pending') OR (state = 'scheduled' AND scheduled_at > now()))",
+		" WHERE id = ANY($1) AND (state IN ('retryable', 'pending') OR (state IN ('scheduled', 'available') AND scheduled_at > now()))",
 		ids).Scan(&held); err != nil {
 		return fmt.Errorf("error reading the cycle's waiting per-slot jobs: %w", err)
 	}

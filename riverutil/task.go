@@ -275,13 +275,14 @@ type Task struct {
 	// a task with neither Upstream nor Limits does not touch the tables.
 	Limits UpstreamLimits
 
-	// Punctual makes the task's syncs start on time: its sync jobs are
-	// inserted available with their future scheduled time, instead of
-	// scheduled. River's producers fetch only jobs whose time has come, so
-	// each starts within the client's FetchPollInterval (River's default
-	// 1 s) of its time; a scheduled job waits for River's scheduler, which
-	// makes due jobs available every 5 s on the leader (up to 5 s late,
-	// longer while a leader is elected). It matters for short slots (a
+	// Punctual makes the task's fan-outs and syncs start on time: its
+	// per-slot and sync jobs are inserted available with their future
+	// scheduled time, instead of scheduled. River's producers fetch only
+	// jobs whose time has come, so each starts within the client's
+	// FetchPollInterval (River's default 1 s) of its time, on any node; a
+	// scheduled job waits for River's scheduler, which makes due jobs
+	// available every 5 s on the leader (up to 5 s late, and not at all
+	// while a new leader is elected after the old one died: 15-20 s). It matters for short slots (a
 	// slot shorter than River's tick) and for calls that must come at the
 	// same second every period (riverslot serve sets it). A sync job River
 	// retries or snoozes goes through River's scheduler as any job. Set it
