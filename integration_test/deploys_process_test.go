@@ -383,7 +383,10 @@ func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
 	// The node starts first (process start-up takes seconds under load),
 	// then the cycle that started 9 s ago is enqueued: off the node's grid,
 	// as EnqueueCycle may make it.
-	startWorker(t, b.schema, "reciprocal", "--task", "payments", "--reciprocal", "--cycle", cycle.String(),
+	// --punctual: the fan-outs and syncs start at their time, not at River's
+	// next 5 s scheduler tick (longer than these 3 s slots), so that the
+	// on-time cycle after the late one is on time.
+	startWorker(t, b.schema, "reciprocal", "--task", "payments", "--reciprocal", "--cycle", cycle.String(), "--punctual",
 		"--periodic=false", "--late-grace", "100ms", "--rescue-after", "5s", "--per-slot-timeout", "4s", "--sync-timeout", "4s", "--workers", "20")
 	offset, start := offsetForStartIn(cycle, -9*time.Second)
 	task := riverutil.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", LateGrace: 100 * time.Millisecond,
@@ -403,7 +406,7 @@ func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
 	// its slot's first second are late by more than LateGrace. (Left on
 	// time, the fan-outs found no late account in a run whose node first
 	// fetched them 48 ms into a slot.)
-	_, err = b.pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = scheduled_at + $2::interval WHERE kind = $1 AND state = 'scheduled'",
+	_, err = b.pool.Exec(ctx, "UPDATE "+jobs+" SET scheduled_at = scheduled_at + $2::interval WHERE kind = $1 AND state IN ('scheduled', 'available') AND scheduled_at > now()",
 		perslot.Kind, pi.Lead+time.Second)
 	require.NoError(t, err)
 
@@ -471,6 +474,47 @@ func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
 	t.Logf("cycle enqueued %s after it started; %d accounts late-spread and %d skipped by the two tasks; %d of %d accounts synced by both; closest syncs of the two tasks on one account: %s (at least %s)",
 		9*time.Second, spread, lateSkipped, both, accounts, closest.Round(time.Millisecond), apart)
 	require.Positive(t, both, "some accounts are synced by both tasks")
+
+	// The next cycle on the grid still ahead, on time: every account,
+	// those the late cycle skipped included, is synced once by each task,
+	// at its regular time, the two tasks still apart.
+	next := start.Add(cycle)
+	for !next.After(time.Now().Add(pi.TriggerLead)) {
+		next = next.Add(cycle)
+	}
+	for _, name := range []string{"payments", "payments_opposite"} {
+		_, err := scheduler.EnqueueCycle(ctx, insertOnly, name, next)
+		require.NoError(t, err)
+	}
+	waitFor(t, time.Until(next.Add(cycle))+90*time.Second, "both tasks' next cycle", func() bool {
+		return b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE cycle_start = $1 AND slot >= 0 AND finished_at IS NOT NULL", next) == int64(2*pi.Plan.Slots) &&
+			b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE state NOT IN ('completed', 'cancelled', 'discarded')") == 0
+	})
+	rows, err = b.pool.Query(ctx, "SELECT task, account_id, scheduled_at FROM "+pgx.Identifier{b.schema, "synced"}.Sanitize()+" WHERE scheduled_at >= $1 ORDER BY scheduled_at", next)
+	require.NoError(t, err)
+	later := map[string]map[uuid.UUID][]time.Time{"payments": {}, "payments_opposite": {}}
+	_, err = pgx.ForEachRow(rows, []any{&name, &id, &at}, func() error {
+		later[name][id] = append(later[name][id], at)
+		return nil
+	})
+	require.NoError(t, err)
+	var skippedBefore int
+	for _, id := range b.ids {
+		if len(syncs["payments"][id]) == 0 || len(syncs["payments_opposite"][id]) == 0 {
+			skippedBefore++
+		}
+		for _, c := range []struct {
+			name string
+			info riverutil.TaskInfo
+		}{{"payments", pi}, {"payments_opposite", oi}} {
+			got := later[c.name][id]
+			require.Len(t, got, 1, "account %s: %s synced it %d times in the next cycle: %v", id, c.name, len(got), got)
+			require.WithinDuration(t, regular(c.info, next, id), got[0], time.Millisecond, "account %s: %s's sync at its regular time", id, c.name)
+		}
+		require.GreaterOrEqual(t, dist(later["payments"][id][0], later["payments_opposite"][id][0]), apart, "account %s", id)
+	}
+	require.Positive(t, skippedBefore, "the case: accounts the late cycle skipped")
+	t.Logf("next cycle at +%s: all %d accounts synced once by each task, %d of them skipped by one of the tasks in the late cycle", next.Sub(start), accounts, skippedBefore)
 }
 
 // TestUpgradeProcesses upgrades a running fleet from a version without the
