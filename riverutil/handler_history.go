@@ -40,6 +40,11 @@ type CycleSummary struct {
 	// Synced is the sync jobs that called Sync, or found their account
 	// gone or filtered out (nothing to sync).
 	Synced int64
+	// Uncounted is the sync jobs that ended without being counted: Enqueued
+	// less Unfinished and every counted end (a cycle run before the ledger
+	// counted ends, or counts lost with a killed node). They are neither
+	// synced nor missed: Coverage leaves them out.
+	Uncounted int64
 	// NotSelected estimates the accounts of failed or missing slots that
 	// their fan-out never reached: the accounts the same slot selected in
 	// the nearest listed cycle where its fan-out finished, less what it
@@ -52,8 +57,9 @@ type CycleSummary struct {
 	// Missed is SkippedLate + SkippedStale + SkippedUpstream + Failed +
 	// NotSelected: accounts
 	// the cycle did not sync. Coverage is (Synced + Covered) / (Selected +
-	// NotSelected), the share of accounts synced within their cycle, by it
-	// or by the cycle it left them to (1 for a cycle with no account).
+	// NotSelected - Uncounted), at most 1: the share of the accounts whose
+	// end is known that were synced within their cycle, by it or by the
+	// cycle it left them to (1 for a cycle with no such account).
 	Missed   int64
 	Coverage float64
 	// Duplicates is the sync jobs the fan-outs enqueued beyond the accounts
@@ -228,9 +234,10 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 		c.SkippedStale, c.SkippedUpstream = o.Stale(), o.Upstream()
 		c.Synced = o.Synced() + o.Gone()
 		c.Missed = c.SkippedLate + c.SkippedStale + c.SkippedUpstream + c.Failed + c.NotSelected
+		c.Uncounted = max(c.Enqueued-c.Unfinished-o.Ended(), 0)
 		c.Coverage = 1
-		if all := c.Selected + c.NotSelected; all > 0 {
-			c.Coverage = float64(c.Synced+c.Covered) / float64(all)
+		if all := c.Selected + c.NotSelected - c.Uncounted; all > 0 {
+			c.Coverage = min(float64(c.Synced+c.Covered)/float64(all), 1)
 		}
 		end := cs.CycleEnd(c.CycleStart)
 		c.Finished = now.After(end) && c.Unfinished == 0 && c.SlotsDone+len(c.FailedSlots) == c.Slots

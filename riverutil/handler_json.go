@@ -166,6 +166,7 @@ type cycleJSON struct {
 	SyncSkippedStale    int64   `json:"sync_skipped_stale"`
 	SyncSkippedUpstream int64   `json:"sync_skipped_upstream"`
 	Synced              int64   `json:"synced"`
+	Uncounted           int64   `json:"uncounted"`
 	NotSelected         int64   `json:"not_selected"`
 	Covered             int64   `json:"covered_by_other_cycle"`
 	Missed              int64   `json:"missed"`
@@ -191,7 +192,7 @@ func toCyclesJSON(task string, cycles []CycleSummary) *cyclesJSON {
 			FailedSlots: nonNil(c.FailedSlots), MissingSlots: nonNil(c.MissingSlots),
 			AccountsSelected: c.Selected, SyncEnqueued: c.Enqueued, SyncSkippedLate: c.SkippedLate,
 			SyncUnfinished: c.Unfinished, SyncFailed: c.Failed, SyncSkippedStale: c.SkippedStale, SyncSkippedUpstream: c.SkippedUpstream,
-			Synced: c.Synced, NotSelected: c.NotSelected, Covered: c.Covered, Missed: c.Missed, Coverage: c.Coverage, Duplicates: c.Duplicates,
+			Synced: c.Synced, Uncounted: c.Uncounted, NotSelected: c.NotSelected, Covered: c.Covered, Missed: c.Missed, Coverage: c.Coverage, Duplicates: c.Duplicates,
 			LatenessP50Seconds: p50, LatenessP99Seconds: p99, LatenessSample: c.LatenessSample,
 			Finished: c.Finished,
 		})

@@ -125,7 +125,7 @@ th{text-align:left} .l{text-align:left} .err{color:#8a1119;white-space:pre-wrap;
 </div>
 <div class="card scroll" style="margin-top:16px"><h2>Last cycles</h2>
 <table id="cycles"><tr><th>cycle</th><th>coverage</th><th>synced</th><th>missed</th><th>duplicates</th><th>p50</th><th>p99</th><th>failed slots</th><th></th></tr>
-{{range .Cycles}}<tr><td class="l">{{ts .CycleStart}}</td><td>{{pct .Coverage}}</td><td>{{.Synced}}</td><td>{{.Missed}}</td><td>{{.Duplicates}}</td>{{if .LatenessKnown}}<td>{{secs .LatenessP50}}</td><td>{{secs .LatenessP99}}</td>{{else}}<td class="muted">unknown</td><td class="muted">unknown</td>{{end}}<td>{{ints .FailedSlots}}</td><td class="l">{{if .Finished}}finished{{else}}in progress{{end}}</td></tr>
+{{range .Cycles}}<tr><td class="l">{{ts .CycleStart}}</td><td>{{pct .Coverage}}</td><td>{{.Synced}}{{if .Uncounted}} <span class="muted">({{.Uncounted}} ended uncounted)</span>{{end}}</td><td>{{.Missed}}</td><td>{{.Duplicates}}</td>{{if .LatenessKnown}}<td>{{secs .LatenessP50}}</td><td>{{secs .LatenessP99}}</td>{{else}}<td class="muted">unknown</td><td class="muted">unknown</td>{{end}}<td>{{ints .FailedSlots}}</td><td class="l">{{if .Finished}}finished{{else}}in progress{{end}}</td></tr>
 {{else}}<tr><td class="l" colspan="9">no cycle in River's job table</td></tr>{{end}}</table></div>
 <div class="card scroll" style="margin-top:16px"><h2>Failures</h2>
 {{if .Failures}}<table id="failures"><tr><th>job</th><th>cycle</th><th>what</th><th>finalized</th><th class="l">last error</th></tr>

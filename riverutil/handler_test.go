@@ -234,6 +234,7 @@ func TestHandler(t *testing.T) {
 				Missed           int64   `json:"missed"`
 				Coverage         float64 `json:"coverage"`
 				Duplicates       int64   `json:"duplicates"`
+				Uncounted        int64   `json:"uncounted"`
 				P50              float64 `json:"lateness_p50_seconds"`
 				Sample           int     `json:"lateness_sample"`
 				Finished         bool    `json:"finished"`
@@ -256,6 +257,7 @@ func TestHandler(t *testing.T) {
 		require.EqualValues(t, 15, oldest.Missed)
 		require.InDelta(t, float64(webAccounts-15)/webAccounts, oldest.Coverage, 1e-9)
 		require.Zero(t, oldest.Duplicates)
+		require.Zero(t, oldest.Uncounted)
 		require.InEpsilon(t, 0.5, oldest.P50, 0.26, "the completed syncs started 500 ms late (the ledger's histogram buckets are 26% wide)")
 		require.Positive(t, oldest.Sample)
 		require.False(t, oldest.Finished, "the cycle is an hour ahead")
@@ -263,6 +265,23 @@ func TestHandler(t *testing.T) {
 		require.EqualValues(t, webAccounts, newest.SyncUnfinished)
 		require.Zero(t, newest.Synced)
 		require.Zero(t, newest.Missed)
+		require.Zero(t, newest.Uncounted, "its jobs are all still queued")
+
+		// Counts lost (a killed node's last 500 ms): 20 synced syncs ended
+		// uncounted, neither synced nor missed, left out of the coverage.
+		ledgerTable := pgx.Identifier{w.schema, "riverslot_ledger"}.Sanitize()
+		_, err := w.pool.Exec(ctx, "UPDATE "+ledgerTable+" SET synced = synced - 20 WHERE task = 'transactions' AND slot = -1 AND cycle_start = $1", w.starts[0])
+		require.NoError(t, err)
+		code, body, _ = get(t, h, "/api/cycles?task=transactions")
+		require.Equal(t, http.StatusOK, code, body)
+		require.NoError(t, json.Unmarshal([]byte(body), &got), body)
+		lost := got.Cycles[1]
+		require.EqualValues(t, 20, lost.Uncounted)
+		require.EqualValues(t, webAccounts-35, lost.Synced)
+		require.EqualValues(t, 15, lost.Missed)
+		require.InDelta(t, float64(webAccounts-35)/(webAccounts-20), lost.Coverage, 1e-9)
+		_, err = w.pool.Exec(ctx, "UPDATE "+ledgerTable+" SET synced = synced + 20 WHERE task = 'transactions' AND slot = -1 AND cycle_start = $1", w.starts[0])
+		require.NoError(t, err)
 
 		code, body, _ = get(t, h, "/api/cycles?task=transactions&limit=1")
 		require.Equal(t, http.StatusOK, code, body)

@@ -84,7 +84,7 @@ func (w *Worker) staleByUpstream(ctx context.Context, spec *taskspec.Spec, job *
 }
 
 // forget drops the job's place with its upstream when it ends without
-// asking again (account gone, too soon), for a task with limits.
+// asking again (account gone), for a task with limits.
 func (w *Worker) forget(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args]) error {
 	if !spec.Limited() {
 		return nil

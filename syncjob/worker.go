@@ -110,7 +110,11 @@ func NewWorker(pool *pgxpool.Pool, logger *slog.Logger) *Worker {
 		if !warned.Swap(true) {
 			level = slog.LevelWarn
 		}
-		logger.Log(context.Background(), level, "riverslot: could not add sync outcomes to the ledger; they are kept and written with the next ones", slog.String("error", err.Error()))
+		msg := "riverslot: could not add sync outcomes to the ledger; they are kept and written with the next ones"
+		if errors.Is(err, ledger.ErrMissing) || errors.Is(err, ledger.ErrOutdated) {
+			msg = "riverslot: could not add sync outcomes to the ledger, which is missing or outdated: they are dropped; run riverutil.Migrate"
+		}
+		logger.Log(context.Background(), level, msg, slog.String("error", err.Error()))
 	}
 	return w
 }
@@ -144,6 +148,14 @@ func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
 // the ledger.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	var e ending
+	defer func() {
+		// A Sync that panics ends its attempt as an error does (River
+		// recovers it, with the original frames still on the stack).
+		if r := recover(); r != nil {
+			w.count(ctx, job, &e, fmt.Errorf("panic: %v", r))
+			panic(r)
+		}
+	}()
 	err := w.work(ctx, job, &e)
 	w.count(ctx, job, &e, err)
 	return err
@@ -157,8 +169,8 @@ type ending struct {
 }
 
 // count adds the job's outcome, if it ended, to its cycle's row in the
-// ledger (through the node's Tally): a snoozed job, or a failed attempt
-// River will retry, has not ended.
+// ledger (through the node's Tally): a snoozed job, a failed attempt River
+// will retry, and one interrupted by its client's stop have not ended.
 func (w *Worker) count(ctx context.Context, job *river.Job[Args], e *ending, err error) {
 	var o ledger.Outcome
 	var (
@@ -176,8 +188,12 @@ func (w *Worker) count(ctx context.Context, job *river.Job[Args], e *ending, err
 		o = ledger.OutcomeSynced
 	case errors.As(err, &snooze):
 		return
-	case errors.As(err, &cancel):
+	case errors.As(err, &cancel), errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely):
 		o = ledger.OutcomeCancelled
+	case errors.Is(ctx.Err(), context.Canceled):
+		// Its client is stopping (StopAndCancel, a soft stop's timeout):
+		// River makes the job available again, its attempt not used.
+		return
 	case job.Attempt >= job.MaxAttempts:
 		o = ledger.OutcomeFailed
 	default:

@@ -382,7 +382,9 @@ func (d *demo) run(ctx context.Context) error {
 			_ = client.Stop(stopCtx)
 		}
 		// The outcomes its sync jobs counted, written before it exits.
-		if err := scheduler.FlushOutcomes(stopCtx); err != nil {
+		flushCtx, cancelFlush := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancelFlush()
+		if err := scheduler.FlushOutcomes(flushCtx); err != nil {
 			d.logf("warning: %v", err)
 		}
 	}()

@@ -140,11 +140,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ln.close()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := client.Stop(stopCtx); err != nil {
-		return fmt.Errorf("error stopping: %w", err)
+	stopErr := client.Stop(stopCtx)
+	flushCtx, cancelFlush := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelFlush()
+	if err := srv.FlushOutcomes(flushCtx); err != nil {
+		fmt.Fprintf(stderr, "riverslot serve: error writing the call outcomes counted: %v\n", err)
 	}
-	if err := srv.FlushOutcomes(stopCtx); err != nil {
-		return fmt.Errorf("error writing the call outcomes counted: %w", err)
+	if stopErr != nil {
+		return fmt.Errorf("error stopping: %w", stopErr)
 	}
 	fmt.Fprintln(stdout, "riverslot serve: stopped")
 	return nil

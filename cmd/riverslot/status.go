@@ -17,9 +17,10 @@ import (
 	"github.com/riverslot/riverslot/riverutil"
 )
 
-const statusAbout = `Shows where a task's cycle stands, read from River's job table: each
-slot's fan-out (scheduled, running, done, failed), the sync jobs by state
-(and those completed without calling Sync: stale, too soon), lateness,
+const statusAbout = `Shows where a task's cycle stands, read from riverslot's ledger (and
+River's job table for what is still queued or running): each slot's
+fan-out (scheduled, running, done, failed), how the sync jobs ended
+(synced, gone, stale, no room upstream, failed, cancelled), lateness,
 accounts expected against enqueued under the cycle's placement (hash, or the
 pins its per-slot jobs follow), and one verdict: on track, behind by N
 slots, failed slot K with River's error, or slot K selected N accounts, M

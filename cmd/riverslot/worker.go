@@ -309,11 +309,16 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := client.Stop(stopCtx); err != nil {
-		return fmt.Errorf("error stopping: %w", err)
+	stopErr := client.Stop(stopCtx)
+	// The sync outcomes counted and not written yet, whatever Stop said,
+	// with time of their own.
+	flushCtx, cancelFlush := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelFlush()
+	if err := scheduler.FlushOutcomes(flushCtx); err != nil {
+		fmt.Fprintf(stderr, "riverslot worker: error writing the sync outcomes counted: %v\n", err)
 	}
-	if err := scheduler.FlushOutcomes(stopCtx); err != nil {
-		return fmt.Errorf("error writing the sync outcomes counted: %w", err)
+	if stopErr != nil {
+		return fmt.Errorf("error stopping: %w", stopErr)
 	}
 	fmt.Fprintf(stdout, "worker %s stopped\n", client.ID())
 	return nil

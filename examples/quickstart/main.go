@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -96,5 +97,8 @@ func run(ctx context.Context, dbPool *pgxpool.Pool, logger *slog.Logger, account
 		return err
 	}
 	<-ctx.Done()
-	return client.Stop(context.WithoutCancel(ctx))
+	stopErr := client.Stop(context.WithoutCancel(ctx))
+	// How the last sync jobs ended, counted since the last write (every
+	// 500 ms), into the ledger Status and the page read.
+	return errors.Join(stopErr, scheduler.FlushOutcomes(context.WithoutCancel(ctx)))
 }

@@ -249,8 +249,9 @@ func tallySQL(table string) string {
 	return b.String()
 }
 
-// Flush writes what t counted now, one statement per ledger, rows locked
-// in key order, and stops the timer of the next write (an Add starts it
+// Flush writes what t counted now, one statement per ledger (two nodes'
+// statements that lock the same rows in another order deadlock; PostgreSQL
+// aborts one, whose counts are kept for its next write), and stops the timer of the next write (an Add starts it
 // again): after the last job, nothing of t runs later. Counts it could not
 // write are kept for the next write.
 func (t *Tally) Flush(ctx context.Context) error {

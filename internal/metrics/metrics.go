@@ -82,7 +82,7 @@ func New(provider metric.MeterProvider) (*Instruments, error) {
 	in.slotRetries, errs[7] = m.Int64Counter(SlotRetries, metric.WithUnit("{attempt}"),
 		metric.WithDescription("Per-slot fan-out attempts after the first (a failed, timed-out or rescued fan-out resuming from its cursor)."))
 	in.syncSkipped, errs[8] = m.Int64Counter(SyncSkipped, metric.WithUnit("{job}"),
-		metric.WithDescription("Sync jobs completed without calling Sync, by reason: stale (started past half a cycle before the account's next regular sync), too_soon (the account's previous sync started less than half a cycle before), upstream_down (its upstream's breaker held it past its NotAfter) or upstream_throttled (its upstream's limits had no room for it before its NotAfter)."))
+		metric.WithDescription("Sync jobs completed without calling Sync, by reason: stale (started past half a cycle before the account's next regular sync), upstream_down (its upstream's breaker held it past its NotAfter) or upstream_throttled (its upstream's limits had no room for it before its NotAfter)."))
 	// By task and cause or outcome only: an upstream's key is not a
 	// label (thousands of banks would be thousands of series);
 	// Scheduler.Upstreams and riverslot upstream list show each one.
@@ -149,7 +149,7 @@ func (in *Instruments) SyncStarted(ctx context.Context, task string, scheduledAt
 }
 
 // SyncSkipped records a sync job completed without calling Sync, for
-// reason ("stale" or "too_soon").
+// reason ("stale", "upstream_down" or "upstream_throttled").
 func (in *Instruments) SyncSkipped(ctx context.Context, task, reason string) {
 	if in == nil {
 		return

@@ -44,9 +44,9 @@ type Cycle struct {
 	Missed int64 `json:"missed"`
 	// Duplicated counts accounts with more than one sync job in the cycle.
 	Duplicated int64 `json:"duplicated"`
-	// Skipped counts sync jobs completed without calling Sync because they
-	// were stale or too soon after another sync of the account (their
-	// output's riverslot_skipped); they are counted in SyncedOnce too.
+	// Skipped counts sync jobs completed without calling Sync (their
+	// output's riverslot_skipped: stale, or no room with their upstream);
+	// they are counted in SyncedOnce too.
 	Skipped int64 `json:"skipped"`
 	// PeakPending is the largest number of the cycle's sync jobs that were
 	// inserted but not yet started at any one moment.
