@@ -287,8 +287,13 @@ type Task struct {
 	// same second every period (riverslot serve sets it). A sync job River
 	// retries or snoozes goes through River's scheduler as any job. Set it
 	// on every node of a rolling deploy before relying on it (a node
-	// without it inserts scheduled jobs, which are merely late). Defaults
-	// to false.
+	// without it inserts scheduled jobs, which are merely late). The cost:
+	// River's fetch orders by priority before time, so while fewer jobs
+	// are due than it asks for, each fetch also walks the queue's jobs
+	// that wait for their time (about one slot's syncs and the cycle's
+	// per-slot jobs; at 100M accounts a day, some 100,000 index entries a
+	// fetch): give a large fleet's punctual task a queue of its own, or
+	// measure the fetch with EXPLAIN at your size. Defaults to false.
 	Punctual bool
 
 	// Sync is the application's work for one account. Required.
