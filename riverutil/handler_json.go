@@ -38,6 +38,7 @@ type statusJSON struct {
 	NextSlot           *int             `json:"next_slot"`
 	NextSlotAt         *string          `json:"next_slot_at"`
 	Verdict            string           `json:"verdict"`
+	AccountsError      string           `json:"accounts_error,omitempty"`
 	OnTrack            bool             `json:"on_track"`
 	Starting           bool             `json:"starting"`
 	BehindSlots        int              `json:"behind_slots"`
@@ -112,7 +113,7 @@ func (st TaskStatus) MarshalJSON() ([]byte, error) {
 		SyncRetryable: c.Retryable, SyncCompleted: c.Completed, SyncFailed: c.Discarded, SyncCancelled: c.Cancelled,
 		SyncSynced: c.Synced, SyncGone: c.Gone, SyncSkippedStale: c.SkippedStale, SyncSkippedUpstream: c.SkippedUpstream,
 		LatenessSample: c.LatenessSample,
-		Verdict:        c.Verdict, OnTrack: c.OnTrack, Starting: c.Starting, BehindSlots: c.BehindSlots, OffSlots: c.OffSlots,
+		Verdict:        c.Verdict, AccountsError: c.AccountsError, OnTrack: c.OnTrack, Starting: c.Starting, BehindSlots: c.BehindSlots, OffSlots: c.OffSlots,
 		PerSlot: make([]statusSlotJSON, 0, len(c.PerSlot)),
 	}
 	if c.LatenessKnown {

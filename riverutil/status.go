@@ -221,6 +221,11 @@ type CycleStatus struct {
 	// recorded it in the ledger (the accounts database unreachable); ""
 	// when none does.
 	WaitingError string
+	// AccountsError is set when Status could not reach the accounts
+	// database to count the accounts expected per slot (or those the
+	// cycle's pins move): it says so, and the expected accounts are then
+	// what the fan-outs selected.
+	AccountsError string
 }
 
 // Placements of a cycle in CycleStatus.Placement.
@@ -441,10 +446,32 @@ func planSpec(spec *taskspec.Spec, plan taskspec.PlanKey, cycleStart time.Time) 
 
 func (s *Scheduler) statusAt(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) (*TaskStatus, error) {
 	counts, err := s.expectedCounts(ctx, spec, cycleStart)
+	var unreachable error
+	if err != nil {
+		if !taskspec.Unreachable(err) {
+			return nil, err
+		}
+		// The accounts database is down while River's is not: Status
+		// still answers, expecting what the fan-outs selected.
+		counts, unreachable = nil, err
+	}
+	st, err := s.statusOf(ctx, spec, cycleStart, counts)
 	if err != nil {
 		return nil, err
 	}
-	return s.statusOf(ctx, spec, cycleStart, counts)
+	if unreachable != nil {
+		for _, c := range []*CycleStatus{st.Current, st.Previous} {
+			if c != nil && c.AccountsError == "" {
+				c.AccountsError = accountsErrorText(unreachable)
+			}
+		}
+	}
+	return st, nil
+}
+
+// accountsErrorText says why a status expects what the fan-outs selected.
+func accountsErrorText(err error) string {
+	return "the accounts database did not answer (" + err.Error() + "): the accounts expected per slot are what the fan-outs selected"
 }
 
 // statusOf reads the cycle at cycleStart and the one before it. counts are
@@ -774,7 +801,10 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	}
 	in, out, err := s.pinMoves(ctx, spec, ref, cycleStart)
 	if err != nil {
-		return nil, err
+		if !taskspec.Unreachable(err) {
+			return nil, err
+		}
+		in, out, c.AccountsError = nil, nil, accountsErrorText(err)
 	}
 	for i := range c.PerSlot {
 		p := &c.PerSlot[i]

@@ -200,6 +200,9 @@ func printStatus(w io.Writer, st *riverutil.TaskStatus) {
 	if c.NextSlot >= 0 {
 		fmt.Fprintf(w, "next slot %d at %s\n", c.NextSlot, c.NextSlotAt.UTC().Format(time.RFC3339))
 	}
+	if c.AccountsError != "" {
+		fmt.Fprintf(w, "note: %s\n", c.AccountsError)
+	}
 	fmt.Fprintf(w, "verdict: %s\n", c.Verdict)
 }
 
