@@ -27,6 +27,10 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// progress is the demo's progress line: inserted (what the fan-outs
+// recorded in the ledger) and completed (the ends the sync workers counted
+// there) whatever River deleted; pending, running and unfinished from
+// River's job table, which holds them until they finish.
 type progress struct {
 	inserted, pending, running, completed, unfinished int64
 	// perSlotDone counts the last cycle's finished fan-outs, from
@@ -40,10 +44,12 @@ func (d *demo) progress(ctx context.Context, cycleStart time.Time, starts []time
 	var p progress
 	err := d.monitor.QueryRow(ctx, `
 		SELECT
-			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2),
+			(SELECT coalesce(sum(inserted), 0) FROM `+pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+`
+				WHERE task = ANY($1) AND cycle_start = $2 AND slot >= 0),
 			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state IN ('scheduled', 'available', 'retryable', 'pending')),
 			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state = 'running'),
-			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state = 'completed'),
+			(SELECT coalesce(sum(coalesce(synced, 0) + coalesce(gone, 0) + coalesce(stale, 0) + coalesce(upstream_skipped, 0)), 0)
+				FROM `+pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+` WHERE task = ANY($1) AND cycle_start = $2 AND slot = -1),
 			count(*) FILTER (WHERE (args->>'cycle_start')::timestamptz = ANY($4) AND state NOT IN ('completed', 'cancelled', 'discarded')),
 			(SELECT count(*) FROM `+pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+`
 				WHERE task = ANY($1) AND cycle_start = $5 AND slot >= 0 AND finished_at IS NOT NULL),
