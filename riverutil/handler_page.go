@@ -99,8 +99,10 @@ th{text-align:left} .l{text-align:left} .err{color:#8a1119;white-space:pre-wrap;
 {{if gt (len .Tasks) 1}}<nav>{{range .Tasks}}<a href="?task={{.}}">{{.}}</a>{{end}}</nav>{{end}}
 <p class="muted">{{.Now}} · refreshes every {{.Refresh}}s · <a href="api/status?task={{.Task}}">status JSON</a> · <a href="api/cycles?task={{.Task}}">cycles JSON</a></p>
 {{if .Error}}<p class="verdict bad" id="error">{{.Error}}</p>{{end}}
+{{with .Status}}{{with .Census}}{{if gt .Stalls 0}}<p class="err" id="census-stalled">weight census of the cycle at {{ts .CycleStart}}: no step in its last {{.Stalls}} attempts since {{ts .StalledSince}} (each step ran out of time: a lock on the accounts table, or a slow database); it backs off and tries again</p>{{end}}{{end}}{{end}}
 {{with .Status}}{{with .Current}}
-<p><span class="verdict {{$.VerdictCSS}}" id="verdict">{{$.Verdict}}</span></p>
+<p><span class="verdict {{$.VerdictCSS}}" id="verdict">{{$.Verdict}}</span></p>{{if .AccountsError}}
+<p class="err" id="accounts-error">{{.AccountsError}}</p>{{end}}
 <p id="cycle">cycle <b id="cycle-start">{{ts .CycleStart}}</b> · {{.Slots}} slots · plan {{.Plan}} · placement {{.Placement}}{{if .PinsTask}} (pins of {{.PinsTask}}){{end}}{{if .PinsFallback}} <span class="err">(pins not computed in time: fell back to {{.PinsFallback}})</span>{{end}} · next slot: <span id="next-slot">{{$.NextSlot}}</span></p>
 <div class="row">
 <div class="card"><h2>Slots of this cycle</h2>{{$.Bars}}
