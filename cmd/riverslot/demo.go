@@ -372,19 +372,14 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
+		stop := client.Stop
 		if ctx.Err() != nil {
 			// Interrupted: cancel running jobs; a fan-out resumes from its
 			// cursor on the next run with --keep.
-			_ = client.StopAndCancel(stopCtx)
-		} else {
-			_ = client.Stop(stopCtx)
+			stop = client.StopAndCancel
 		}
 		// The outcomes its sync jobs counted, written before it exits.
-		flushCtx, cancelFlush := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancelFlush()
-		if err := scheduler.FlushOutcomes(flushCtx); err != nil {
+		if _, err := stopThenFlush(stop, scheduler.FlushOutcomes); err != nil {
 			d.logf("warning: %v", err)
 		}
 	}()

@@ -138,12 +138,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	ln.close()
-	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stopErr := client.Stop(stopCtx)
-	flushCtx, cancelFlush := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancelFlush()
-	if err := srv.FlushOutcomes(flushCtx); err != nil {
+	stopErr, err := stopThenFlush(client.Stop, srv.FlushOutcomes)
+	if err != nil {
 		fmt.Fprintf(stderr, "riverslot serve: error writing the call outcomes counted: %v\n", err)
 	}
 	if stopErr != nil {

@@ -307,14 +307,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			ln.close()
 		}
 	}
-	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stopErr := client.Stop(stopCtx)
-	// The sync outcomes counted and not written yet, whatever Stop said,
-	// with time of their own.
-	flushCtx, cancelFlush := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancelFlush()
-	if err := scheduler.FlushOutcomes(flushCtx); err != nil {
+	stopErr, err := stopThenFlush(client.Stop, scheduler.FlushOutcomes)
+	if err != nil {
 		fmt.Fprintf(stderr, "riverslot worker: error writing the sync outcomes counted: %v\n", err)
 	}
 	if stopErr != nil {

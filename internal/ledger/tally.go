@@ -177,14 +177,14 @@ type Tally struct {
 }
 
 type tallyKey struct {
-	table string
+	schema string // River's, whose ledger holds the cycle's row
 	CycleKey
 }
 
 // Add counts one outcome of a sync job of cycle key in the ledger of
 // River's schema, and lateness when it synced.
 func (t *Tally) Add(schema string, key CycleKey, o Outcome, lateness time.Duration) {
-	k := tallyKey{table: New(schema).table, CycleKey: CycleKey{Task: key.Task, Plan: key.Plan, Start: key.Start.UTC()}}
+	k := tallyKey{schema: schema, CycleKey: CycleKey{Task: key.Task, Plan: key.Plan, Start: key.Start.UTC()}}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.pending == nil {
@@ -235,9 +235,8 @@ func (t *Tally) flushLater(gen int) {
 func tallySQL(table string) string {
 	var b strings.Builder
 	b.WriteString("UPDATE " + table + " c SET ")
-	for i, col := range outcomeColumns {
+	for _, col := range outcomeColumns {
 		b.WriteString(col + " = coalesce(c." + col + ", 0) + v." + col + ", ")
-		_ = i
 	}
 	b.WriteString("lateness = ARRAY(SELECT coalesce(a, 0) + coalesce(b, 0) FROM unnest(c.lateness, v.lateness::bigint[]) WITH ORDINALITY u(a, b, i) ORDER BY i)")
 	b.WriteString(" FROM unnest($1::text[], $2::timestamptz[], $3::text[]")
@@ -280,7 +279,7 @@ func (t *Tally) flush(ctx context.Context) error {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b tallyKey) int {
-		if c := strings.Compare(a.table, b.table); c != 0 {
+		if c := strings.Compare(a.schema, b.schema); c != 0 {
 			return c
 		}
 		if c := strings.Compare(a.Task, b.Task); c != 0 {
@@ -294,7 +293,7 @@ func (t *Tally) flush(ctx context.Context) error {
 	var firstErr error
 	for i := 0; i < len(keys); {
 		j := i
-		for j < len(keys) && keys[j].table == keys[i].table {
+		for j < len(keys) && keys[j].schema == keys[i].schema {
 			j++
 		}
 		group := keys[i:j]
@@ -315,7 +314,7 @@ func (t *Tally) flush(ctx context.Context) error {
 			args[3+o] = counts[o]
 		}
 		args[3+outcomes] = hists
-		if err := t.Exec(ctx, tallySQL(keys[i].table), args...); err != nil {
+		if err := t.Exec(ctx, tallySQL(New(keys[i].schema).table), args...); err != nil {
 			err = wrap(err, "adding sync outcomes to the cycles' rows in the ledger")
 			if firstErr == nil {
 				firstErr = err
