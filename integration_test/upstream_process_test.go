@@ -82,9 +82,9 @@ func TestUpstreamLimitsProcesses(t *testing.T) {
 		maxIn, n := fake.maxIn[bank], len(fake.arrivals[bank])
 		fake.mu.Unlock()
 		most, received := fake.mostInOneSecond(bank)
-		t.Logf("%s: %d accounts, %d calls from 3 nodes, most sent in one second %d (received %d), most in flight %d", bank, len(idsAt(b.ids, bankOf, bank)), n, most, received, maxIn)
+		t.Logf("%s: %d accounts, %d calls from 3 nodes, most sent in 0.9 s %d (received in 1 s %d), most in flight %d", bank, len(idsAt(b.ids, bankOf, bank)), n, most, received, maxIn)
 		require.GreaterOrEqual(t, most, 0, "%s: every request carries its send time", bank)
-		require.LessOrEqual(t, most, int(limits.Rate)+limits.Burst, "%s: calls sent in one second", bank)
+		require.LessOrEqual(t, most, int(limits.Rate)+limits.Burst, "%s: calls sent in a second less the send jitter", bank)
 		require.LessOrEqual(t, maxIn, int64(limits.Concurrency), "%s: calls in flight", bank)
 	}
 	fake.mu.Lock()

@@ -125,8 +125,16 @@ func (f *fakeBanks) arrivalsBetween(bank string, from, to time.Time) int {
 // reach it, which a busy machine stretches unevenly.
 const sentAtHeader = "X-Riverslot-Sent-At"
 
-// mostInOneSecond is the most requests of the bank sent in any one second
-// (by their sentAtHeader), and the most it received in one second.
+// sendJitter is how much later than its start the limiter decided a call
+// may be sent on a busy 2-core machine (the process descheduled between
+// the decision and the send). Calls whose starts fit the rate in every
+// second fit it in every window of a second less sendJitter, however
+// they were delayed by up to sendJitter: the tests bound that window.
+const sendJitter = 100 * time.Millisecond
+
+// mostInOneSecond is the most requests of the bank sent in any window of
+// one second less sendJitter (and, for the log, received in one), by the
+// send time each request carries; -1 when a request carries none.
 func (f *fakeBanks) mostInOneSecond(bank string) (sent, received int) {
 	f.mu.Lock()
 	s, r := slices.Clone(f.sent[bank]), slices.Clone(f.arrivals[bank])
@@ -134,15 +142,16 @@ func (f *fakeBanks) mostInOneSecond(bank string) (sent, received int) {
 	if len(s) != len(r) {
 		return -1, -1 // a request without its send time: the bound would prove nothing
 	}
-	return mostInASecond(s), mostInASecond(r)
+	return mostInWindow(s, time.Second-sendJitter), mostInWindow(r, time.Second)
 }
 
-func mostInASecond(at []time.Time) int {
+// mostInWindow is the most times of at in any half-open window of length w.
+func mostInWindow(at []time.Time, w time.Duration) int {
 	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
 	most := 0
 	for i := range at {
 		n := 0
-		for j := i; j < len(at) && at[j].Sub(at[i]) < time.Second; j++ {
+		for j := i; j < len(at) && at[j].Sub(at[i]) < w; j++ {
 			n++
 		}
 		most = max(most, n)
@@ -238,10 +247,10 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 		fake.mu.Lock()
 		maxIn, calls := fake.maxIn[bank], len(fake.arrivals[bank])
 		fake.mu.Unlock()
-		t.Logf("%s: %d accounts, %d calls, most sent in one second %d (received %d), most in flight %d; limiter: throttled %d, deferred %d, probes %d, opens %d, skipped %d",
+		t.Logf("%s: %d accounts, %d calls, most sent in 0.9 s %d (received in 1 s %d), most in flight %d; limiter: throttled %d, deferred %d, probes %d, opens %d, skipped %d",
 			bank, len(idsAt(b.ids, bankOf, bank)), calls, most, received, maxIn, byKey[bank].Throttled, byKey[bank].Deferred, byKey[bank].Probes, byKey[bank].Opens, byKey[bank].Skipped)
 		require.GreaterOrEqual(t, most, 0, "%s: every request carries its send time", bank)
-		require.LessOrEqual(t, most, int(limits.Rate)+limits.Burst, "%s: calls sent in one second", bank)
+		require.LessOrEqual(t, most, int(limits.Rate)+limits.Burst, "%s: calls sent in a second less the send jitter", bank)
 		require.LessOrEqual(t, maxIn, int64(limits.Concurrency), "%s: calls in flight", bank)
 	}
 	for _, bank := range banks {
