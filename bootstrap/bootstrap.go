@@ -250,7 +250,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}); err != nil {
 		return err
 	}
-	slots, err := led.ClaimSlots(ctx, tx, spec.Name, spec.PlanID, cycleStart, spec.Plan.Slots)
+	slots, err := led.ClaimSlots(ctx, tx, spec.Name, spec.PlanID, cycleStart, spec.Slots(cycleStart))
 	if err != nil {
 		return err
 	}
@@ -294,8 +294,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	w.logger.InfoContext(ctx, "riverslot: cycle bootstrapped",
 		slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart),
-		slog.Int("slots", spec.Plan.Slots), slog.Duration("slot_duration", spec.Plan.SlotDuration),
-		slog.Int("per_slot_inserted", inserted), slog.Int("per_slot_already_present", spec.Plan.Slots-inserted),
+		slog.Int("slots", spec.Slots(cycleStart)), slog.Duration("slot_duration", spec.SlotLen(cycleStart, 0)),
+		slog.Int("per_slot_inserted", inserted), slog.Int("per_slot_already_present", spec.Slots(cycleStart)-inserted),
 		slog.Int64("ledger_rows_pruned", pruned))
 	return nil
 }
@@ -306,9 +306,11 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 // cycle, and returns true.
 func (w *Worker) firstCycle(ctx context.Context, tx pgx.Tx, spec *taskspec.Spec, job *river.Job[Args], cycleStart time.Time, started time.Duration) (bool, error) {
 	next := spec.Schedule.Next(cycleStart)
-	past := min(int(started/spec.Plan.SlotDuration)+1, spec.Plan.Slots)
+	slots, past := spec.Slots(cycleStart), 0
+	for now := cycleStart.Add(started); past < slots && !spec.SlotStart(cycleStart, past).After(now); past++ {
+	}
 	attrs := []any{slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.Duration("started_ago", started.Round(time.Second)),
-		slog.Int("slots_past", past), slog.Int("slots", spec.Plan.Slots), slog.Time("next_cycle_start", next), slog.String("first_cycle", string(spec.FirstCycle))}
+		slog.Int("slots_past", past), slog.Int("slots", slots), slog.Time("next_cycle_start", next), slog.String("first_cycle", string(spec.FirstCycle))}
 	switch spec.FirstCycle {
 	case taskspec.FirstCycleNext:
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {

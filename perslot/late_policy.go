@@ -21,7 +21,7 @@ type placement struct {
 // place returns the account's sync time in the cycle [cycleStart,
 // cycleEnd), seen at now: taskspec.Spec.PlaceCycle (first: the task's
 // first cycle under FirstCycleAll), the late policy the simulator shares.
-func place(spec *taskspec.Spec, now, cycleStart, cycleEnd, slotStart time.Time, hash uint64, first bool) placement {
-	target, late, skip := spec.PlaceCycle(now, cycleStart, cycleEnd, slotStart, hash, first)
+func place(spec *taskspec.Spec, now, cycleStart, cycleEnd, slotStart time.Time, slotLen time.Duration, regular time.Time, hash uint64, first bool) placement {
+	target, late, skip := spec.PlaceRegular(now, cycleStart, cycleEnd, slotStart, slotLen, regular, hash, first)
 	return placement{target: target, late: late, skip: skip}
 }

@@ -53,11 +53,11 @@ func TestPlace(t *testing.T) {
 		require.Equal(t, cycleStart.Add(120*time.Second), spec.Schedule.Next(off), "the node's grid")
 		slot2 := off.Add(2 * 15 * time.Second)
 		now := slot2.Add(50 * time.Second)
-		p := place(spec, now, off, spec.CycleEnd(off), slot2, hash, false)
+		p := placeFixed(spec, now, off, spec.CycleEnd(off), slot2, hash, false)
 		require.True(t, p.late)
 		require.False(t, p.skip, "spread within the cycle's own half-cycle deadline")
 		require.True(t, p.target.Before(slot2.Add(60*time.Second)), "before half a cycle after the slot's start: %s", p.target)
-		p = place(spec, now, off, spec.Schedule.Next(off), slot2, hash, false)
+		p = placeFixed(spec, now, off, spec.Schedule.Next(off), slot2, hash, false)
 		require.True(t, p.skip, "with the node's grid as the cycle's end the deadline has passed")
 	})
 	t.Run("NotAfterLeavesASpreadSyncLateGrace", func(t *testing.T) {
@@ -73,21 +73,21 @@ func TestPlace(t *testing.T) {
 	})
 	t.Run("OnTimeKeepsTarget", func(t *testing.T) {
 		t.Parallel()
-		p := place(spec, slot(2).Add(-5*time.Second), cycleStart, spec.CycleEnd(cycleStart), slot(2), hash, false)
+		p := placeFixed(spec, slot(2).Add(-5*time.Second), cycleStart, spec.CycleEnd(cycleStart), slot(2), hash, false)
 		require.False(t, p.skip)
 		require.Equal(t, slot(2).Add(7500*time.Millisecond), p.target)
 	})
 	t.Run("WithinGraceKeepsTarget", func(t *testing.T) {
 		t.Parallel()
 		now := slot(2).Add(7500*time.Millisecond + spec.LateGrace)
-		p := place(spec, now, cycleStart, spec.CycleEnd(cycleStart), slot(2), hash, false)
+		p := placeFixed(spec, now, cycleStart, spec.CycleEnd(cycleStart), slot(2), hash, false)
 		require.False(t, p.skip)
 		require.Equal(t, slot(2).Add(7500*time.Millisecond), p.target)
 	})
 	t.Run("LateIsSpreadOverTheCatchUpWindow", func(t *testing.T) {
 		t.Parallel()
 		now := slot(1).Add(25 * time.Second) // the slot is 25 s late: a 2-slot window of 30 s
-		p := place(spec, now, cycleStart, spec.CycleEnd(cycleStart), slot(1), hash, false)
+		p := placeFixed(spec, now, cycleStart, spec.CycleEnd(cycleStart), slot(1), hash, false)
 		require.False(t, p.skip)
 		require.Equal(t, now.Add(15*time.Second), p.target)
 	})
@@ -97,7 +97,7 @@ func TestPlace(t *testing.T) {
 		// slot start + 60 s, 20 s from now, so the sync lands at least half a
 		// cycle before the account's regular time in the next cycle.
 		now := slot(1).Add(40 * time.Second)
-		p := place(spec, now, cycleStart, spec.CycleEnd(cycleStart), slot(1), hash, false)
+		p := placeFixed(spec, now, cycleStart, spec.CycleEnd(cycleStart), slot(1), hash, false)
 		require.False(t, p.skip)
 		require.Equal(t, now.Add(10*time.Second), p.target)
 		next := slot(1).Add(120*time.Second + 7500*time.Millisecond)
@@ -105,21 +105,21 @@ func TestPlace(t *testing.T) {
 	})
 	t.Run("MoreThanHalfACycleLateIsSkipped", func(t *testing.T) {
 		t.Parallel()
-		p := place(spec, slot(0).Add(61*time.Second), cycleStart, spec.CycleEnd(cycleStart), slot(0), hash, false)
+		p := placeFixed(spec, slot(0).Add(61*time.Second), cycleStart, spec.CycleEnd(cycleStart), slot(0), hash, false)
 		require.True(t, p.skip)
 	})
 	t.Run("StaleCycleIsSkipped", func(t *testing.T) {
 		t.Parallel()
 		// A whole cycle and a half late: the next cycle's regular time has
 		// passed already.
-		p := place(spec, slot(0).Add(180*time.Second), cycleStart, spec.CycleEnd(cycleStart), slot(0), hash, false)
+		p := placeFixed(spec, slot(0).Add(180*time.Second), cycleStart, spec.CycleEnd(cycleStart), slot(0), hash, false)
 		require.True(t, p.skip)
 	})
 	t.Run("SkipPolicySkipsLate", func(t *testing.T) {
 		t.Parallel()
 		skip := *spec
 		skip.LatePolicy = taskspec.LatePolicySkip
-		p := place(&skip, slot(1).Add(40*time.Second), cycleStart, skip.CycleEnd(cycleStart), slot(1), hash, false)
+		p := placeFixed(&skip, slot(1).Add(40*time.Second), cycleStart, skip.CycleEnd(cycleStart), slot(1), hash, false)
 		require.True(t, p.skip)
 	})
 }
@@ -323,4 +323,10 @@ func TestSyncedByOlderCycleDecided(t *testing.T) {
 	require.True(t, syncedByOlderCycle([]*overlap{w, y}, id, zTarget, zStart, spec.Plan.Cycle), "Y's slot inserted every account: Y synced it 8 s before")
 	y.decided = map[int]bool{2: false}
 	require.False(t, syncedByOlderCycle([]*overlap{y}, id, zTarget, zStart, spec.Plan.Cycle), "Y's slot inserted none: only this cycle syncs it")
+}
+
+// placeFixed is place for a fixed plan's account of offset hash hash in the
+// slot starting at slotStart.
+func placeFixed(spec *taskspec.Spec, now, cycleStart, cycleEnd, slotStart time.Time, hash uint64, first bool) placement {
+	return place(spec, now, cycleStart, cycleEnd, slotStart, spec.Plan.SlotDuration, slotStart.Add(slotplan.OffsetIn(hash, spec.Plan.SlotDuration)), hash, first)
 }

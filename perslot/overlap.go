@@ -25,6 +25,7 @@ import (
 // syncs are a whole cycle away.
 type overlap struct {
 	plan       slotplan.Plan
+	month      *slotplan.Monthly // a calendar-month cycle's days (plan is then a bound only)
 	seed       uint64
 	shift      int
 	cycleStart time.Time
@@ -105,8 +106,9 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 	// earlier plan may still run. Its recorded deadline (the latest
 	// NotAfter of its syncs) bounds what is read, and the ledger keeps only
 	// the cycles of each plan's horizon.
-	found, err := led.OtherSlots(ctx, w.pool, spec.Name, spec.PlanID, start, time.Time{}, start.Add(spec.Plan.Cycle+spec.Plan.Cycle/2),
-		before, start.Add(-spec.Plan.Cycle/2))
+	cycle := spec.CycleLen(start)
+	found, err := led.OtherSlots(ctx, w.pool, spec.Name, spec.PlanID, start, time.Time{}, start.Add(cycle+cycle/2),
+		before, start.Add(-cycle/2))
 	if err != nil {
 		return nil, fmt.Errorf("error looking up overlapping cycles: %w", err)
 	}
@@ -158,7 +160,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			if end.IsZero() {
 				end = other.CycleEnd(c.Start)
 			}
-			o = &overlap{plan: other.Plan, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, createdAt: c.CreatedAt, planID: c.Plan.String(),
+			o = &overlap{plan: other.Plan, month: other.Month, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, createdAt: c.CreatedAt, planID: c.Plan.String(),
 				replayOnly: neighbour, slots: map[int]bool{}, pins: pins,
 				runs: map[int]fanOut{}, decided: map[int]bool{}, late: &lateRules{spec: other, cycleEnd: end, first: c.First}, seen: seen}
 			if pins != nil {
@@ -201,6 +203,9 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 // a whole number of cycles apart, or both starts of the task's schedule (a
 // wall-clock schedule's cycles are 23 or 25 h long across DST changes).
 func sameGrid(spec *taskspec.Spec, a, b time.Time) bool {
+	if spec.Monthly() {
+		return spec.Schedule.Start(a).Equal(a) && spec.Schedule.Start(b).Equal(b)
+	}
 	if a.Sub(b)%spec.Plan.Cycle == 0 {
 		return true
 	}
@@ -258,8 +263,12 @@ func (o *overlap) target(id uuid.UUID) (span, bool) {
 	if synced, ok := o.decided[slot]; ok && !synced {
 		return span{}, false // its fan-out inserted none of the slot's accounts
 	}
-	slotStart := o.plan.SlotStart(o.cycleStart, slot)
+	slotStart, slotLen, cycleLen := o.plan.SlotStart(o.cycleStart, slot), o.plan.SlotDuration, o.plan.Cycle
 	regular := slotStart.Add(o.plan.Offset(o.seed, id))
+	if o.month != nil {
+		slotStart, regular = o.month.DayStart(o.cycleStart, slot), o.month.Target(o.cycleStart, o.seed, id)
+		slotLen, cycleLen = o.month.DayStart(o.cycleStart, slot+1).Sub(slotStart), o.cycleLen()
+	}
 	run, ok := o.runs[slot]
 	if !ok || o.late == nil {
 		return at(regular), true
@@ -275,7 +284,7 @@ func (o *overlap) target(id uuid.UUID) (span, bool) {
 		deadline = o.late.cycleEnd
 	}
 	if spec.Opposed {
-		if end := slotStart.Add(o.plan.SlotDuration); end.Before(deadline) {
+		if end := slotStart.Add(slotLen); end.Before(deadline) {
 			deadline = end
 		}
 	}
@@ -297,7 +306,7 @@ func (o *overlap) target(id uuid.UUID) (span, bool) {
 	}
 	hi := deadline
 	if !run.pending && !o.late.first {
-		if last := run.to.Add(taskspec.CatchUpWindow(run.to, slotStart, o.plan.SlotDuration, o.plan.Cycle)); last.Before(hi) {
+		if last := run.to.Add(taskspec.CatchUpWindow(run.to, slotStart, slotLen, cycleLen)); last.Before(hi) {
 			hi = last
 		}
 	}
@@ -308,9 +317,20 @@ func (o *overlap) target(id uuid.UUID) (span, bool) {
 	return span{lo, hi}, true
 }
 
+// cycleLen is the other cycle's length: its plan's Cycle, or its month's.
+func (o *overlap) cycleLen() time.Duration {
+	if o.month != nil {
+		return o.month.NextMonth(o.cycleStart).Sub(o.cycleStart)
+	}
+	return o.plan.Cycle
+}
+
 // slotOf returns the account's slot in the other cycle: its pinned slot
 // there, else its hash slot.
 func (o *overlap) slotOf(id uuid.UUID) int {
+	if o.month != nil {
+		return o.month.DayOf(o.cycleStart, o.seed, id)
+	}
 	if o.pins != nil {
 		if pinned, ok := o.pinned[id]; ok && pinned >= 0 && pinned < o.plan.Slots {
 			return o.plan.Shift(pinned, o.pins.Shift)
@@ -343,7 +363,7 @@ func syncedByOlderCycle(overlaps []*overlap, id uuid.UUID, target, cycleStart ti
 		}
 		// A slot that inserted every account synced this one, whatever a
 		// replay from the cycles still in view would say.
-		if !o.decided[o.slotOf(id)] && surelyCovered(synced, old, o.cycleStart, o.plan.Cycle) {
+		if !o.decided[o.slotOf(id)] && surelyCovered(synced, old, o.cycleStart, o.cycleLen()) {
 			continue // it left the account to an older cycle
 		}
 		synced = append(synced, old)

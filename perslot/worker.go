@@ -122,8 +122,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
 			slog.String("job_plan", job.Args.Plan.String()), slog.String("node_plan", nodeSpec.PlanID), slog.Int64("job_id", job.ID))
 	}
-	if job.Args.Slot < 0 || job.Args.Slot >= spec.Plan.Slots {
-		return river.JobCancel(fmt.Errorf("slot %d out of range for task %q with %d slots", job.Args.Slot, spec.Name, spec.Plan.Slots))
+	if slots := spec.Slots(job.Args.CycleStart); job.Args.Slot < 0 || job.Args.Slot >= slots {
+		return river.JobCancel(fmt.Errorf("slot %d out of range for task %q with %d slots", job.Args.Slot, spec.Name, slots))
 	}
 	pins, err := cyclePins(spec, job.Args)
 	if err != nil {
@@ -168,7 +168,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			if cycleEnd.IsZero() {
 				cycleEnd = spec.CycleEnd(job.Args.CycleStart)
 			}
-			deadline := spec.LateDeadline(job.Args.CycleStart, cycleEnd, spec.Plan.SlotStart(job.Args.CycleStart, job.Args.Slot))
+			deadline := spec.LateDeadline(job.Args.CycleStart, cycleEnd, spec.SlotStart(job.Args.CycleStart, job.Args.Slot))
 			if left := time.Until(deadline); left > 0 {
 				wait := min(w.waits.Next(job.ID), left+100*time.Millisecond)
 				w.logger.WarnContext(ctx, "riverslot: the accounts database is unreachable; the per-slot job waits for it (snoozed, no attempt used) until its slot's late window ends",
@@ -226,6 +226,12 @@ type batch struct {
 	job                             *river.Job[Args]
 	lo, hi                          int
 	cycleStart, cycleEnd, slotStart time.Time
+	// slotLen is the slot's length and cycleLen the cycle's (a month's
+	// day and the month, for a calendar-month task); split says the
+	// range's first and last buckets may hold accounts of other slots (a
+	// month's days split the buckets on their boundaries by InSlot).
+	slotLen, cycleLen               time.Duration
+	split                           bool
 	fenceSQL                        string
 	params                          []river.InsertManyParams
 	opts                            []river.InsertOpts
@@ -245,14 +251,18 @@ type batch struct {
 
 func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec *taskspec.Spec, pins *taskspec.PinsRef, job *river.Job[Args], cursor fanOutCursor) error {
 	slot := job.Args.Slot
-	// The task's phase: slot k serves the buckets of slot k - Shift.
-	lo, hi := spec.Plan.BucketRange(spec.Plan.Shift(slot, -spec.Shift))
+	// The task's phase: slot k serves the buckets of slot k - Shift (a
+	// month's day, the buckets due that day).
+	lo, hi := spec.SlotBuckets(job.Args.CycleStart, slot)
 	b := &batch{
 		spec: spec, client: client, job: job,
 		lo: lo, hi: hi,
 		cycleStart: job.Args.CycleStart,
 		cycleEnd:   job.Args.CycleEnd,
-		slotStart:  spec.Plan.SlotStart(job.Args.CycleStart, slot),
+		slotStart:  spec.SlotStart(job.Args.CycleStart, slot),
+		slotLen:    spec.SlotLen(job.Args.CycleStart, slot),
+		cycleLen:   spec.CycleLen(job.Args.CycleStart),
+		split:      spec.Monthly(),
 		pins:       pins,
 		ledger:     ledger.New(client.Schema()),
 		fenceSQL:   "SELECT attempt, state FROM " + sqlbucket.QualifiedTable(client.Schema(), "river_job") + " WHERE id = $1 FOR UPDATE",
@@ -437,20 +447,29 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		params              = b.params[:0]
 		skipped             int64
 		spread, lateSkipped int64 // for the metrics
+		others              int64 // accounts of a split bucket due on another day
 	)
 	for i, a := range accounts {
 		if pinnedElsewhere[a.ID] {
 			continue // pinned: served by the slot it is pinned to
 		}
+		if b.split && (a.Bucket == b.lo || a.Bucket == b.hi) && !spec.InSlot(b.cycleStart, job.Args.Slot, a.ID) {
+			others++
+			continue // due on the neighbouring day, whose fan-out serves it
+		}
 		hash := slotplan.Hash(spec.Seed, a.ID)
-		p := place(spec, now, b.cycleStart, b.cycleEnd, b.slotStart, hash, b.first)
+		regular := b.slotStart.Add(slotplan.OffsetIn(hash, b.slotLen))
+		if b.split {
+			regular = spec.Regular(b.cycleStart, job.Args.Slot, a.ID)
+		}
+		p := place(spec, now, b.cycleStart, b.cycleEnd, b.slotStart, b.slotLen, regular, hash, b.first)
 		switch {
 		case p.late && p.skip:
 			lateSkipped++
 		case p.late:
 			spread++
 		}
-		if !p.skip && syncedByOlderCycle(b.overlaps, a.ID, p.target, b.cycleStart, spec.Plan.Cycle) {
+		if !p.skip && syncedByOlderCycle(b.overlaps, a.ID, p.target, b.cycleStart, b.cycleLen) {
 			p.skip = true
 		}
 		if p.skip {
@@ -492,7 +511,7 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 		LateSkipped:   cursor.LateSkipped + lateSkipped,
 	}
 	if !cursor.Pinned {
-		next.RangeAccounts += int64(len(accounts))
+		next.RangeAccounts += int64(len(accounts)) - others
 	}
 	if final {
 		if err := w.record(ctx, tx, b, next); err != nil {

@@ -26,7 +26,9 @@ type AccountStatus struct {
 	// Bucket, Slot and Offset are computed: the account's bucket (the last
 	// byte of its UUID, the last two for a task of 65,536 buckets), its
 	// hash slot (shifted by the task's phase) and its fixed offset inside a
-	// slot.
+	// slot. For a calendar-month task, Slot is the day of that month it is
+	// due on and Offset its time after that day's start (its place is a
+	// fraction of each month, so both change month by month).
 	Plan       string
 	CycleStart time.Time
 	Bucket     int
@@ -139,8 +141,8 @@ func (s *Scheduler) account(ctx context.Context, spec *taskspec.Spec, id uuid.UU
 	}
 	a.Plan, a.CycleStart = spec.PlanID, latest
 	a.Bucket = spec.Plan.BucketOf(id)
-	a.Slot = spec.Plan.Shift(spec.Plan.SlotOf(id), spec.Shift)
-	a.Offset = spec.Plan.Offset(spec.Seed, id)
+	a.Slot = spec.SlotOf(latest, id)
+	a.Offset = spec.Regular(latest, a.Slot, id).Sub(spec.SlotStart(latest, a.Slot))
 
 	if placement == perslot.PlacementPinned && ref != nil && ref.Task != "" {
 		schema := ref.Schema
@@ -163,7 +165,11 @@ func (s *Scheduler) account(ctx context.Context, spec *taskspec.Spec, id uuid.UU
 		served = a.PinnedSlot
 	}
 	for start := spec.Schedule.Start(now); len(a.NextSyncs) < nextSyncsShown; start = spec.Schedule.Next(start) {
-		if at := spec.Plan.SlotStart(start, served).Add(a.Offset); at.After(now) {
+		at := spec.Plan.SlotStart(start, served).Add(a.Offset)
+		if spec.Monthly() {
+			at = spec.Regular(start, spec.SlotOf(start, id), id) // a fraction of each month
+		}
+		if at.After(now) {
 			a.NextSyncs = append(a.NextSyncs, at.UTC())
 		}
 	}
@@ -183,8 +189,8 @@ func (s *Scheduler) account(ctx context.Context, spec *taskspec.Spec, id uuid.UU
 			return nil, err
 		}
 		slot := served
-		if cs.PlanID != spec.PlanID {
-			slot = cs.Plan.Shift(cs.Plan.SlotOf(id), cs.Shift)
+		if cs.PlanID != spec.PlanID || cs.Monthly() {
+			slot = cs.SlotOf(c.Start, id) // a month's day differs month by month
 		}
 		sync, err := s.accountSync(ctx, table, cs, id, c.Start, slot)
 		if err != nil {

@@ -136,7 +136,7 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 			return nil, err
 		}
 		cycles[i] = cycleRef{plan: r.Plan.String(), start: r.Start, spec: cs, outcomes: r.Outcomes}
-		out[i] = CycleSummary{CycleStart: r.Start, Plan: r.Plan.String(), Slots: cs.Plan.Slots}
+		out[i] = CycleSummary{CycleStart: r.Start, Plan: r.Plan.String(), Slots: cs.Slots(r.Start)}
 	}
 
 	// Per-slot results of every listed cycle, from the ledger; River's job

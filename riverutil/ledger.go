@@ -31,14 +31,14 @@ func (s *Scheduler) cyclePlanFromLedger(ctx context.Context, spec *taskspec.Spec
 // when some slot has no such record (the task's first cycle under its
 // plan) does it count the accounts table (hashCounts, cached a minute).
 func (s *Scheduler) expectedCounts(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) ([]int64, error) {
-	counts, complete, err := s.ledger().RangeCounts(ctx, s.pool, spec.Name, spec.PlanID, spec.Plan.Slots, cycleStart)
+	counts, complete, err := s.ledger().RangeCounts(ctx, s.pool, spec.Name, spec.PlanID, spec.Slots(cycleStart), cycleStart)
 	if err != nil {
 		return nil, err
 	}
 	if complete {
 		return counts, nil
 	}
-	return s.hashCounts(ctx, spec)
+	return s.hashCounts(ctx, spec, cycleStart)
 }
 
 // checkLedger returns an error when riverslot's ledger table is missing

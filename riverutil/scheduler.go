@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -346,7 +347,7 @@ func (s *Scheduler) bootstrapParams(taskName string, cycleStart time.Time) (rive
 	}
 	if start := spec.Schedule.Start(cycleStart); !start.Equal(cycleStart) {
 		return nil, nil, fmt.Errorf("cycleStart %s is not a cycle start of task %q (cycle %s); the cycle containing it starts at %s",
-			cycleStart.Format(time.RFC3339Nano), taskName, spec.Plan.Cycle, start.Format(time.RFC3339Nano))
+			cycleStart.Format(time.RFC3339Nano), taskName, spec.CycleName(), start.Format(time.RFC3339Nano))
 	}
 	if oldest := ledger.Oldest(spec.Plan.Cycle); time.Since(cycleStart) > oldest {
 		return nil, nil, fmt.Errorf("cycleStart %s of task %q started more than %s ago (the ledger's horizon for a %s cycle, 4 cycles + 1 h, less a cycle): too old to re-run; pass a later cycle start",
@@ -369,8 +370,12 @@ func (s *Scheduler) taskNames() string { return taskspec.Names(s.specs) }
 type TaskInfo struct {
 	// Name is Task.Name.
 	Name string
-	// Plan is the task's slot layout.
+	// Plan is the task's slot layout; for a calendar-month task, the
+	// longest month's shape (31 days), and Month lays out each month.
 	Plan slotplan.Plan
+	// Month is the layout of a calendar-month task (Task.Monthly), nil
+	// otherwise.
+	Month *slotplan.Monthly
 	// Schedule says where its cycles start.
 	Schedule slotplan.Schedule
 	// Seed is the effective offset seed.
@@ -390,13 +395,33 @@ type TaskInfo struct {
 	PlanID string
 }
 
+// Due returns when the account is due in the cycle starting at
+// cycleStart: its slot's start plus its offset, or, for a calendar-month
+// task, the month's start plus the account's fraction of the month.
+func (i TaskInfo) Due(cycleStart time.Time, id uuid.UUID) time.Time {
+	if i.Month != nil {
+		return i.Month.Target(cycleStart, i.Seed, id)
+	}
+	return i.Plan.ShiftedTarget(cycleStart, i.Seed, id, i.Shift)
+}
+
+// SlotStartOf returns when the slot serving the account in the cycle
+// starting at cycleStart starts (by hash placement): its per-slot job runs
+// Lead before it.
+func (i TaskInfo) SlotStartOf(cycleStart time.Time, id uuid.UUID) time.Time {
+	if i.Month != nil {
+		return i.Month.DayStart(cycleStart, i.Month.DayOf(cycleStart, i.Seed, id))
+	}
+	return i.Plan.SlotStart(cycleStart, i.Plan.Shift(i.Plan.SlotOf(id), i.Shift))
+}
+
 // Task returns the validated form of the named task.
 func (s *Scheduler) Task(taskName string) (TaskInfo, error) {
 	spec, err := s.spec(taskName)
 	if err != nil {
 		return TaskInfo{}, err
 	}
-	return TaskInfo{Name: spec.Name, Plan: spec.Plan, Schedule: spec.Schedule, Seed: spec.Seed, Lead: spec.Lead, TriggerLead: spec.TriggerLead, Shift: spec.Shift, PlanID: spec.PlanID}, nil
+	return TaskInfo{Name: spec.Name, Plan: spec.Plan, Month: spec.Month, Schedule: spec.Schedule, Seed: spec.Seed, Lead: spec.Lead, TriggerLead: spec.TriggerLead, Shift: spec.Shift, PlanID: spec.PlanID}, nil
 }
 
 // insertPunctual is the insert hook of Task.Punctual: a per-slot or sync

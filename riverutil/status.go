@@ -407,7 +407,7 @@ func (s *Scheduler) statusFromJobs(ctx context.Context, spec *taskspec.Spec, cyc
 	if spec, err = planSpec(spec, plan, cycleStart); err != nil {
 		return nil, err
 	}
-	counts, complete, err := s.ledger().RangeCounts(ctx, s.pool, spec.Name, spec.PlanID, spec.Plan.Slots, cycleStart)
+	counts, complete, err := s.ledger().RangeCounts(ctx, s.pool, spec.Name, spec.PlanID, spec.Slots(cycleStart), cycleStart)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +438,7 @@ func planSpec(spec *taskspec.Spec, plan taskspec.PlanKey, cycleStart time.Time) 
 		return nil, fmt.Errorf("task %q: its cycle %s was made under plan %q, which this version cannot run: %w",
 			spec.Name, cycleStart.Format(time.RFC3339), plan, err)
 	}
-	if other != spec && other.Plan.Cycle == spec.Plan.Cycle && spec.Schedule.Start(cycleStart).Equal(cycleStart) {
+	if other != spec && !other.Monthly() && !spec.Monthly() && other.Plan.Cycle == spec.Plan.Cycle && spec.Schedule.Start(cycleStart).Equal(cycleStart) {
 		other.Schedule = spec.Schedule
 	}
 	return other, nil
@@ -586,19 +586,29 @@ func (s *Scheduler) cachedCounts(key string, count func() ([]int64, error)) ([]i
 }
 
 // hashCounts counts the accounts of each hash slot (the bucket slot
-// shifted by the plan's shift), through the bucket index, at most once per
-// expectedTTL per task and plan.
-func (s *Scheduler) hashCounts(ctx context.Context, spec *taskspec.Spec) ([]int64, error) {
-	return s.cachedCounts("hash\x00"+spec.Name+"\x00"+spec.PlanID, func() ([]int64, error) {
+// shifted by the plan's shift) of the cycle starting at cycleStart,
+// through the bucket index, at most once per expectedTTL per task and
+// plan (and month). A calendar month's day counts the buckets that start
+// on it (a bucket on the boundary of two days counts whole on the first).
+func (s *Scheduler) hashCounts(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) ([]int64, error) {
+	key, per := "hash\x00"+spec.Name+"\x00"+spec.PlanID, spec.Plan.BucketsPerSlot
+	if spec.Monthly() {
+		key, per = key+"\x00"+cycleStart.UTC().Format(time.RFC3339), 1
+	}
+	return s.cachedCounts(key, func() ([]int64, error) {
 		rows, err := spec.AccountsDB(s.pool).Query(ctx, "SELECT "+spec.BucketExpr()+" / $1 AS bucket_slot, count(*) FROM "+spec.QualifiedTable+
-			" WHERE true"+spec.FilterClause+" GROUP BY 1", spec.Plan.BucketsPerSlot)
+			" WHERE true"+spec.FilterClause+" GROUP BY 1", per)
 		if err != nil {
 			return nil, fmt.Errorf("error counting accounts per slot: %w", err)
 		}
-		out := make([]int64, spec.Plan.Slots)
+		out := make([]int64, spec.Slots(cycleStart))
 		var slot int
 		var n int64
 		if _, err := pgx.ForEachRow(rows, []any{&slot, &n}, func() error {
+			if spec.Monthly() {
+				out[spec.Month.BucketDay(cycleStart, slot)] += n
+				return nil
+			}
 			out[spec.Plan.Shift(slot, spec.Shift)] = n
 			return nil
 		}); err != nil {
@@ -687,9 +697,10 @@ func offSlot(selected, expected int64) bool {
 }
 
 func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time, counts []int64, now time.Time) (*CycleStatus, error) {
-	c := &CycleStatus{CycleStart: cycleStart, Slots: spec.Plan.Slots, Plan: spec.PlanID, NextSlot: -1, OffSlot: -1, FailedSlot: -1, PerSlot: make([]SlotStatus, spec.Plan.Slots)}
+	nSlots := spec.Slots(cycleStart)
+	c := &CycleStatus{CycleStart: cycleStart, Slots: nSlots, Plan: spec.PlanID, NextSlot: -1, OffSlot: -1, FailedSlot: -1, PerSlot: make([]SlotStatus, nSlots)}
 	for i := range c.PerSlot {
-		c.PerSlot[i] = SlotStatus{Slot: i, Start: spec.Plan.SlotStart(cycleStart, i), State: SlotMissing}
+		c.PerSlot[i] = SlotStatus{Slot: i, Start: spec.SlotStart(cycleStart, i), State: SlotMissing}
 		if c.NextSlot < 0 && c.PerSlot[i].Start.After(now) {
 			c.NextSlot, c.NextSlotAt = i, c.PerSlot[i].Start
 		}
@@ -797,7 +808,7 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 		c.Placement, c.PinsTask, c.PinsShift = PlacementPinned, ref.Task, ref.Shift
 	}
 	if counts == nil { // from the jobs alone: see jobsExpected
-		ref, counts = nil, make([]int64, spec.Plan.Slots)
+		ref, counts = nil, make([]int64, nSlots)
 	}
 	in, out, err := s.pinMoves(ctx, spec, ref, cycleStart)
 	if err != nil {
@@ -838,7 +849,7 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	// Behind: slots past their middle whose fan-out has not finished. Off:
 	// done slots that selected other accounts than the placement expects.
 	for _, p := range c.PerSlot {
-		if p.State != SlotDone && p.State != SlotFailed && !now.Before(p.Start.Add(spec.Plan.SlotDuration/2)) {
+		if p.State != SlotDone && p.State != SlotFailed && !now.Before(p.Start.Add(spec.SlotLen(c.CycleStart, p.Slot)/2)) {
 			c.BehindSlots++
 		}
 		if p.State == SlotDone && offSlot(p.Enqueued+p.Skipped, p.Expected) {
@@ -888,7 +899,7 @@ func (s *Scheduler) checkStarting(ctx context.Context, spec *taskspec.Spec, c *C
 		if p.State == SlotMissing {
 			return nil
 		}
-		if p.State != SlotDone && p.State != SlotFailed && !now.Before(p.Start.Add(spec.Plan.SlotDuration/2)) {
+		if p.State != SlotDone && p.State != SlotFailed && !now.Before(p.Start.Add(spec.SlotLen(c.CycleStart, p.Slot)/2)) {
 			behind = append(behind, p.Slot)
 		}
 	}
@@ -913,7 +924,7 @@ func (s *Scheduler) checkStarting(ctx context.Context, spec *taskspec.Spec, c *C
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		for _, p := range c.PerSlot {
-			mid := p.Start.Add(spec.Plan.SlotDuration / 2)
+			mid := p.Start.Add(spec.SlotLen(c.CycleStart, p.Slot) / 2)
 			if p.State != SlotDone && p.State != SlotFailed && now.Sub(mid) >= StartingGrace {
 				return nil
 			}

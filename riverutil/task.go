@@ -108,8 +108,22 @@ type Task struct {
 	// slots of 11m15s, 15 min only 4: Check warns below 8), or with Buckets
 	// 65536 into gcd(milliseconds, 65536) slots (24h gives 1,024 slots of
 	// 1m24.375s). Changing it moves every account once (the old cycle
-	// finishes under its own plan). Required.
+	// finishes under its own plan). Required, unless Monthly is set.
 	Cycle time.Duration
+
+	// Monthly makes the cycle a calendar month in Location (UTC when
+	// nil): an account's place is a fixed fraction of the month, so it is
+	// synced at month start + that fraction × the month's length, once
+	// every month, and a 28-day month carries the same load per second
+	// as a 31-day one (no pile-up on the 28th to the 31st as with
+	// day-of-month anchors). The month's slots are its days in Location
+	// (23 or 25 hours on a DST change); each day's per-slot job selects
+	// the accounts due that day, so an account added mid-month is synced
+	// from the next day its place falls on (this month or the next).
+	// Cycle must be 0; Buckets is 65536; TriggerOffset, Weight, Phase and
+	// OppositeOf are not supported. The rules stated in half cycles (the
+	// late window, NotAfter) use half the month. Defaults to false.
+	Monthly bool
 
 	// Buckets is how many buckets accounts are hashed into: 256 (the last
 	// byte of the UUID) or 65536 (the last two bytes, byte 15 × 256 + byte
@@ -325,7 +339,7 @@ func NotUpstream(err error) error { return syncjob.NotUpstream(err) }
 // config is t as taskspec.Build takes it.
 func (t Task) config() taskspec.Config {
 	return taskspec.Config{
-		Name: t.Name, Cycle: t.Cycle, Buckets: t.Buckets, TriggerOffset: t.TriggerOffset, Location: t.Location,
+		Name: t.Name, Cycle: t.Cycle, Monthly: t.Monthly, Buckets: t.Buckets, TriggerOffset: t.TriggerOffset, Location: t.Location,
 		AccountsPool: t.AccountsPool, Schema: t.Schema, Table: t.Table, IDColumn: t.IDColumn, Filter: t.Filter,
 		Weight: t.Weight, WeightEpsilon: t.WeightEpsilon, PinsTimeout: t.PinsTimeout, Phase: t.Phase, OppositeOf: t.OppositeOf,
 		Seed: t.Seed, BatchSize: t.BatchSize, Queue: t.Queue, ControlQueue: t.ControlQueue, Priority: t.Priority,

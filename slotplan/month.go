@@ -92,10 +92,14 @@ func at(f uint64, length time.Duration) time.Duration {
 // DayOf returns the day (0-based) of the month starting at monthStart on
 // which the account is due.
 func (m Monthly) DayOf(monthStart time.Time, seed uint64, id [16]byte) int {
-	due := m.Target(monthStart, seed, id)
-	days := m.Days(monthStart)
+	return m.dayAt(monthStart, m.Target(monthStart, seed, id))
+}
+
+// dayAt returns the day (0-based) of the month starting at monthStart
+// that holds the instant due, in the month.
+func (m Monthly) dayAt(monthStart, due time.Time) int {
 	// The days' starts are increasing: find the last at or before due.
-	lo, hi := 0, days-1
+	lo, hi := 0, m.Days(monthStart)-1
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
 		if m.DayStart(monthStart, mid).After(due) {
@@ -140,4 +144,13 @@ func bucketAt(d, length time.Duration) int {
 		}
 	}
 	return lo
+}
+
+// BucketDay returns the day (0-based) of the month starting at monthStart
+// on which bucket (of the 65,536) starts: all its accounts are due that
+// day, but for a bucket on the boundary of two days, whose later accounts
+// are due the next (DayOf tells each account's).
+func (m Monthly) BucketDay(monthStart time.Time, bucket int) int {
+	length := m.NextMonth(monthStart).Sub(monthStart)
+	return m.dayAt(monthStart, monthStart.Add(at(uint64(bucket)<<48, length)))
 }

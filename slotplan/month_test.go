@@ -110,3 +110,58 @@ func TestMonthlyEven(t *testing.T) {
 		require.Less(t, chi2, critical, "%s: days' counts %v", month.Month(), counts)
 	}
 }
+
+// TestMonthlySchedule: a monthly schedule starts a cycle at local midnight
+// of every month's first day, in summer and in winter, in a zone with DST
+// (London: GMT in January, BST in June) and one without (UTC); Start is
+// at or before t and Next after it.
+func TestMonthlySchedule(t *testing.T) {
+	t.Parallel()
+	london, err := time.LoadLocation("Europe/London")
+	require.NoError(t, err)
+	_, err = NewMonthlySchedule(nil)
+	require.ErrorContains(t, err, "time.UTC")
+	for _, loc := range []*time.Location{london, time.UTC} {
+		s, err := NewMonthlySchedule(loc)
+		require.NoError(t, err)
+		// 2027-03-31 23:30 UTC is 00:30 BST on 1 April in London.
+		at := time.Date(2027, 3, 31, 23, 30, 0, 0, time.UTC)
+		local := at.In(loc)
+		want := time.Date(local.Year(), local.Month(), 1, 0, 0, 0, 0, loc)
+		require.True(t, s.Start(at).Equal(want), "%s: %s", loc, s.Start(at))
+		require.True(t, s.Next(at).Equal(time.Date(local.Year(), local.Month()+1, 1, 0, 0, 0, 0, loc)), "%s: %s", loc, s.Next(at))
+		require.True(t, s.Start(want).Equal(want), "a month's start is its own cycle's start")
+		require.True(t, s.Next(want.Add(-time.Nanosecond)).Equal(want), "and the next start of the instant before it")
+		for c, n := s.Start(at), 0; n < 14; c, n = s.Next(c), n+1 {
+			next := s.Next(c)
+			require.True(t, next.After(c))
+			l := next.In(loc)
+			require.Equal(t, 1, l.Day(), "%s: %s", loc, l)
+			require.Equal(t, 0, l.Hour()+l.Minute()+l.Second(), "%s: %s starts at midnight", loc, l)
+		}
+	}
+	require.True(t, time.Date(2027, 4, 1, 0, 0, 0, 0, london).Equal(time.Date(2027, 3, 31, 23, 0, 0, 0, time.UTC)), "BST on 1 April")
+}
+
+// TestBucketDay: every account of a bucket is due on the day the bucket
+// starts on, or (a bucket on the boundary of two days) on the next.
+func TestBucketDay(t *testing.T) {
+	t.Parallel()
+	london, err := time.LoadLocation("Europe/London")
+	require.NoError(t, err)
+	m, err := NewMonthly(london)
+	require.NoError(t, err)
+	march := time.Date(2027, 3, 1, 0, 0, 0, 0, london)
+	split := 0
+	for _, id := range randomIDs(rand.New(rand.NewPCG(5, 6)), 20_000) {
+		d, b := m.DayOf(march, 9, id), m.BucketDay(march, BucketOf(id, BucketsTwoByte))
+		require.Contains(t, []int{b, b + 1}, d)
+		if d != b {
+			split++
+		}
+	}
+	// About one bucket in 2,114 spans a day's end.
+	require.Less(t, split, 40)
+	require.Equal(t, 0, m.BucketDay(march, 0))
+	require.Equal(t, 30, m.BucketDay(march, BucketsTwoByte-1))
+}

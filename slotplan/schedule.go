@@ -33,10 +33,26 @@ const day = 24 * time.Hour
 // the overlap) is its first occurrence. Starts moved onto the same instant
 // count once. So Start(t) <= t < Next(t) always, and starts strictly
 // increase.
+//
+// A monthly schedule (NewMonthlySchedule; Monthly set, Cycle and Offset
+// zero) starts a cycle at the start of every calendar month in Location
+// (Monthly.MonthStart).
 type Schedule struct {
 	Cycle    time.Duration
 	Offset   time.Duration
 	Location *time.Location
+
+	// Monthly makes cycles calendar months in Location.
+	Monthly bool
+}
+
+// NewMonthlySchedule returns the schedule of calendar months in loc:
+// a cycle starts at midnight of every month's first day there.
+func NewMonthlySchedule(loc *time.Location) (Schedule, error) {
+	if _, err := NewMonthly(loc); err != nil {
+		return Schedule{}, err
+	}
+	return Schedule{Location: loc, Monthly: true}, nil
 }
 
 // NewSchedule validates and returns a Schedule.
@@ -56,6 +72,9 @@ func NewSchedule(cycle, offset time.Duration, loc *time.Location) (Schedule, err
 // Start returns the start of the cycle that contains t: the latest cycle
 // start at or before t.
 func (s Schedule) Start(t time.Time) time.Time {
+	if s.Monthly {
+		return Monthly{loc: s.Location}.MonthStart(t)
+	}
 	if s.Location == nil {
 		origin := time.Unix(0, 0).UTC().Add(s.Offset)
 		n := t.Sub(origin) / s.Cycle
@@ -77,6 +96,10 @@ func (s Schedule) Start(t time.Time) time.Time {
 // Next returns the first cycle start strictly after t. It satisfies River's
 // PeriodicSchedule interface.
 func (s Schedule) Next(t time.Time) time.Time {
+	if s.Monthly {
+		m := Monthly{loc: s.Location}
+		return m.NextMonth(m.MonthStart(t))
+	}
 	if s.Location == nil {
 		return s.Start(t).Add(s.Cycle)
 	}

@@ -345,7 +345,7 @@ func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.
 				// (Deadline = End + Cycle/2 + LateGrace): a deploy that
 				// changes LateGrace does not move the NotAfter of syncs
 				// already queued.
-				if grace := rec.Deadline.Sub(rec.End) - spec.Plan.Cycle/2; grace >= 0 && grace != spec.LateGrace {
+				if grace := rec.Deadline.Sub(rec.End) - spec.CycleLen(key.start)/2; grace >= 0 && grace != spec.LateGrace {
 					own := *spec
 					own.LateGrace = grace
 					info.spec = &own

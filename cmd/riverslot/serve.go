@@ -39,7 +39,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	schema := fs.String("schema", "riverslot_serve", "schema of River's tables and the service's (created when missing)")
 	tokenFile := fs.String("token-file", "riverslot-serve.token", "file holding an API token; written with a new random token when missing")
 	allowPrivate := fs.Bool("allow-private-targets", false, "allow targets on loopback, private and link-local addresses (the server may then reach its own network)")
-	periods := fs.String("periods", "1m,1h,24h", "comma-separated periods schedules may have, one riverslot task each (multiples of 2s)")
+	periods := fs.String("periods", "1m,1h,24h", "comma-separated periods schedules may have, one riverslot task each (multiples of 2s, or monthly: calendar months)")
+	monthLocation := fs.String("month-location", "UTC", "time zone of the monthly period's months (an IANA name, e.g. Europe/London)")
 	workers := fs.Int("workers", 100, "calls in flight at once per process (MaxWorkers of the calls queue)")
 	history := fs.Duration("history", serve.DefaultHistory, "how long calls and deleted schedules stay readable")
 	hostRate := fs.Float64("host-rate", 0, "calls started per second per upstream (default: a schedule's URL host); 0: no limit")
@@ -57,6 +58,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usageErr("--periods %q: %v", p, err)
 		}
 		ps = append(ps, d)
+	}
+	monthLoc, err := time.LoadLocation(*monthLocation)
+	if err != nil || *monthLocation == "" || *monthLocation == "Local" {
+		return usageErr("--month-location %q is not a time zone name; give an IANA name such as UTC or Europe/London", *monthLocation)
 	}
 	switch {
 	case *workers < 1 || *workers > river.QueueNumWorkersMax:
@@ -84,7 +89,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	srv, err := serve.New(serve.Config{
-		Pool: pool, Schema: *schema, Periods: ps, Guard: &serve.Guard{AllowPrivate: *allowPrivate}, History: *history, Logger: logger,
+		Pool: pool, Schema: *schema, Periods: ps, MonthLocation: monthLoc, Guard: &serve.Guard{AllowPrivate: *allowPrivate}, History: *history, Logger: logger,
 		HostLimits: riverutil.UpstreamLimits{Rate: *hostRate, Concurrency: *hostConcurrency, FailureThreshold: *hostFailures},
 	})
 	if err != nil {

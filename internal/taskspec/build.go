@@ -57,6 +57,7 @@ const (
 type Config struct {
 	Name           string
 	Cycle          time.Duration
+	Monthly        bool
 	Buckets        int
 	TriggerOffset  time.Duration
 	Location       *time.Location
@@ -121,7 +122,11 @@ func Build(configs []Config) ([]*Spec, error) {
 	errs = append(errs, resolveOpposites(configs, byName, Names(specs))...)
 	for _, spec := range specs {
 		// The plan's key, once its shift is final (OppositeOf sets it).
-		spec.SetKey(KeyOf(spec.Plan, spec.Seed, spec.Shift))
+		if spec.Month != nil {
+			spec.SetKey(MonthKey(spec.Month.Location().String(), spec.Seed))
+		} else {
+			spec.SetKey(KeyOf(spec.Plan, spec.Seed, spec.Shift))
+		}
 	}
 	for _, spec := range specs {
 		owner := spec
@@ -163,23 +168,35 @@ func newSpec(t Config) (*Spec, error) {
 	if !taskNameRE.MatchString(t.Name) {
 		add("Name must be 1-64 letters, digits, '_', '-' or '.', got %q", t.Name)
 	}
-	t.Buckets = cmp.Or(t.Buckets, slotplan.Buckets)
-	if t.Buckets != slotplan.Buckets && t.Buckets != slotplan.BucketsTwoByte {
-		add("Buckets must be %d (one UUID byte, the default) or %d (two bytes, finer slots), got %d; leave it 0 for the default", slotplan.Buckets, slotplan.BucketsTwoByte, t.Buckets)
-	}
-	// A cycle's own errors come from NewSchedule below, a bad Buckets from
-	// the check above.
-	// riverslot's own minimum comes first: slotplan's (2 s) is the
-	// math's, not what River can run.
-	plan, planErr := slotplan.NewBuckets(t.Cycle, t.Buckets)
-	short := t.Cycle < CycleMin
-	if short {
-		add("Cycle must be at least %s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got %s; use e.g. 32s, 120s, 1h or 24h", CycleMin, t.Cycle)
-		planErr = errors.New("cycle too short")
-	}
-	schedule, err := slotplan.NewSchedule(t.Cycle, t.TriggerOffset, t.Location)
-	if err != nil && !short {
-		errs = append(errs, err)
+	var (
+		plan     slotplan.Plan
+		planErr  error
+		schedule slotplan.Schedule
+		month    *slotplan.Monthly
+		short    bool
+	)
+	if t.Monthly {
+		plan, schedule, month = monthlyTask(&t, add)
+	} else {
+		t.Buckets = cmp.Or(t.Buckets, slotplan.Buckets)
+		if t.Buckets != slotplan.Buckets && t.Buckets != slotplan.BucketsTwoByte {
+			add("Buckets must be %d (one UUID byte, the default) or %d (two bytes, finer slots), got %d; leave it 0 for the default", slotplan.Buckets, slotplan.BucketsTwoByte, t.Buckets)
+		}
+		// A cycle's own errors come from NewSchedule below, a bad Buckets from
+		// the check above.
+		// riverslot's own minimum comes first: slotplan's (2 s) is the
+		// math's, not what River can run.
+		plan, planErr = slotplan.NewBuckets(t.Cycle, t.Buckets)
+		short = t.Cycle < CycleMin
+		if short {
+			add("Cycle must be at least %s (River's scheduler promotes jobs every 5 s; slots of a shorter cycle cannot start on time), got %s; use e.g. 32s, 120s, 1h or 24h, or set Monthly for calendar months", CycleMin, t.Cycle)
+			planErr = errors.New("cycle too short")
+		}
+		var err error
+		schedule, err = slotplan.NewSchedule(t.Cycle, t.TriggerOffset, t.Location)
+		if err != nil && !short {
+			errs = append(errs, err)
+		}
 	}
 	if t.Table == "" {
 		add("Table must be set to the table holding the accounts")
@@ -278,8 +295,8 @@ func newSpec(t Config) (*Spec, error) {
 		switch {
 		case t.LateGrace < 0:
 			add("LateGrace must not be negative, got %s", t.LateGrace)
-		case t.LateGrace > t.Cycle:
-			add("LateGrace must be at most Cycle (%s), got %s; an account later than a cycle is covered by the next cycle", t.Cycle, t.LateGrace)
+		case t.LateGrace > cmp.Or(t.Cycle, monthMin):
+			add("LateGrace must be at most Cycle (%s), got %s; an account later than a cycle is covered by the next cycle", cmp.Or(t.Cycle, monthMin), t.LateGrace)
 		}
 		t.Lead = cmp.Or(t.Lead, min(LeadMax, plan.SlotDuration/2))
 		if t.Lead < 0 || t.Lead >= plan.SlotDuration {
@@ -297,6 +314,7 @@ func newSpec(t Config) (*Spec, error) {
 		Name:            t.Name,
 		Plan:            plan,
 		Schedule:        schedule,
+		Month:           month,
 		Seed:            t.Seed,
 		Shift:           shift,
 		AccountsPool:    t.AccountsPool,
@@ -313,7 +331,7 @@ func newSpec(t Config) (*Spec, error) {
 		Upstream:        t.Upstream,
 		Limits:          t.Limits,
 		Lead:            t.Lead,
-		TriggerLead:     triggerLead(t.Lead, t.Cycle),
+		TriggerLead:     triggerLead(t.Lead, plan.Cycle),
 		PerSlotTimeout:  t.PerSlotTimeout,
 		PinsTimeout:     t.PinsTimeout,
 		DirectMax:       PinsDirectMax,
@@ -381,6 +399,40 @@ func resolveOpposites(tasks []Config, byName map[string]*Spec, names string) []e
 		spec.Shift = spec.Plan.Shift(other.Shift, spec.Plan.Slots/2)
 	}
 	return errs
+}
+
+// monthMin is the shortest calendar month, a monthly task's bound where a
+// fixed task's is its Cycle.
+const monthMin = 28 * 24 * time.Hour
+
+// monthlyTask checks the fields of a calendar-month task (Monthly set),
+// defaults its Buckets to 65,536 and its Location to UTC, and returns its
+// plan (the longest month's shape), schedule and month layout. Fields a
+// monthly task does not support are refused by add, naming the fix.
+func monthlyTask(t *Config, add func(format string, args ...any)) (slotplan.Plan, slotplan.Schedule, *slotplan.Monthly) {
+	if t.Cycle != 0 {
+		add("Cycle must be 0 when Monthly is set (the cycle is the calendar month in Location), got %s; leave Cycle 0 or unset Monthly", t.Cycle)
+	}
+	t.Buckets = cmp.Or(t.Buckets, slotplan.BucketsTwoByte)
+	if t.Buckets != slotplan.BucketsTwoByte {
+		add("Buckets must be %d when Monthly is set (an account's place is a fraction of the month, its two UUID bytes the high part), got %d; leave it 0", slotplan.BucketsTwoByte, t.Buckets)
+	}
+	if t.TriggerOffset != 0 {
+		add("TriggerOffset must be 0 when Monthly is set (a month starts at midnight of its first day in Location), got %s", t.TriggerOffset)
+	}
+	if t.Weight != "" {
+		add("Weight cannot be set when Monthly is set (a monthly task places accounts by hash only); remove Weight or use a fixed Cycle")
+	}
+	if t.Phase != 0 || t.OppositeOf != "" {
+		add("Phase and OppositeOf cannot be set when Monthly is set (a month's days have no fixed shift); remove them or use a fixed Cycle")
+	}
+	t.Location = cmp.Or(t.Location, time.UTC)
+	month, _ := slotplan.NewMonthly(t.Location) // a location is set
+	schedule, _ := slotplan.NewMonthlySchedule(t.Location)
+	if t.Location.String() == "Local" {
+		add("Location must be a named zone when Monthly is set (the plan id records its name, read back on every node), got time.Local; use time.LoadLocation(\"Europe/London\") or time.UTC")
+	}
+	return monthlyPlan, schedule, &month
 }
 
 // prefixErrors prefixes every error joined in err.

@@ -48,7 +48,15 @@ func (s *Spec) PlaceIn(now, cycleStart, cycleEnd, slotStart time.Time, hash uint
 // rest of the cycle, whatever the late policy, as no earlier sync of them
 // exists to keep away from.
 func (s *Spec) PlaceCycle(now, cycleStart, cycleEnd, slotStart time.Time, hash uint64, first bool) (target time.Time, late, skip bool) {
-	target = slotStart.Add(slotplan.OffsetIn(hash, s.Plan.SlotDuration))
+	return s.PlaceRegular(now, cycleStart, cycleEnd, slotStart, s.Plan.SlotDuration, slotStart.Add(slotplan.OffsetIn(hash, s.Plan.SlotDuration)), hash, first)
+}
+
+// PlaceRegular is PlaceCycle for an account whose regular time in the slot
+// [slotStart, slotStart+slotLen) is regular (Regular): what a
+// calendar-month task's fan-out calls, whose days differ in length and
+// whose accounts' times are fractions of the month.
+func (s *Spec) PlaceRegular(now, cycleStart, cycleEnd, slotStart time.Time, slotLen time.Duration, regular time.Time, hash uint64, first bool) (target time.Time, late, skip bool) {
+	target = regular
 	if now.Sub(target) <= s.LateGrace {
 		return target, false, false
 	}
@@ -65,11 +73,11 @@ func (s *Spec) PlaceCycle(now, cycleStart, cycleEnd, slotStart time.Time, hash u
 		// account's own slot could come closer to it than half a cycle
 		// minus a slot. The account is skipped instead; the next cycle
 		// covers it.
-		if end := slotStart.Add(s.Plan.SlotDuration); end.Before(deadline) {
+		if end := slotStart.Add(slotLen); end.Before(deadline) {
 			deadline = end
 		}
 	}
-	window := min(CatchUpWindow(now, slotStart, s.Plan.SlotDuration, s.Plan.Cycle), deadline.Sub(now))
+	window := min(CatchUpWindow(now, slotStart, slotLen, s.CycleLen(cycleStart)), deadline.Sub(now))
 	if first {
 		window = deadline.Sub(now) // the whole rest of the cycle
 	}
@@ -85,7 +93,7 @@ func (s *Spec) PlaceCycle(now, cycleStart, cycleEnd, slotStart time.Time, hash u
 // may start 23 h or 25 h later). No late account of the slot is placed
 // after it, and past it a per-slot job has nothing left to place.
 func (s *Spec) LateDeadline(cycleStart, cycleEnd, slotStart time.Time) time.Time {
-	return cycleEnd.Add(slotStart.Sub(cycleStart) - s.Plan.Cycle/2)
+	return cycleEnd.Add(slotStart.Sub(cycleStart) - s.CycleLen(cycleStart)/2)
 }
 
 // CycleEnd returns when the cycle starting at cycleStart ends, that is when
@@ -98,7 +106,7 @@ func (s *Spec) CycleEnd(cycleStart time.Time) time.Time {
 	if s.Schedule.Start(cycleStart).Equal(cycleStart) {
 		return s.Schedule.Next(cycleStart)
 	}
-	return cycleStart.Add(s.Plan.Cycle)
+	return cycleStart.Add(s.CycleLen(cycleStart))
 }
 
 // NotAfter returns the latest start of the sync of an account whose regular
@@ -111,7 +119,7 @@ func (s *Spec) CycleEnd(cycleStart time.Time) time.Time {
 // outage, or its cycle was superseded) is stale: the next cycle syncs the
 // account soon enough, so the sync job completes without calling Sync.
 func (s *Spec) NotAfter(cycleStart, cycleEnd, regular, scheduled time.Time) time.Time {
-	notAfter := cycleEnd.Add(regular.Sub(cycleStart) - s.Plan.Cycle/2)
+	notAfter := cycleEnd.Add(regular.Sub(cycleStart) - s.CycleLen(cycleStart)/2)
 	if grace := scheduled.Add(s.LateGrace); grace.After(notAfter) {
 		return grace
 	}
@@ -124,6 +132,10 @@ func (s *Spec) NotAfter(cycleStart, cycleEnd, regular, scheduled time.Time) time
 // slot's start plus the account's seeded offset in it. A sync that no late
 // policy moved is scheduled then.
 func (s *Spec) Regular(cycleStart time.Time, slot int, id [16]byte) time.Time {
+	if s.Month != nil {
+		// The account's fraction of the month (slot is its day).
+		return s.Month.Target(cycleStart, s.Seed, id)
+	}
 	return s.Plan.SlotStart(cycleStart, slot).Add(slotplan.OffsetIn(slotplan.Hash(s.Seed, id), s.Plan.SlotDuration))
 }
 
@@ -142,5 +154,5 @@ func (s *Spec) RegularNotAfter(cycleStart, cycleEnd time.Time, slot int, id [16]
 func (s *Spec) SyncsUntil(cycleStart, cycleEnd time.Time) time.Time {
 	// Slots span the plan's Cycle even on a 23 h day: the last NotAfter
 	// is cycleEnd + Cycle - Cycle/2, plus LateGrace for a spread sync.
-	return cycleEnd.Add(s.Plan.Cycle/2 + s.LateGrace)
+	return cycleEnd.Add(s.CycleLen(cycleStart)/2 + s.LateGrace)
 }

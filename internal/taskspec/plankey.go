@@ -30,6 +30,12 @@ type PlanKey struct {
 	Seed    uint64
 	Shift   int
 
+	// Month is the time zone (its IANA name, "UTC" for UTC) of a
+	// calendar-month plan, written "monthly/<seed>/<zone>"; Cycle, Slots
+	// and Shift are then zero and Buckets is 65,536. Empty for a plan of
+	// a fixed Cycle.
+	Month string
+
 	unreadable string // the id, when it could not be read
 }
 
@@ -51,6 +57,15 @@ func KeyOf(plan slotplan.Plan, seed uint64, shift int) PlanKey {
 	return PlanKey{Cycle: plan.Cycle, Slots: plan.Slots, Buckets: cmp0(plan.Buckets, slotplan.Buckets), Seed: seed, Shift: shift}
 }
 
+// MonthKey returns the key of the calendar-month plan in the zone named
+// zone (65,536 buckets) with seed.
+func MonthKey(zone string, seed uint64) PlanKey {
+	return PlanKey{Buckets: slotplan.BucketsTwoByte, Seed: seed, Month: zone}
+}
+
+// monthPrefix starts the id of a calendar-month plan.
+const monthPrefix = "monthly/"
+
 func cmp0(v, def int) int {
 	if v == 0 {
 		return def
@@ -71,6 +86,9 @@ func (k PlanKey) String() string {
 	if k.IsZero() {
 		return ""
 	}
+	if k.Month != "" {
+		return monthPrefix + fmt.Sprintf("%016x", k.Seed) + "/" + k.Month
+	}
 	id := strconv.FormatInt(int64(k.Cycle/time.Second), 10) + "s/" + strconv.Itoa(k.Slots) + "/" + fmt.Sprintf("%016x", k.Seed)
 	if k.Buckets != 0 && k.Buckets != slotplan.Buckets {
 		id += "/b" + strconv.Itoa(k.Buckets)
@@ -87,6 +105,9 @@ func (k PlanKey) String() string {
 func ParsePlanKey(id string) (PlanKey, error) {
 	if id == "" {
 		return PlanKey{}, nil
+	}
+	if rest, ok := strings.CutPrefix(id, monthPrefix); ok {
+		return parseMonthKey(id, rest)
 	}
 	const form = "<seconds>s/<slots>/<seed>[/b<buckets>][/+<shift>]"
 	parts := strings.Split(id, "/")
@@ -126,12 +147,38 @@ func ParsePlanKey(id string) (PlanKey, error) {
 	return k, nil
 }
 
+// parseMonthKey parses rest, "<seed>/<zone>", of the calendar-month plan
+// id id.
+func parseMonthKey(id, rest string) (PlanKey, error) {
+	const form = "monthly/<seed>/<zone>"
+	hex, zone, ok := strings.Cut(rest, "/")
+	seed, err := strconv.ParseUint(hex, 16, 64)
+	if !ok || err != nil || len(hex) != 16 || zone == "" {
+		return PlanKey{}, fmt.Errorf("%w: plan id %q is not of the form %s", ErrPlanID, id, form)
+	}
+	if _, err := time.LoadLocation(zone); err != nil {
+		return PlanKey{}, fmt.Errorf("%w: plan id %q names a time zone this node cannot load (%w); install the zone database (tzdata) or import time/tzdata", ErrPlanID, id, err)
+	}
+	return MonthKey(zone, seed), nil
+}
+
+// Location returns the time zone of a calendar-month plan.
+func (k PlanKey) Location() (*time.Location, error) {
+	if k.Month == "" {
+		return nil, fmt.Errorf("plan id %q is not a calendar-month plan", k)
+	}
+	return time.LoadLocation(k.Month)
+}
+
 // Plan returns the slot plan k names, checking that its cycle and bucket
 // count make its slots and that its shift is one of them.
 func (k PlanKey) Plan() (slotplan.Plan, error) { return k.plan(k.String()) }
 
 // plan is Plan with errors naming the plan id as id.
 func (k PlanKey) plan(id string) (slotplan.Plan, error) {
+	if k.Month != "" {
+		return monthlyPlan, nil
+	}
 	plan, err := slotplan.NewBuckets(k.Cycle, k.Buckets)
 	if err != nil {
 		return slotplan.Plan{}, fmt.Errorf("plan id %q: %w", id, err)

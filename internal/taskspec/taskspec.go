@@ -7,6 +7,7 @@ package taskspec
 
 import (
 	"cmp"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -29,6 +30,11 @@ type Spec struct {
 	Plan     slotplan.Plan
 	Schedule slotplan.Schedule
 	Seed     uint64
+
+	// Month is the calendar-month layout of a monthly task (Plan is then
+	// the longest month's shape, a bound: see Slots, SlotStart and the
+	// other layout methods), nil for a task of a fixed Cycle.
+	Month *slotplan.Monthly
 
 	// Shift is the task's phase in slots: the accounts of bucket slot k are
 	// served in slot Plan.Shift(k, Shift).
@@ -177,13 +183,29 @@ var (
 // not index, instead of its args, which River indexes with a GIN index:
 // one more key and value per row made the fan-out 4% slower against
 // River's own insert (0.88 against 0.92 of it, 1M accounts).
-func PlanTag(planID string) string { return planTagPrefix + planTagReplacer.Replace(planID) }
+//
+// A calendar-month plan's id holds its zone's name, whose '_', '+' and
+// '/' the replacer cannot tell apart: its tag is "m" and the id in hex.
+func PlanTag(planID string) string {
+	if strings.HasPrefix(planID, monthPrefix) {
+		return planTagPrefix + "m" + hex.EncodeToString([]byte(planID))
+	}
+	return planTagPrefix + planTagReplacer.Replace(planID)
+}
 
 // PlanFromTags returns the plan of PlanTag among tags: ok is false when
 // none is there, err says why a tag that is there does not name a plan.
 func PlanFromTags(tags []string) (key PlanKey, ok bool, err error) {
 	for _, t := range tags {
 		if rest, found := strings.CutPrefix(t, planTagPrefix); found {
+			if h, monthly := strings.CutPrefix(rest, "m"); monthly {
+				id, err := hex.DecodeString(h)
+				if err != nil {
+					return PlanKey{}, true, fmt.Errorf("%w: tag %q: %w", ErrPlanID, t, err)
+				}
+				key, err := ParsePlanKey(string(id))
+				return key, true, err
+			}
 			key, err := ParsePlanKey(planTagReverse.Replace(rest))
 			return key, true, err
 		}
@@ -284,7 +306,7 @@ func (s *Spec) BootstrapOpts() *river.InsertOpts {
 
 // PerSlotStart is when the per-slot job of slot runs: Lead before the slot.
 func (s *Spec) PerSlotStart(cycleStart time.Time, slot int) time.Time {
-	return s.Plan.SlotStart(cycleStart, slot).Add(-s.Lead)
+	return s.SlotStart(cycleStart, slot).Add(-s.Lead)
 }
 
 // UniqueEveryState is unique by args while a job with the same args exists in
@@ -326,6 +348,9 @@ func (s *Spec) ForPlan(key PlanKey, cycleStart time.Time) (*Spec, error) {
 	if key.IsZero() || key == s.Key {
 		return s, nil
 	}
+	if key.Month != "" {
+		return s.forMonth(key)
+	}
 	plan, err := key.Plan()
 	if err != nil {
 		return nil, err
@@ -340,7 +365,7 @@ func (s *Spec) ForPlan(key PlanKey, cycleStart time.Time) (*Spec, error) {
 		return nil, fmt.Errorf("plan id %q: %w", key, err)
 	}
 	other := *s
-	other.Plan, other.Schedule, other.Seed, other.Shift = plan, schedule, key.Seed, key.Shift
+	other.Plan, other.Schedule, other.Seed, other.Shift, other.Month = plan, schedule, key.Seed, key.Shift, nil
 	other.SetKey(key)
 	if other.PinsFrom != nil && (other.PinsFrom.Plan.Cycle != plan.Cycle || other.PinsFrom.Plan.Buckets != plan.Buckets) {
 		// The task it is OppositeOf has no cycle of this plan's length
@@ -354,5 +379,35 @@ func (s *Spec) ForPlan(key PlanKey, cycleStart time.Time) (*Spec, error) {
 	}
 	other.Lead = min(s.Lead, plan.SlotDuration/2)
 	other.LateGrace = min(s.LateGrace, cycle)
+	return &other, nil
+}
+
+// forMonth is ForPlan for the calendar-month plan key (a monthly task's
+// cycle run by a node whose task is not monthly, or monthly in another
+// zone or with another seed): months in the key's zone, 65,536 buckets,
+// hash placement.
+func (s *Spec) forMonth(key PlanKey) (*Spec, error) {
+	loc, err := key.Location()
+	if err != nil {
+		return nil, fmt.Errorf("plan id %q: %w", key, err)
+	}
+	month, err := slotplan.NewMonthly(loc)
+	if err != nil {
+		return nil, fmt.Errorf("plan id %q: %w", key, err)
+	}
+	schedule, err := slotplan.NewMonthlySchedule(loc)
+	if err != nil {
+		return nil, fmt.Errorf("plan id %q: %w", key, err)
+	}
+	other := *s
+	other.Plan, other.Schedule, other.Seed, other.Shift, other.Month = monthlyPlan, schedule, key.Seed, 0, &month
+	other.SetKey(key)
+	other.PinsFrom, other.Opposed, other.Weight = nil, false, "" // hash placement
+	other.BuildSQL()
+	other.Lead = min(s.Lead, monthlyPlan.SlotDuration/2)
+	if s.Month == nil {
+		// A day's grace, as a monthly task's default.
+		other.LateGrace = monthlyPlan.SlotDuration
+	}
 	return &other, nil
 }

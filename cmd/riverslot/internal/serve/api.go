@@ -19,6 +19,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/riverslot/riverslot/slotplan"
 )
 
 //go:embed openapi.json
@@ -43,9 +45,13 @@ type Schedule struct {
 	Upstream string            `json:"upstream"`
 	Paused   bool              `json:"paused"`
 	// Offset is the schedule's place in its period: every call is due
-	// that long after a period starts.
+	// that long after a period starts. For a monthly schedule it is the
+	// place in the current month, and MonthFraction the place in every
+	// month (0 its start, 1 its end): each month's call is due at its
+	// start plus that fraction of its length.
 	Offset        string      `json:"offset"`
 	OffsetSeconds float64     `json:"offset_seconds"`
+	MonthFraction float64     `json:"month_fraction,omitempty"`
 	NextCalls     []time.Time `json:"next_calls"`
 	CreatedAt     time.Time   `json:"created_at"`
 	UpdatedAt     time.Time   `json:"updated_at"`
@@ -293,7 +299,7 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 		}
 		r.timeout = d
 	}
-	if r.timeout > r.period/2 {
+	if r.period != Monthly && r.timeout > r.period/2 {
 		return badField("timeout", "%s is more than half the period %s; give a shorter timeout or a longer period", r.timeout, FormatPeriod(r.period))
 	}
 	if in.Retries != nil {
@@ -392,17 +398,20 @@ func (s *Server) place(sc *Schedule, period time.Duration, now time.Time) {
 		return
 	}
 	start := info.Schedule.Start(now)
-	target := info.Plan.ShiftedTarget(start, info.Seed, sc.ID, info.Shift)
+	target := info.Due(start, sc.ID)
 	sc.Offset = target.Sub(start).String()
 	sc.OffsetSeconds = target.Sub(start).Seconds()
+	if info.Month != nil {
+		// A fraction of the month, the same in every month.
+		sc.MonthFraction = float64(slotplan.Fraction(info.Seed, sc.ID)>>11) / (1 << 53)
+	}
 	sc.NextCalls = []time.Time{}
 	if sc.Paused || sc.DeletedAt != nil {
 		return
 	}
-	slot := info.Plan.Shift(info.Plan.SlotOf(sc.ID), info.Shift)
 	for c := start; len(sc.NextCalls) < 3; c = info.Schedule.Next(c) {
-		due := info.Plan.ShiftedTarget(c, info.Seed, sc.ID, info.Shift)
-		if info.Plan.SlotStart(c, slot).Add(-info.Lead).After(now) {
+		due := info.Due(c, sc.ID)
+		if info.SlotStartOf(c, sc.ID).Add(-info.Lead).After(now) {
 			sc.NextCalls = append(sc.NextCalls, due.UTC())
 		}
 	}
@@ -476,7 +485,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any) {
 	}
 	row := row{method: http.MethodPost, headers: map[string]string{}, timeout: DefaultTimeout, retries: DefaultRetries}
 	if in.Timeout == nil && in.Period != nil {
-		if p, err := ParsePeriod(*in.Period); err == nil && DefaultTimeout > p/2 {
+		if p, err := ParsePeriod(*in.Period); err == nil && p != Monthly && DefaultTimeout > p/2 {
 			row.timeout = p / 2
 		}
 	}

@@ -50,6 +50,11 @@ const (
 	DefaultHistory  = 7 * 24 * time.Hour
 	// MinPeriod is the shortest period: riverslot's shortest cycle.
 	MinPeriod = 16 * time.Second
+
+	// Monthly is the period "monthly": calendar months in the server's
+	// MonthLocation (stored as period_ms -1). A monthly schedule's place
+	// is a fixed fraction of every month (riverutil.Task.Monthly).
+	Monthly = -time.Millisecond
 )
 
 // Config configures a Server.
@@ -59,8 +64,11 @@ type Config struct {
 	// Schema holds them (required).
 	Schema string
 	// Periods are the periods schedules may have, one riverslot task each
-	// (default 1m, 1h, 24h).
+	// (default 1m, 1h, 24h); Monthly for calendar months.
 	Periods []time.Duration
+	// MonthLocation is the time zone of the Monthly period's months
+	// (default UTC).
+	MonthLocation *time.Location
 	// Guard checks targets (default: private targets refused).
 	Guard *Guard
 	// History is how long calls, and deleted schedules, stay readable
@@ -95,6 +103,9 @@ func TaskName(period time.Duration) string {
 // FormatPeriod writes a period as the API does: "32s", "1m", "1h", "24h",
 // "1h30m".
 func FormatPeriod(d time.Duration) string {
+	if d == Monthly {
+		return "monthly"
+	}
 	s := d.String() // 1h0m0s, 1m0s, 32s, 1h30m0s
 	s, _ = strings.CutSuffix(s, "m0s")
 	if strings.HasSuffix(d.String(), "m0s") {
@@ -107,7 +118,7 @@ func FormatPeriod(d time.Duration) string {
 }
 
 // ParsePeriod reads a period: a Go duration such as "32s", "1h" or "24h",
-// or "daily" and "hourly". It returns an error that names the nearest
+// "daily", "hourly", or "monthly" (Monthly). It returns an error that names the nearest
 // periods the service can spread.
 func ParsePeriod(s string) (time.Duration, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
@@ -116,13 +127,13 @@ func ParsePeriod(s string) (time.Duration, error) {
 	case "daily":
 		return 24 * time.Hour, nil
 	case "monthly":
-		return 0, errors.New(`"monthly" is planned by riverslot (riverslot plan --cycle monthly) but not served yet; use a fixed period such as 24h`)
+		return Monthly, nil
 	case "":
-		return 0, errors.New(`is required: a duration such as "32s", "1h" or "24h"`)
+		return 0, errors.New(`is required: a duration such as "32s", "1h" or "24h", or "monthly"`)
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf(`must be a duration such as "32s", "1h" or "24h", got %q`, s)
+		return 0, fmt.Errorf(`must be a duration such as "32s", "1h" or "24h", or "monthly", got %q`, s)
 	}
 	if _, err := slotplan.NewBuckets(d, slotplan.BucketsTwoByte); err != nil || d < MinPeriod {
 		lo := max(d.Truncate(2*time.Second), MinPeriod)
@@ -177,41 +188,33 @@ func New(cfg Config) (*Server, error) {
 		// A redirect is the target's answer, not a new target.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+	if s.cfg.MonthLocation == nil {
+		s.cfg.MonthLocation = time.UTC
+	}
 	seen := map[time.Duration]bool{}
-	var tasks []riverutil.Task
+	var (
+		tasks    []riverutil.Task
+		periodOf []time.Duration // each task's period
+	)
 	for _, p := range cfg.Periods {
-		if _, err := ParsePeriod(p.String()); err != nil {
+		if _, err := ParsePeriod(FormatPeriod(p)); err != nil {
 			return nil, fmt.Errorf("serve: period %s: %w", p, err)
 		}
 		if seen[p] {
 			continue
 		}
 		seen[p] = true
+		periodOf = append(periodOf, p)
+		if p == Monthly {
+			tasks = append(tasks, s.task(p, riverutil.Task{Monthly: true, Location: s.cfg.MonthLocation}))
+			continue
+		}
 		buckets := slotplan.BucketsTwoByte // 24h: 1,024 slots
 		if p < time.Hour {
 			// 16 slots of 1 s for 16 s, not 128 fan-outs of 125 ms.
 			buckets = slotplan.Buckets
 		}
-		tasks = append(tasks, riverutil.Task{
-			Name:    TaskName(p),
-			Cycle:   p,
-			Buckets: buckets,
-			// A server started mid-period calls from the next period on, as
-			// a schedule created mid-period does: every call at its place.
-			FirstCycle: riverutil.FirstCycleNext,
-			// Calls start within the client's fetch poll of their place,
-			// not at River's next 5 s scheduler tick.
-			Punctual:    true,
-			Schema:      cfg.Schema,
-			Table:       SchedulesTable,
-			Filter:      "deleted_at IS NULL AND NOT paused AND period_ms = " + strconv.FormatInt(p.Milliseconds(), 10),
-			Queue:       "riverslot_calls",
-			MaxAttempts: MaxRetries + 1,
-			SyncTimeout: MaxTimeout + 5*time.Second,
-			Upstream:    "upstream",
-			Limits:      cfg.HostLimits,
-			Sync:        s.call,
-		})
+		tasks = append(tasks, s.task(p, riverutil.Task{Cycle: p, Buckets: buckets}))
 	}
 	// The server's own sorted list, each period once (the caller's slice
 	// is left as it was).
@@ -221,14 +224,35 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	s.scheduler = scheduler
-	for _, t := range tasks {
+	for i, t := range tasks {
 		info, err := scheduler.Task(t.Name)
 		if err != nil {
 			return nil, err
 		}
-		s.tasks[t.Cycle] = info
+		s.tasks[periodOf[i]] = info
 	}
 	return s, nil
+}
+
+// task returns the riverslot task of period p: t (its cycle: Cycle and
+// Buckets, or Monthly and Location) with the settings every period
+// shares.
+func (s *Server) task(p time.Duration, t riverutil.Task) riverutil.Task {
+	t.Name = TaskName(p)
+	// A server started mid-period calls from the next period on, as a
+	// schedule created mid-period does: every call at its place.
+	t.FirstCycle = riverutil.FirstCycleNext
+	// Calls start within the client's fetch poll of their place, not at
+	// River's next 5 s scheduler tick.
+	t.Punctual = true
+	t.Schema, t.Table = s.cfg.Schema, SchedulesTable
+	t.Filter = "deleted_at IS NULL AND NOT paused AND period_ms = " + strconv.FormatInt(p.Milliseconds(), 10)
+	t.Queue = "riverslot_calls"
+	t.MaxAttempts = MaxRetries + 1
+	t.SyncTimeout = MaxTimeout + 5*time.Second
+	t.Upstream, t.Limits = "upstream", s.cfg.HostLimits
+	t.Sync = s.call
+	return t
 }
 
 // CreateIndexes creates the schedules' bucket indexes (one per bucket
@@ -376,7 +400,7 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riveruti
 	t.timeout = time.Duration(timeoutMS) * time.Millisecond
 	var due *time.Time
 	if info, ok := s.tasks[time.Duration(periodMS)*time.Millisecond]; ok && info.Name == job.Args.Task {
-		d := info.Plan.ShiftedTarget(job.Args.CycleStart, info.Seed, id, info.Shift)
+		d := info.Due(job.Args.CycleStart, id)
 		due = &d
 	}
 
