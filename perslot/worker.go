@@ -230,13 +230,13 @@ type batch struct {
 	// day and the month, for a calendar-month task); split says the
 	// range's first and last buckets may hold accounts of other slots (a
 	// month's days split the buckets on their boundaries by InSlot).
-	slotLen, cycleLen               time.Duration
-	split                           bool
-	fenceSQL                        string
-	params                          []river.InsertManyParams
-	opts                            []river.InsertOpts
-	syncTags                        []string // the sync jobs' tags: the task's own and the plan's (taskspec.PlanTag)
-	overlaps                        []*overlap
+	slotLen, cycleLen time.Duration
+	split             bool
+	fenceSQL          string
+	params            []river.InsertManyParams
+	opts              []river.InsertOpts
+	syncTags          []string // the sync jobs' tags: the task's own and the plan's (taskspec.PlanTag)
+	overlaps          []*overlap
 	// pins is what the cycle follows (nil: hash placement), pinRead its
 	// queries and pinArgs their leading (task, plan, cycle start): a
 	// range page skips its accounts pinned in the cycle, and the accounts

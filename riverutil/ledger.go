@@ -31,6 +31,11 @@ func (s *Scheduler) cyclePlanFromLedger(ctx context.Context, spec *taskspec.Spec
 // when some slot has no such record (the task's first cycle under its
 // plan) does it count the accounts table (hashCounts, cached a minute).
 func (s *Scheduler) expectedCounts(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) ([]int64, error) {
+	if spec.Monthly() {
+		// A month's day d is not the last month's day d (other buckets):
+		// the earlier fan-outs' counts say nothing of it.
+		return s.hashCounts(ctx, spec, cycleStart)
+	}
 	counts, complete, err := s.ledger().RangeCounts(ctx, s.pool, spec.Name, spec.PlanID, spec.Slots(cycleStart), cycleStart)
 	if err != nil {
 		return nil, err

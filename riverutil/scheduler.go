@@ -350,8 +350,8 @@ func (s *Scheduler) bootstrapParams(taskName string, cycleStart time.Time) (rive
 			cycleStart.Format(time.RFC3339Nano), taskName, spec.CycleName(), start.Format(time.RFC3339Nano))
 	}
 	if oldest := ledger.Oldest(spec.Plan.Cycle); time.Since(cycleStart) > oldest {
-		return nil, nil, fmt.Errorf("cycleStart %s of task %q started more than %s ago (the ledger's horizon for a %s cycle, 4 cycles + 1 h, less a cycle): too old to re-run; pass a later cycle start",
-			cycleStart.Format(time.RFC3339Nano), taskName, oldest, spec.Plan.Cycle)
+		return nil, nil, fmt.Errorf("cycleStart %s of task %q started more than %s ago (the ledger's horizon for a cycle of %s, 4 cycles + 1 h, less a cycle): too old to re-run; pass a later cycle start",
+			cycleStart.Format(time.RFC3339Nano), taskName, oldest, spec.CycleName())
 	}
 	return bootstrap.NewArgs(spec, cycleStart), spec.BootstrapOpts(), nil
 }

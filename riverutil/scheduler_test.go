@@ -476,7 +476,7 @@ func TestEnqueueCycle(t *testing.T) {
 	// horizon less a cycle) is refused: its ledger rows may be pruned.
 	old := time.Now().UTC().Truncate(2 * time.Minute).Add(-70 * time.Minute)
 	_, err = s.EnqueueCycle(ctx, client, "transactions", old)
-	require.ErrorContains(t, err, `of task "transactions" started more than 1h6m0s ago (the ledger's horizon for a 2m0s cycle, 4 cycles + 1 h, less a cycle): too old to re-run`)
+	require.ErrorContains(t, err, `of task "transactions" started more than 1h6m0s ago (the ledger's horizon for a cycle of 2m0s, 4 cycles + 1 h, less a cycle): too old to re-run`)
 	_, err = s.EnqueueCycle(ctx, client, "transactions", old.Add(6*time.Minute))
 	require.NoError(t, err, "64 min ago is within it")
 	_, err = s.EnqueueCycle(ctx, client, "nope", start)

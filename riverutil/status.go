@@ -411,7 +411,7 @@ func (s *Scheduler) statusFromJobs(ctx context.Context, spec *taskspec.Spec, cyc
 	if err != nil {
 		return nil, err
 	}
-	if !complete {
+	if !complete || spec.Monthly() { // a month's days are not the last month's
 		counts = nil
 	}
 	return s.statusOf(ctx, spec, cycleStart, counts)
@@ -483,11 +483,19 @@ func (s *Scheduler) statusOf(ctx context.Context, spec *taskspec.Spec, cycleStar
 	if spec.Schedule.Location != nil {
 		prevStart = spec.Schedule.Start(cycleStart.Add(-time.Nanosecond)).UTC()
 	}
-	prev, err := s.cycleStatus(ctx, spec, prevStart, counts, now)
+	prevCounts := counts
+	if spec.Monthly() && counts != nil {
+		// The last month has days of its own.
+		var err error
+		if prevCounts, err = s.hashCounts(ctx, spec, prevStart); err != nil {
+			prevCounts = nil // expected from its jobs, as when the accounts database is down
+		}
+	}
+	prev, err := s.cycleStatus(ctx, spec, prevStart, prevCounts, now)
 	if err != nil {
 		return nil, err
 	}
-	if counts == nil {
+	if prevCounts == nil {
 		jobsExpected(prev, nil)
 	}
 	current, err := s.cycleStatus(ctx, spec, cycleStart, counts, now)

@@ -93,3 +93,21 @@ func ExampleBalance() {
 	fmt.Println(slots)
 	// Output: [2 3]
 }
+
+// An account of bucket 0x8000 (the month's middle) in Europe/London: due
+// half-way through every month, whatever its length: 14 days into
+// February's 28, 371.5 hours into March's 743 (the clocks spring forward
+// on the 28th), 360 hours into April's 720 (in summer time).
+func ExampleMonthly() {
+	london, _ := time.LoadLocation("Europe/London")
+	m, _ := slotplan.NewMonthly(london)
+	id := [16]byte{14: 0x00, 15: 0x80}
+	for month := m.MonthStart(time.Date(2027, 2, 10, 0, 0, 0, 0, time.UTC)); month.Month() <= time.April; month = m.NextMonth(month) {
+		due := m.Target(month, 1, id)
+		fmt.Println(m.Days(month), "days:", due.In(london).Format("Jan 2 15h MST"), "day", m.DayOf(month, 1, id))
+	}
+	// Output:
+	// 28 days: Feb 15 00h GMT day 14
+	// 31 days: Mar 16 11h GMT day 15
+	// 30 days: Apr 16 00h BST day 15
+}

@@ -16,7 +16,8 @@ func TestServeFlags(t *testing.T) {
 	}{
 		{[]string{"--periods", "1h,7s"}, `--periods "7s": 7s is too short: a period is at least 16s`},
 		{[]string{"--periods", "1h0m1s"}, "cannot be spread evenly"},
-		{[]string{"--periods", "monthly"}, "not served yet"},
+		{[]string{"--periods", "monthly", "--month-location", "Mars/Olympus"}, `--month-location "Mars/Olympus" is not a time zone name`},
+		{[]string{"--periods", "1h,weekly"}, `--periods "weekly": must be a duration such as "32s", "1h" or "24h", or "monthly"`},
 		{[]string{"--workers", "0"}, "--workers must be between 1 and"},
 		{[]string{"--history", "10m"}, "--history must be at least 1h"},
 		{[]string{"--host-rate", "-1"}, "must not be negative"},

@@ -346,9 +346,9 @@ func (s *Server) periodList() string {
 }
 
 func (s *Server) nearest(p time.Duration) time.Duration {
-	best := s.cfg.Periods[0]
+	best := s.cfg.Periods[len(s.cfg.Periods)-1] // the longest fixed period, or Monthly alone
 	for _, q := range s.cfg.Periods {
-		if absDur(q-p) < absDur(best-p) {
+		if q != Monthly && absDur(q-p) < absDur(best-p) {
 			best = q
 		}
 	}

@@ -64,11 +64,19 @@ type api struct {
 
 func setup(t *testing.T, guard *serve.Guard, periods ...time.Duration) *api {
 	t.Helper()
+	return setupConfig(t, serve.Config{Periods: periods, Guard: guard})
+}
+
+// setupConfig is setup for a server of cfg (its pool, schema and logger
+// set here).
+func setupConfig(t *testing.T, cfg serve.Config) *api {
+	t.Helper()
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := riverslottest.EmptySchema(ctx, t, pool)
 	require.NoError(t, serve.Migrate(ctx, pool, schema))
-	srv, err := serve.New(serve.Config{Pool: pool, Schema: schema, Periods: periods, Guard: guard, Logger: riverslottest.Logger(t)})
+	cfg.Pool, cfg.Schema, cfg.Logger = pool, schema, riverslottest.Logger(t)
+	srv, err := serve.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, srv.CreateIndexes(ctx))
 	token, err := srv.AddToken(ctx, "test")
@@ -216,7 +224,7 @@ func TestAPI(t *testing.T) {
 		{map[string]any{"period": "1h"}, "url", "is required"},
 		{map[string]any{"url": "https://203.0.113.10/", "period": "45m"}, "period", "nearest: 1h"},
 		{map[string]any{"url": "https://203.0.113.10/", "period": "1h0m1s"}, "period", "the nearest are 1h and 1h0m2s"},
-		{map[string]any{"url": "https://203.0.113.10/", "period": "monthly"}, "period", "not served yet"},
+		{map[string]any{"url": "https://203.0.113.10/", "period": "monthly"}, "period", "monthly is not served here"},
 		{map[string]any{"url": "https://203.0.113.10/", "period": "1m", "timeout": "45s"}, "timeout", "more than half the period"},
 		{map[string]any{"url": "https://203.0.113.10/", "period": "1h", "retries": 11}, "retries", "between 0 and 10"},
 		{map[string]any{"url": "https://203.0.113.10/", "period": "1h", "method": "TRACE"}, "method", "must be one of"},
@@ -421,6 +429,48 @@ func TestAPI(t *testing.T) {
 // TestPrune: calls and deleted schedules older than History go, in
 // batches, the newer stay; a server's periods are its own sorted list,
 // each once, whatever order (and repeats) its caller gave.
+// TestMonthlySchedules: a server with the monthly period in London takes
+// "monthly" schedules; each one's next calls fall at its place in each
+// calendar month there (month start + its fraction of the month's length,
+// worked out here from the calendar), one a month; a timeout is not held
+// to half a month; the list filters by the period; a period it does not
+// serve is refused naming the nearest fixed one.
+func TestMonthlySchedules(t *testing.T) {
+	t.Parallel()
+	london, err := time.LoadLocation("Europe/London")
+	require.NoError(t, err)
+	a := setupConfig(t, serve.Config{Periods: []time.Duration{time.Hour, serve.Monthly}, MonthLocation: london})
+
+	var sc serve.Schedule
+	require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": "https://203.0.113.10/bill", "period": "monthly", "timeout": "50s"}, &sc))
+	require.Equal(t, "monthly", sc.Period)
+	require.Equal(t, "50s", sc.Timeout)
+	require.True(t, sc.MonthFraction > 0 && sc.MonthFraction < 1, "%v", sc.MonthFraction)
+	require.Len(t, sc.NextCalls, 3)
+	for i, c := range sc.NextCalls {
+		local := c.In(london)
+		start := time.Date(local.Year(), local.Month(), 1, 0, 0, 0, 0, london)
+		length := time.Date(local.Year(), local.Month()+1, 1, 0, 0, 0, 0, london).Sub(start)
+		require.InDelta(t, sc.MonthFraction, float64(c.Sub(start))/float64(length), 1e-9, "call %d (%s) at the schedule's place in its month", i, local)
+		if i > 0 {
+			prev := sc.NextCalls[i-1].In(london)
+			require.Equal(t, (int(prev.Month())%12)+1, int(local.Month()), "one call a month")
+		}
+	}
+	var list struct {
+		Schedules []serve.Schedule `json:"schedules"`
+	}
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules?period=monthly", nil, &list))
+	require.Len(t, list.Schedules, 1)
+	require.Equal(t, sc.ID, list.Schedules[0].ID)
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules?period=1h", nil, &list))
+	require.Empty(t, list.Schedules)
+
+	var e apiErr
+	require.Equal(t, http.StatusBadRequest, a.do("POST", "/v1/schedules", map[string]any{"url": "https://203.0.113.10/", "period": "24h"}, &e))
+	require.Contains(t, e.Error, "this server serves monthly, 1h (the nearest: 1h)")
+}
+
 func TestPrune(t *testing.T) {
 	t.Parallel()
 	periods := []time.Duration{time.Hour, time.Minute, time.Hour}
