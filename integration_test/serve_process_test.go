@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,13 +81,17 @@ func startServe(t *testing.T, schema, tokenFile string) *serveProcess {
 // the schedules created over one's API, each once per period; one is
 // killed with SIGKILL and the other goes on: no schedule is ever called
 // twice in a period, and every one is called in every period from the
-// second after the kill on.
+// second after the kill on, for three periods, each call within the second
+// after its place (the same second every period); the calls' places are
+// spread evenly over the period (chi-square). After the kill a schedule
+// deleted through the survivor is never called again, and one paused and
+// resumed is not called while paused and is called again at its place.
 func TestServeProcesses(t *testing.T) {
 	parallel(t)
 	reserveProcessConns(t, 0, 2)
 	const (
 		period    = 16 * time.Second
-		schedules = 24
+		schedules = 64
 	)
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
@@ -136,6 +141,14 @@ func TestServeProcesses(t *testing.T) {
 		require.Equal(t, http.StatusOK, send(b.api, "PATCH", "/v1/schedules/"+sc.ID, map[string]any{"url": target.URL + "/s/" + sc.ID, "paused": false}, nil))
 		all = append(all, sc)
 	}
+	// Two more: one to delete, one to pause and resume, after the kill.
+	extra := map[string]schedule{}
+	for _, name := range []string{"deleted", "paused"} {
+		var sc schedule
+		require.Equal(t, http.StatusCreated, send(a.api, "POST", "/v1/schedules", map[string]any{"url": target.URL + "/s/pending", "period": "16s", "timeout": "2s", "paused": true}, &sc))
+		require.Equal(t, http.StatusOK, send(b.api, "PATCH", "/v1/schedules/"+sc.ID, map[string]any{"url": target.URL + "/s/" + sc.ID, "paused": false}, nil))
+		extra[name] = sc
+	}
 	of := func(id string) []time.Time {
 		mu.Lock()
 		defer mu.Unlock()
@@ -169,9 +182,40 @@ func TestServeProcesses(t *testing.T) {
 	})
 	t.Logf("first cycle bootstrapped ahead of its start after the kill: %s, %s after it", from.Format(time.TimeOnly), from.Sub(killed).Round(time.Millisecond))
 	to := from.Add(3 * period)
+	// calledIn returns the schedule's calls in the period starting at k.
+	calledIn := func(sc schedule, k time.Time) []time.Time {
+		offset := time.Duration(sc.OffsetSeconds * float64(time.Second))
+		var in []time.Time
+		for _, at := range of(sc.ID) {
+			if !at.Before(k.Add(offset)) && at.Before(k.Add(offset+period)) {
+				in = append(in, at)
+			}
+		}
+		return in
+	}
+	// Once each has been called in the first period, delete one and pause
+	// the other, through the survivor; resume the paused one half a period
+	// later.
+	riverslottest.WaitFor(t, 2*period, "the first calls after the kill of the schedules to delete and pause", func() bool {
+		return len(calledIn(extra["deleted"], from)) > 0 && len(calledIn(extra["paused"], from)) > 0
+	})
+	require.Equal(t, http.StatusOK, send(b.api, "DELETE", "/v1/schedules/"+extra["deleted"].ID, nil, nil))
+	deleted := time.Now()
+	require.Equal(t, http.StatusOK, send(b.api, "PATCH", "/v1/schedules/"+extra["paused"].ID, map[string]any{"paused": true}, nil))
+	paused := time.Now()
+	resumeAt := from.Add(period + period/2)
+	riverslottest.WaitFor(t, time.Until(resumeAt)+period, "half a period after the pause", func() bool { return time.Now().After(resumeAt) })
+	require.Equal(t, http.StatusOK, send(b.api, "PATCH", "/v1/schedules/"+extra["paused"].ID, map[string]any{"paused": false}, nil))
+	resumed := time.Now()
 	riverslottest.WaitFor(t, time.Until(to)+period, "three periods after the kill", func() bool { return time.Now().After(to.Add(period / 2)) })
 
 	require.Empty(t, of("pending"), "no schedule was called while paused")
+	var late []time.Duration // each call's lateness after its place
+	lateness := func(sc schedule, at time.Time) time.Duration {
+		offset := time.Duration(sc.OffsetSeconds * float64(time.Second))
+		return at.Sub(from.Add(offset)) % period
+	}
+	bins := make([]int, 8) // the checked calls' places, by eighths of the period
 	for _, sc := range all {
 		offset := time.Duration(sc.OffsetSeconds * float64(time.Second))
 		per := map[int64]int{}
@@ -183,7 +227,41 @@ func TestServeProcesses(t *testing.T) {
 		}
 		for k := from; k.Before(to); k = k.Add(period) {
 			require.Equal(t, 1, per[k.Unix()], "schedule %s (offset %s): no call in the period from %s (after the kill at %s); its calls: %v", sc.ID, offset, k.UTC(), killed.UTC(), of(sc.ID))
+			at := calledIn(sc, k)[0]
+			late = append(late, lateness(sc, at))
+			bins[int(at.Sub(k)%period*8/period)]++
 		}
+	}
+	slices.Sort(late)
+	t.Logf("%d calls in the three periods after the kill: lateness p50 %s, p99 %s, max %s; by eighth of the period %v",
+		len(late), late[len(late)/2], late[len(late)*99/100], late[len(late)-1], bins)
+	require.Less(t, late[len(late)-1], time.Second, "every call in the second after its place")
+	require.GreaterOrEqual(t, late[0], -50*time.Millisecond, "no call before its place")
+	// 192 calls in 8 eighths: 24 expected in each. Chi-square, 7 degrees
+	// of freedom, below 35: a false alarm once in 100,000 runs; calls
+	// bunched into a few places give hundreds.
+	var chi2 float64
+	for _, n := range bins {
+		chi2 += float64((n-24)*(n-24)) / 24
+	}
+	require.Less(t, chi2, 35.0, "calls per eighth of the period: %v", bins)
+
+	// The deleted schedule: never called after its deletion.
+	for _, at := range of(extra["deleted"].ID) {
+		require.False(t, at.After(deleted), "the deleted schedule was called at %s, after its deletion at %s", at, deleted)
+	}
+	// The paused one: not called while paused, then at its place again.
+	var after []time.Time
+	for _, at := range of(extra["paused"].ID) {
+		require.False(t, at.After(paused) && at.Before(resumed), "the paused schedule was called at %s, while paused (%s to %s)", at, paused, resumed)
+		if at.After(resumed) {
+			after = append(after, at)
+		}
+	}
+	require.NotEmpty(t, after, "the paused schedule is called again after it was resumed at %s", resumed)
+	for _, at := range after {
+		l := lateness(extra["paused"], at)
+		require.True(t, l >= -50*time.Millisecond && l < time.Second, "resumed, called at %s: %s after its place", at, l)
 	}
 	// The surviving process still answers, with the calls in its history.
 	var got struct {
