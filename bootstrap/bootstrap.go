@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,7 +77,12 @@ type Worker struct {
 	logger *slog.Logger
 	pool   *pgxpool.Pool
 	specs  map[string]*taskspec.Spec
+	shard  string // the shard this River database is, for sharded tasks
 }
+
+// SetShard names the shard this worker's River database is: a sharded
+// task's cycles get the slots the shard map gives it.
+func (w *Worker) SetShard(name string) { w.shard = name }
 
 // NewWorker returns a bootstrap worker. riverutil builds it.
 func NewWorker(pool *pgxpool.Pool, logger *slog.Logger) *Worker {
@@ -239,8 +245,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if err := river.RecordOutput(ctx, output); err != nil {
 		return fmt.Errorf("error recording the bootstrap's output: %w", err)
 	}
+	owned, shardMap, err := w.shardSlots(ctx, tx, led, spec, cycleStart)
+	if err != nil {
+		return err
+	}
 	cycleEnd := spec.CycleEnd(cycleStart).UTC()
 	if err := led.RecordCycle(ctx, tx, ledger.Cycle{
+		Shard: shardMap.shard, ShardVersion: shardMap.version,
 		Task: spec.Name, Plan: spec.Key, Start: cycleStart, End: cycleEnd,
 		Deadline:  spec.SyncsUntil(cycleStart, cycleEnd).UTC(),
 		KeepUntil: cycleStart.Add(ledger.Horizon(spec.Plan.Cycle)),
@@ -250,7 +261,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}); err != nil {
 		return err
 	}
-	slots, err := led.ClaimSlots(ctx, tx, spec.Name, spec.PlanID, cycleStart, spec.Slots(cycleStart))
+	var slots []int
+	if owned != nil {
+		slots, err = led.ClaimSlotList(ctx, tx, spec.Name, spec.PlanID, cycleStart, owned)
+	} else {
+		slots, err = led.ClaimSlots(ctx, tx, spec.Name, spec.PlanID, cycleStart, spec.Slots(cycleStart))
+	}
 	if err != nil {
 		return err
 	}
@@ -292,12 +308,59 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			inserted++
 		}
 	}
-	w.logger.InfoContext(ctx, "riverslot: cycle bootstrapped",
-		slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart),
-		slog.Int("slots", spec.Slots(cycleStart)), slog.Duration("slot_duration", spec.SlotLen(cycleStart, 0)),
-		slog.Int("per_slot_inserted", inserted), slog.Int("per_slot_already_present", spec.Slots(cycleStart)-inserted),
-		slog.Int64("ledger_rows_pruned", pruned))
+	served := spec.Slots(cycleStart)
+	attrs := []any{slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart),
+		slog.Int("slots", served), slog.Duration("slot_duration", spec.SlotLen(cycleStart, 0))}
+	if owned != nil {
+		served = len(owned)
+		attrs = append(attrs, slog.String("shard", shardMap.shard), slog.Int64("shard_map_version", shardMap.version), slog.Int("slots_of_shard", served))
+	}
+	w.logger.InfoContext(ctx, "riverslot: cycle bootstrapped", append(attrs,
+		slog.Int("per_slot_inserted", inserted), slog.Int("per_slot_already_present", served-inserted),
+		slog.Int64("ledger_rows_pruned", pruned))...)
 	return nil
+}
+
+// cycleShard is the shard and shard-map version a cycle follows (zero for
+// an unsharded task).
+type cycleShard struct {
+	shard   string
+	version int64
+}
+
+// shardSlots returns, for a sharded task (one with a shard map in force at
+// cycleStart in this database), the slots of the cycle that this shard
+// serves, by the map, and the map's version; nil slots for an unsharded
+// task (every slot). It takes the task's shard-map lock shared in tx, so a
+// change of the map waits for the cycle's commit and then sees it made.
+func (w *Worker) shardSlots(ctx context.Context, tx pgx.Tx, led ledger.Ledger, spec *taskspec.Spec, cycleStart time.Time) ([]int, cycleShard, error) {
+	if err := led.LockShards(ctx, tx, spec.Name, false); err != nil {
+		return nil, cycleShard{}, err
+	}
+	m, ok, err := led.ShardMapAt(ctx, tx, spec.Name, cycleStart)
+	if err != nil || !ok {
+		return nil, cycleShard{}, err
+	}
+	shards := m.Shards()
+	switch {
+	case w.shard == "":
+		return nil, cycleShard{}, fmt.Errorf("task %q is sharded (shard map version %d in this database, shards %v) but this node names no shard: set riverutil.Config.Shard (riverslot worker --shard) to this database's shard", spec.Name, m.Version, shards)
+	case !slices.Contains(shards, w.shard):
+		return nil, cycleShard{}, fmt.Errorf("task %q: this node's shard %q is not in the shard map in force at %s (version %d, shards %v): set riverutil.Config.Shard to this database's shard", spec.Name, w.shard, cycleStart.Format(time.RFC3339), m.Version, shards)
+	case spec.Monthly():
+		return nil, cycleShard{}, fmt.Errorf("task %q: a calendar-month task cannot be sharded (its days' bucket ranges change month by month); remove its shard map", spec.Name)
+	case spec.PinsRef() != nil:
+		return nil, cycleShard{}, fmt.Errorf("task %q: a weighted task (or one OppositeOf a weighted task) cannot be sharded (a pin may move an account to another shard's slot); remove its shard map or its Weight", spec.Name)
+	}
+	owned := m.SlotsOf(spec.Plan, spec.Shift, w.shard)
+	if owned == nil {
+		owned = []int{} // the shard serves no slot of this plan
+	}
+	if err := m.Aligned(spec.Plan); err != nil {
+		w.logger.WarnContext(ctx, "riverslot: the shard map does not fall on the plan's slots; each slot is served by the shard owning its first bucket, so some accounts are served by a shard that does not own them",
+			slog.String("task", spec.Name), slog.Int64("shard_map_version", m.Version), slog.String("error", err.Error()))
+	}
+	return owned, cycleShard{shard: w.shard, version: m.Version}, nil
 }
 
 // firstCycle says, at warn, what the task's first cycle does, started

@@ -55,11 +55,22 @@ type Config struct {
 	// docs/operations.md lists them). Defaults to nil: no metrics, and no
 	// use of the global provider.
 	MeterProvider metric.MeterProvider
+
+	// Shard names the shard this scheduler's River database is, for tasks
+	// spread over several databases (docs/shards.md): a sharded task's
+	// cycles on this database serve the slots its shard map (stored in
+	// the database, SetShardMap) gives this shard. Every scheduler of a
+	// database names the same shard; a node serving several shards builds
+	// one Scheduler and one River client per database. Defaults to "": a
+	// task with a shard map in this database then fails its bootstrap,
+	// saying so; a task without one is not sharded.
+	Shard string
 }
 
 // Scheduler holds validated tasks and the River workers that run them. Build
 // it with New, wire it into a River client with Configure.
 type Scheduler struct {
+	shard       string // Config.Shard
 	configured  bool
 	riverSchema string // river.Config.Schema, set by Configure
 	// completedRetention is river.Config.CompletedJobRetentionPeriod as
@@ -113,7 +124,11 @@ func newScheduler(config *Config) (*Scheduler, error) {
 	if config == nil || len(config.Tasks) == 0 {
 		return nil, errors.New("Config.Tasks must contain at least one task")
 	}
+	if config.Shard != "" && !slotplan.ValidShardName(config.Shard) {
+		return nil, fmt.Errorf("Config.Shard must be 1-64 letters, digits, '_', '-' or '.', got %q", config.Shard)
+	}
 	s := &Scheduler{
+		shard:    config.Shard,
 		logger:   config.Logger,
 		byName:   make(map[string]*taskspec.Spec),
 		punctual: make(map[string]bool),
@@ -210,6 +225,7 @@ func (s *Scheduler) Configure(config *river.Config) error {
 	}
 	s.configured, s.riverSchema = true, config.Schema
 	bootstrapWorker := bootstrap.NewWorker(s.pool, s.logger)
+	bootstrapWorker.SetShard(s.shard)
 	perSlotWorker := perslot.NewWorker(s.pool, s.logger)
 	syncWorker := syncjob.NewWorker(s.pool, s.logger)
 	s.syncWorkers = append(s.syncWorkers, syncWorker)

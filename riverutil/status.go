@@ -30,6 +30,7 @@ const (
 	SlotDone      = "done"      // every account of the slot enqueued (or skipped as late)
 	SlotFailed    = "failed"    // discarded or cancelled: see Error
 	SlotMissing   = "missing"   // no per-slot job: the bootstrap has not run, or River deleted it
+	SlotElsewhere = "elsewhere" // another shard's slot: that shard's database makes and serves it
 )
 
 // TaskStatus is where a task's cycles stand: the current one and the one
@@ -168,6 +169,13 @@ type CycleStatus struct {
 	// SlotsDone and SlotsFailed count the slots in state SlotDone and
 	// SlotFailed.
 	SlotsDone, SlotsFailed int
+	// Shard and ShardVersion are, for a sharded task, this database's
+	// shard and the version of the shard map the cycle follows; the
+	// SlotsElsewhere slots the map gives other shards are in state
+	// SlotElsewhere, expect no account here, and are never behind.
+	Shard          string
+	ShardVersion   int64
+	SlotsElsewhere int
 
 	// Sync jobs of the cycle: Enqueued is what the fan-outs inserted (their
 	// cursors), Skipped the late accounts they skipped. Pending (scheduled
@@ -730,9 +738,29 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 		// per-slot worker does.
 		ref = spec.PinsRef()
 	)
-	if rec, ok, err := led.CycleRecord(ctx, s.pool, spec.Name, spec.PlanID, cycleStart); err != nil {
+	rec, recorded, err := led.CycleRecord(ctx, s.pool, spec.Name, spec.PlanID, cycleStart)
+	if err != nil {
 		return nil, err
-	} else if ok {
+	}
+	// A sharded task's cycle: the map its bootstrap followed (or, before
+	// it ran, the one in force) says which slots are this shard's.
+	shardMap, sharded, err := led.ShardMapAt(ctx, s.pool, spec.Name, cycleStart)
+	if recorded && rec.Shard != "" {
+		shardMap, sharded, err = led.ShardMapVersion(ctx, s.pool, spec.Name, rec.ShardVersion)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sharded {
+		c.Shard, c.ShardVersion = cmp.Or(rec.Shard, s.shard), shardMap.Version
+		for i := range c.PerSlot {
+			if shardMap.SlotOwner(spec.Plan, spec.Shift, i) != c.Shard {
+				c.PerSlot[i].State = SlotElsewhere
+				c.SlotsElsewhere++
+			}
+		}
+	}
+	if recorded {
 		outcomes = rec.Outcomes
 		c.PinsFallback = rec.Fallback
 		switch rec.Placement {
@@ -759,7 +787,7 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 		return nil, err
 	}
 	for slot, r := range slots {
-		if slot < 0 || slot >= len(c.PerSlot) {
+		if slot < 0 || slot >= len(c.PerSlot) || c.PerSlot[slot].State == SlotElsewhere {
 			continue
 		}
 		p := &c.PerSlot[slot]
@@ -827,6 +855,9 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	}
 	for i := range c.PerSlot {
 		p := &c.PerSlot[i]
+		if p.State == SlotElsewhere {
+			continue // counted by its own shard
+		}
 		p.Expected = counts[i]
 		if in != nil {
 			p.PinnedIn, p.PinnedOut = in[i], out[i]
@@ -857,7 +888,7 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	// Behind: slots past their middle whose fan-out has not finished. Off:
 	// done slots that selected other accounts than the placement expects.
 	for _, p := range c.PerSlot {
-		if p.State != SlotDone && p.State != SlotFailed && !now.Before(p.Start.Add(spec.SlotLen(c.CycleStart, p.Slot)/2)) {
+		if open(p) && !now.Before(p.Start.Add(spec.SlotLen(c.CycleStart, p.Slot)/2)) {
 			c.BehindSlots++
 		}
 		if p.State == SlotDone && offSlot(p.Enqueued+p.Skipped, p.Expected) {
@@ -884,6 +915,12 @@ func (s *Scheduler) cycleStatus(ctx context.Context, spec *taskspec.Spec, cycleS
 	return c, nil
 }
 
+// open reports whether the slot's fan-out is this shard's and has not
+// ended.
+func open(p SlotStatus) bool {
+	return p.State != SlotDone && p.State != SlotFailed && p.State != SlotElsewhere
+}
+
 // errNoRiverSchema is returned when Status runs before Configure.
 var errNoRiverSchema = errors.New("call Configure before Status: Status reads River's tables in river.Config.Schema")
 
@@ -907,7 +944,7 @@ func (s *Scheduler) checkStarting(ctx context.Context, spec *taskspec.Spec, c *C
 		if p.State == SlotMissing {
 			return nil
 		}
-		if p.State != SlotDone && p.State != SlotFailed && !now.Before(p.Start.Add(spec.SlotLen(c.CycleStart, p.Slot)/2)) {
+		if open(p) && !now.Before(p.Start.Add(spec.SlotLen(c.CycleStart, p.Slot)/2)) {
 			behind = append(behind, p.Slot)
 		}
 	}
@@ -933,7 +970,7 @@ func (s *Scheduler) checkStarting(ctx context.Context, spec *taskspec.Spec, c *C
 	case errors.Is(err, pgx.ErrNoRows):
 		for _, p := range c.PerSlot {
 			mid := p.Start.Add(spec.SlotLen(c.CycleStart, p.Slot) / 2)
-			if p.State != SlotDone && p.State != SlotFailed && now.Sub(mid) >= StartingGrace {
+			if open(p) && now.Sub(mid) >= StartingGrace {
 				return nil
 			}
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/upstream"
 )
 
@@ -14,5 +15,5 @@ func NewTestWorker(pool *pgxpool.Pool) *Worker { return &Worker{pool: pool} }
 
 // Acquire is acquire, for the external tests.
 func (w *Worker) Acquire(ctx context.Context, lim *upstream.Limiter, req upstream.Request, inProcess bool) (upstream.Decision, error) {
-	return w.acquire(ctx, lim, req, inProcess)
+	return w.acquire(ctx, &taskspec.Spec{Name: req.Task}, lim, req, inProcess)
 }

@@ -160,12 +160,17 @@ func (w *Worker) holdInProcess(task, key string) (release func(), ok bool) {
 // concurrency limit cost most of its upstream's throughput when calls are
 // short. It waits so only with one of the node's in-process places of the
 // upstream (inProcess); without, the sync may not wait in process for its
-// start either (Request.NoDelay).
-func (w *Worker) acquire(ctx context.Context, lim *upstream.Limiter, req upstream.Request, inProcess bool) (upstream.Decision, error) {
+// start either (Request.NoDelay). Every Wait decision is counted in the
+// metrics (spec's), the ones waited in process too: the limiter counts
+// the sync as throttled by the first of them, whatever comes after.
+func (w *Worker) acquire(ctx context.Context, spec *taskspec.Spec, lim *upstream.Limiter, req upstream.Request, inProcess bool) (upstream.Decision, error) {
 	req.NoDelay = !inProcess
 	step, waited := concurrencyRetry, time.Duration(0)
 	for {
 		d, err := w.batch.Acquire(ctx, lim, w.pool, req)
+		if err == nil && d.Verdict == upstream.Wait {
+			spec.Metrics.UpstreamWait(ctx, spec.Name, d.Reason)
+		}
 		if err != nil || !inProcess || d.Verdict != upstream.Wait || d.Reason != upstream.WaitConcurrency || waited+step > upstream.MaxDelay {
 			return d, err
 		}
@@ -201,7 +206,7 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 	if inProcess {
 		defer release()
 	}
-	d, err := w.acquire(ctx, lim, req, inProcess)
+	d, err := w.acquire(ctx, spec, lim, req, inProcess)
 	if inProcess && (err != nil || d.Verdict != upstream.Run || d.Delay <= 0) {
 		release() // waits no more in process
 	}
@@ -212,8 +217,7 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 		return fmt.Errorf("error deciding the sync of account %s with its upstream %q: %w", job.Args.AccountID, job.Args.Upstream, err)
 	}
 	switch d.Verdict {
-	case upstream.Wait:
-		spec.Metrics.UpstreamWait(ctx, spec.Name, d.Reason)
+	case upstream.Wait: // counted by acquire
 		return river.JobSnooze(d.Wait)
 	case upstream.Skip:
 		msg := "riverslot: sync jobs completed without calling Sync: their upstream's rate limit, or a pause it asked for, had no room for them before their NotAfter; the next cycle covers them"
@@ -289,6 +293,7 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 		if err := lim.MarkDeferred(rctx, w.pool, req); err != nil {
 			return err
 		}
+		spec.Metrics.UpstreamWait(ctx, spec.Name, "open")
 		w.warnOnce(ctx, spec, job, "breaker-open:"+job.Args.Upstream, "riverslot: an upstream's circuit breaker is open: its syncs are deferred (snoozed, no attempt used) until a probe finds it back",
 			slog.String("upstream", job.Args.Upstream), slog.Duration("cooldown", spec.Limits.Cooldown), slog.String("error", syncErr.Error()))
 		return river.JobSnooze(wait)

@@ -93,6 +93,21 @@ func DDL(schema string) []string {
 	ADD COLUMN IF NOT EXISTS failed bigint,
 	ADD COLUMN IF NOT EXISTS cancelled bigint,
 	ADD COLUMN IF NOT EXISTS lateness bigint[]`,
+		// Version 5: shards. A sharded task's cycle records the shard that
+		// made it and the version of the shard map it followed; the maps
+		// themselves, each shard's copy, are in riverslot_shards.
+		`ALTER TABLE ` + table + `
+	ADD COLUMN IF NOT EXISTS shard text,
+	ADD COLUMN IF NOT EXISTS shard_version bigint`,
+		`CREATE TABLE IF NOT EXISTS ` + sqlbucket.QualifiedTable(schema, ShardsTable) + ` (
+	task text NOT NULL,
+	version bigint NOT NULL,
+	effective_from timestamptz NOT NULL,
+	map jsonb NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (task, version)
+)`,
+		`COMMENT ON TABLE ` + sqlbucket.QualifiedTable(schema, ShardsTable) + ` IS 'riverslot: this shard''s copy of each sharded task''s shard maps, by version; a cycle follows the latest version in effect at its start'`,
 	}
 }
 
@@ -116,13 +131,14 @@ var ErrOutdated = errors.New("riverslot's ledger table " + Table + " was made by
 
 // Ledger reads and writes the ledger in one schema.
 type Ledger struct {
-	table string // quoted and qualified
-	jobs  string // River's job table beside it, quoted and qualified
+	table  string // quoted and qualified
+	jobs   string // River's job table beside it, quoted and qualified
+	shards string // the shard maps' table beside it, quoted and qualified
 }
 
 // New returns the ledger of River's schema ("" for the search path).
 func New(schema string) Ledger {
-	return Ledger{table: sqlbucket.QualifiedTable(schema, Table), jobs: sqlbucket.QualifiedTable(schema, "river_job")}
+	return Ledger{table: sqlbucket.QualifiedTable(schema, Table), jobs: sqlbucket.QualifiedTable(schema, "river_job"), shards: sqlbucket.QualifiedTable(schema, ShardsTable)}
 }
 
 // QualifiedTable returns the ledger's quoted, qualified table name.
@@ -164,6 +180,30 @@ func (l Ledger) ClaimBootstrap(ctx context.Context, tx pgx.Tx, task, plan string
 func (l Ledger) ClaimSlots(ctx context.Context, tx pgx.Tx, task, plan string, cycleStart time.Time, slots int) ([]int, error) {
 	rows, err := tx.Query(ctx, "INSERT INTO "+l.table+" (task, cycle_start, plan, slot) SELECT $1, $2, $3, s FROM generate_series(0, $4 - 1) s ON CONFLICT DO NOTHING RETURNING slot",
 		task, cycleStart, plan, slots)
+	if err != nil {
+		return nil, wrap(err, "claiming the cycle's slots in the ledger")
+	}
+	claimed, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, wrap(err, "claiming the cycle's slots in the ledger")
+	}
+	out := make([]int, len(claimed))
+	for i, s := range claimed {
+		out[i] = int(s)
+	}
+	sortInts(out)
+	return out, nil
+}
+
+// ClaimSlotList is ClaimSlots for the slots listed (in order), a shard's
+// share of the cycle.
+func (l Ledger) ClaimSlotList(ctx context.Context, tx pgx.Tx, task, plan string, cycleStart time.Time, slots []int) ([]int, error) {
+	s32 := make([]int32, len(slots))
+	for i, s := range slots {
+		s32[i] = int32(s)
+	}
+	rows, err := tx.Query(ctx, "INSERT INTO "+l.table+" (task, cycle_start, plan, slot) SELECT $1, $2, $3, s FROM unnest($4::int[]) s ON CONFLICT DO NOTHING RETURNING slot",
+		task, cycleStart, plan, s32)
 	if err != nil {
 		return nil, wrap(err, "claiming the cycle's slots in the ledger")
 	}
@@ -319,7 +359,12 @@ type Cycle struct {
 	// UTC grid; unknown for a cycle recorded before they were).
 	TriggerOffset time.Duration
 	Location      string
-	CreatedAt     time.Time
+	// Shard and ShardVersion are, for a sharded task, the shard that made
+	// the cycle and the version of the shard map it followed: its slots
+	// are those the map gives the shard ("" and 0 for an unsharded task).
+	Shard        string
+	ShardVersion int64
+	CreatedAt    time.Time
 	// Outcomes are how the cycle's sync jobs ended, as the nodes that ran
 	// them counted them (read back only; RecordCycle does not write them).
 	Outcomes Outcomes
@@ -337,9 +382,14 @@ func (l Ledger) RecordCycle(ctx context.Context, tx pgx.Tx, c Cycle) error {
 		p := string(c.LatePolicy)
 		latePolicy = &p
 	}
-	tag, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10, first_cycle = $11, late_policy = $12, late_grace_us = $13, trigger_offset_us = $14, location = $15"+
+	var shard *string
+	var shardVersion *int64
+	if c.Shard != "" {
+		shard, shardVersion = &c.Shard, &c.ShardVersion
+	}
+	tag, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10, first_cycle = $11, late_policy = $12, late_grace_us = $13, trigger_offset_us = $14, location = $15, shard = $16, shard_version = $17"+
 		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4",
-		c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback, c.First, latePolicy, c.LateGrace.Microseconds(), c.TriggerOffset.Microseconds(), c.Location)
+		c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback, c.First, latePolicy, c.LateGrace.Microseconds(), c.TriggerOffset.Microseconds(), c.Location, shard, shardVersion)
 	if err != nil {
 		return wrap(err, "recording the cycle's decisions in the ledger")
 	}

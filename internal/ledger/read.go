@@ -155,7 +155,7 @@ func (l Ledger) RangeCounts(ctx context.Context, q Queryer, task, plan string, s
 
 // cycleColumns are the columns of a cycle's row that Cycle holds, in the
 // order scanCycle reads them.
-const cycleColumns = "c.task, c.plan, c.cycle_start, c.cycle_end, c.deadline, c.keep_until, coalesce(c.placement, ''), c.pins, coalesce(c.fallback, ''), coalesce(c.first_cycle, false), coalesce(c.late_policy, ''), coalesce(c.late_grace_us, 0), coalesce(c.trigger_offset_us, 0), coalesce(c.location, ''), c.created_at, " +
+const cycleColumns = "c.task, c.plan, c.cycle_start, c.cycle_end, c.deadline, c.keep_until, coalesce(c.placement, ''), c.pins, coalesce(c.fallback, ''), coalesce(c.first_cycle, false), coalesce(c.late_policy, ''), coalesce(c.late_grace_us, 0), coalesce(c.trigger_offset_us, 0), coalesce(c.location, ''), coalesce(c.shard, ''), coalesce(c.shard_version, 0), c.created_at, " +
 	"coalesce(c.synced, 0), coalesce(c.gone, 0), coalesce(c.stale, 0), coalesce(c.upstream_skipped, 0), coalesce(c.failed, 0), coalesce(c.cancelled, 0), c.lateness"
 
 // scanCycle scans cycleColumns, then extra, from row.
@@ -166,7 +166,7 @@ func scanCycle(row pgx.Row, extra ...any) (Cycle, error) {
 		graceUS, offsetUS   int64
 		lateness            []int64
 	)
-	dest := append([]any{&c.Task, &c.Plan, &c.Start, &end, &deadline, &keep, &c.Placement, &c.Pins, &c.Fallback, &c.First, &c.LatePolicy, &graceUS, &offsetUS, &c.Location, &c.CreatedAt,
+	dest := append([]any{&c.Task, &c.Plan, &c.Start, &end, &deadline, &keep, &c.Placement, &c.Pins, &c.Fallback, &c.First, &c.LatePolicy, &graceUS, &offsetUS, &c.Location, &c.Shard, &c.ShardVersion, &c.CreatedAt,
 		&c.Outcomes.Count[OutcomeSynced], &c.Outcomes.Count[OutcomeGone], &c.Outcomes.Count[OutcomeStale], &c.Outcomes.Count[OutcomeUpstream],
 		&c.Outcomes.Count[OutcomeFailed], &c.Outcomes.Count[OutcomeCancelled], &lateness}, extra...)
 	if err := row.Scan(dest...); err != nil {
@@ -371,8 +371,9 @@ func (l Ledger) HasCycleBefore(ctx context.Context, q Queryer, task string, star
 func (l Ledger) Current(ctx context.Context, q Queryer) (bool, error) {
 	var ok bool
 	err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL
-		AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('first_cycle', 'late_grace_us', 'location', 'lateness') AND NOT attisdropped) = 4
+		AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('first_cycle', 'late_grace_us', 'location', 'lateness', 'shard_version') AND NOT attisdropped) = 5
+		AND to_regclass($3) IS NOT NULL
 		AND EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass($1) AND c.relname = $2)`,
-		l.table, Table+"_pins").Scan(&ok)
+		l.table, Table+"_pins", l.shards).Scan(&ok)
 	return ok, wrap(err, "looking up the ledger table's columns")
 }

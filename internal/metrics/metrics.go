@@ -87,7 +87,7 @@ func New(provider metric.MeterProvider) (*Instruments, error) {
 	// label (thousands of banks would be thousands of series);
 	// Scheduler.Upstreams and riverslot upstream list show each one.
 	in.upstreamWaits, errs[9] = m.Int64Counter(UpstreamWaits, metric.WithUnit("{wait}"),
-		metric.WithDescription("Sync jobs snoozed by their upstream's limits, by cause: rate, concurrency, paused (the upstream asked for it), open (its breaker is open), probe (its breaker's probe runs)."))
+		metric.WithDescription("Waits of sync jobs for their upstream's limits (snoozed, or held in process for a lease), by cause: rate, concurrency, paused (the upstream asked for it), open (its breaker is open), probe (its breaker's probe runs)."))
 	in.upstreamCalls, errs[10] = m.Int64Counter(UpstreamCalls, metric.WithUnit("{call}"),
 		metric.WithDescription("Sync calls through an upstream's limits, by outcome: succeeded, failed, throttled."))
 	if err := errors.Join(errs[:]...); err != nil {
