@@ -9,6 +9,8 @@
 //	riverslot bench   run the benchmarks against Postgres
 //	riverslot simulate  predict queue depth and lateness of a fleet (no database)
 //	riverslot upstream  list a task's upstreams or set one's limits at run time
+//	riverslot serve   periodic HTTP calls as a service
+//	riverslot shards  show or change how a task's buckets spread over databases
 //
 // Every command that needs a database takes --database-url, else
 // $DATABASE_URL, else the local database its make target prepares.
@@ -46,6 +48,8 @@ commands:
           limits at run time
   serve   periodic HTTP calls as a service: an HTTP API of schedules, each
           called once per period at a fixed, evenly spread place
+  shards  show a task's shards (databases, each with its own River) and
+          their cycles, set its shard map, or move buckets between shards
 
 Database: --database-url, else $DATABASE_URL, else the local database the
 command's make target prepares (riverslot_demo for demo and worker,
@@ -107,6 +111,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runUpstream(ctx, args[1:], stdout, stderr)
 	case "serve":
 		err = runServe(ctx, args[1:], stdout, stderr)
+	case "shards":
+		err = runShards(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

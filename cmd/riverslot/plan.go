@@ -57,6 +57,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	table := fs.String("table", "accounts", "with --upstreams: the accounts table (in --pins-schema), with a uuid column id")
 	filter := fs.String("filter", "", "with --upstreams: the task's Filter (empty: every row)")
 	upstreamRate := fs.Float64("upstream-rate", 0, "with --upstreams: the task's Limits.Rate, syncs a second per upstream (0: none; an operator's override in --river-schema wins)")
+	shardRanges := fs.String("shard-ranges", "", "with --account, the task's shard map, NAME:LO-HI[,LO-HI]/NAME:LO-HI... over the 65,536 two-byte buckets (riverslot shards show prints it): print the account's shard")
 	riverSchema := fs.String("river-schema", "", "with --upstreams: schema of River's tables, where operators' overrides of upstream limits live (empty: search_path)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -90,6 +91,14 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	at, id, s, err := planInputs(*now, *account, *task, *seed)
 	if err != nil {
 		return err
+	}
+	var shardMap *slotplan.ShardMap
+	if *shardRanges != "" {
+		m, err := parseShardRanges(*shardRanges)
+		if err != nil {
+			return usageErr("--shard-ranges: %v", err)
+		}
+		shardMap = &m
 	}
 	if *phase < 0 || *phase >= 1 {
 		return usageErr("--phase must be in [0, 1) (a fraction of the cycle), got %g", *phase)
@@ -217,6 +226,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "bucket         %d (0x%04x: byte 15 0x%02x, byte 14 0x%02x)\n", plan.BucketOf(id), plan.BucketOf(id), id[15], id[14])
 	} else {
 		fmt.Fprintf(stdout, "bucket         %d (0x%02x)\n", id[15], id[15])
+	}
+	if m := shardMap; m != nil {
+		b := slotplan.BucketOf(id, slotplan.BucketsTwoByte)
+		owner := m.SlotOwner(plan, tasks[0].shift, plan.Shift(plan.SlotOf(id), tasks[0].shift))
+		fmt.Fprintf(stdout, "shard          %s (two-byte bucket %d; its slot is served by %s)\n", m.Owner(b), b, owner)
 	}
 	asked := *databaseURL != ""
 	for i, pt := range tasks {

@@ -93,6 +93,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	upstreamFailures := fs.Int("upstream-failures", 0, "the task's Limits.FailureThreshold: consecutive failures that open an upstream's breaker (0: no breaker)")
 	upstreamCooldown := fs.Duration("upstream-cooldown", 0, "the task's Limits.Cooldown: how long an open breaker defers syncs before a probe (default 30s)")
 	webAddr := fs.String("web-addr", "", "serve the operator's page (as riverslot web) and /metrics on one port, e.g. 127.0.0.1:8080 (default: no page); it has no authentication: keep it on 127.0.0.1 or behind a proxy that has")
+	shard := fs.String("shard", "", "the shard this database is, for a task spread over several databases (riverutil.Config.Shard; riverslot shards)")
 	riverLogLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -235,7 +236,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		opposite.Weight, opposite.PinsTimeout = "", 0
 		tasks = append(tasks, opposite)
 	}
-	schedulerConfig := &riverutil.Config{Logger: logger, Tasks: tasks, AccountsPool: accountsPool}
+	schedulerConfig := &riverutil.Config{Logger: logger, Tasks: tasks, AccountsPool: accountsPool, Shard: *shard}
 	if metrics != nil {
 		schedulerConfig.MeterProvider = metrics.provider
 	}

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/slotplan"
+)
+
+const shardsAbout = `Shows and changes how a task's buckets are spread over several
+PostgreSQL databases (shards), each running its own River (docs/shards.md).
+Every shard holds a copy of the task's shard maps; a cycle follows the map
+in force at its start.
+
+  riverslot shards show   --task T --shard NAME=URL ... [--json]
+  riverslot shards set    --task T --shard NAME=URL ... --ranges NAME:LO-HI[,LO-HI][/NAME:LO-HI...]
+                          [--at TIME] [--cycle D --buckets N]
+  riverslot shards move   --task T --shard NAME=URL ... --range LO-HI --to NAME --at TIME
+                          [--cycle D --buckets N]
+
+--shard names each shard and its database (repeat it for every shard;
+--schema is River's schema in each). Buckets are the 65,536 two-byte
+buckets (the last two bytes of an account's UUID, byte 15 high), LO-HI
+inclusive. --at is when the change takes effect: the cycles starting at or
+after it follow it (RFC 3339, at least 30 s ahead, after every shard's
+last cycle); set without --at makes the fleet's first map, for every
+cycle, before any shard has made one. With --cycle (and --buckets) the
+ranges are checked against the task's slots: a range that does not fall on
+them is refused, naming the nearest bounds.
+
+show prints each shard's latest map and its latest cycle (the map version
+it followed, its slots, its syncs as the ledger counts them) and the total
+over the shards for the latest cycle start.
+
+Exit codes: 0 success, 1 a database failed or the shards disagree, 2 bad input.
+`
+
+type shardFlag []string
+
+func (s *shardFlag) String() string     { return strings.Join(*s, " ") }
+func (s *shardFlag) Set(v string) error { *s = append(*s, v); return nil }
+
+func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "show" && args[0] != "set" && args[0] != "move") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprint(stdout, shardsAbout)
+			return nil
+		}
+		return usageErr("shards needs a subcommand: show, set or move (riverslot shards -h)")
+	}
+	sub := args[0]
+	fs := newFlagSet("shards "+sub, shardsAbout, stderr)
+	var specs shardFlag
+	fs.Var(&specs, "shard", "NAME=URL of one shard's database (repeat for every shard)")
+	schema := fs.String("schema", "", "schema of River's tables in each shard's database (river.Config.Schema)")
+	task := fs.String("task", "", "the task's name (required)")
+	var (
+		ranges, rng, to, at *string
+		cycle               *time.Duration
+		buckets             *int
+		asJSON              *bool
+	)
+	if sub == "show" {
+		asJSON = fs.Bool("json", false, "print JSON")
+	} else {
+		at = fs.String("at", "", "when the change takes effect (RFC 3339): the cycles starting at or after it follow it")
+		cycle = durationFlag(fs, "cycle", 0, "the task's Cycle, to check the ranges fall on its slots (0: not checked)")
+		buckets = fs.Int("buckets", slotplan.Buckets, "the task's Buckets (256 or 65536), with --cycle")
+	}
+	switch sub {
+	case "set":
+		ranges = fs.String("ranges", "", "the map: NAME:LO-HI[,LO-HI] for each shard, separated by '/'")
+	case "move":
+		rng = fs.String("range", "", "the buckets to move, LO-HI")
+		to = fs.String("to", "", "the shard that gets them")
+	}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if err := checkTaskName(*task); err != nil {
+		return err
+	}
+	if err := checkSchemaName("--schema", *schema); err != nil {
+		return err
+	}
+	if len(specs) == 0 {
+		return usageErr("--shard NAME=URL is required, once for every shard")
+	}
+	var from time.Time
+	if at != nil && *at != "" {
+		t, err := time.Parse(time.RFC3339, *at)
+		if err != nil {
+			return usageErr("--at %q must be a time in RFC 3339, e.g. 2026-12-01T00:00:00Z", *at)
+		}
+		from = t
+	}
+	var plan *slotplan.Plan
+	if cycle != nil && *cycle != 0 {
+		p, err := slotplan.NewBuckets(*cycle, *buckets)
+		if err != nil {
+			return usageErr("--cycle/--buckets: %v", err)
+		}
+		plan = &p
+	}
+	// Parse everything before connecting.
+	var next slotplan.ShardMap
+	switch sub {
+	case "set":
+		m, err := parseShardRanges(*ranges)
+		if err != nil {
+			return usageErr("--ranges: %v", err)
+		}
+		next = m
+	case "move":
+		if *rng == "" || *to == "" {
+			return usageErr("move needs --range LO-HI and --to NAME")
+		}
+		if from.IsZero() {
+			return usageErr("move needs --at: the first cycle start the move applies to (RFC 3339)")
+		}
+	}
+	shards := make([]riverutil.Shard, 0, len(specs))
+	for _, s := range specs {
+		name, url, ok := strings.Cut(s, "=")
+		if !ok || !slotplan.ValidShardName(name) || url == "" {
+			return usageErr("--shard %q must be NAME=URL, NAME 1-64 letters, digits, '_', '-' or '.'", s)
+		}
+		pool, err := connectFlag(ctx, "--shard "+name, url, 4)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		shards = append(shards, riverutil.Shard{Name: name, Pool: pool, Schema: *schema})
+	}
+	switch sub {
+	case "show":
+		return showShards(ctx, stdout, shards, *task, *asJSON)
+	case "move":
+		lo, hi, err := parseBucketRange(*rng)
+		if err != nil {
+			return usageErr("--range: %v", err)
+		}
+		cur, ok, err := riverutil.ShardMapOf(ctx, shards[0], *task)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return usageErr("task %q has no shard map on shard %q; set one first (riverslot shards set)", *task, shards[0].Name)
+		}
+		if next, err = cur.Move(lo, hi, *to); err != nil {
+			return usageErr("%v", err)
+		}
+	}
+	if plan != nil {
+		if err := next.Aligned(*plan); err != nil {
+			return usageErr("%v", err)
+		}
+	}
+	next.Version = 0 // the shards' latest + 1
+	if err := riverutil.SetShardMap(ctx, shards, *task, next, from); err != nil {
+		return err
+	}
+	m, _, err := riverutil.ShardMapOf(ctx, shards[0], *task)
+	if err != nil {
+		return err
+	}
+	when := "every cycle"
+	if !from.IsZero() {
+		when = "the cycles from " + from.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(stdout, "task %s: shard map %s on %d shards, for %s\n", *task, m.String(), len(shards), when)
+	return nil
+}
+
+// parseShardRanges reads "a:0-32767/b:32768-65535,..." into a validated
+// map.
+func parseShardRanges(s string) (slotplan.ShardMap, error) {
+	var m slotplan.ShardMap
+	for _, part := range strings.Split(s, "/") {
+		name, list, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok {
+			return m, fmt.Errorf("%q must be NAME:LO-HI[,LO-HI]", part)
+		}
+		for _, r := range strings.Split(list, ",") {
+			lo, hi, err := parseBucketRange(r)
+			if err != nil {
+				return m, err
+			}
+			m.Ranges = append(m.Ranges, slotplan.ShardRange{Shard: name, Lo: lo, Hi: hi})
+		}
+	}
+	return m, m.Validate()
+}
+
+func parseBucketRange(s string) (int, int, error) {
+	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
+	lo, err1 := strconv.Atoi(a)
+	hi, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("%q must be LO-HI, two buckets of 0-65535", s)
+	}
+	return lo, hi, nil
+}
+
+// shardView is one shard in show's output.
+type shardView struct {
+	Shard         string    `json:"shard"`
+	MapVersion    int64     `json:"map_version"`
+	Map           string    `json:"map"`
+	EffectiveFrom time.Time `json:"effective_from,omitzero"`
+	CycleStart    time.Time `json:"cycle_start,omitzero"`
+	CycleMap      int64     `json:"cycle_map_version,omitempty"`
+	Slots         int64     `json:"slots"`
+	SlotsDone     int64     `json:"slots_done"`
+	Synced        int64     `json:"synced"`
+	Skipped       int64     `json:"skipped"`
+}
+
+func showShards(ctx context.Context, stdout io.Writer, shards []riverutil.Shard, task string, asJSON bool) error {
+	var (
+		views  []shardView
+		latest time.Time
+	)
+	for _, s := range shards {
+		v, err := shardOf(ctx, s, task)
+		if err != nil {
+			return err
+		}
+		if v.CycleStart.After(latest) {
+			latest = v.CycleStart
+		}
+		views = append(views, v)
+	}
+	maps := map[string]bool{}
+	var total shardView
+	total.Shard, total.CycleStart = "all", latest
+	for _, v := range views {
+		maps[v.Map] = true
+		if v.CycleStart.Equal(latest) {
+			total.Slots += v.Slots
+			total.SlotsDone += v.SlotsDone
+			total.Synced += v.Synced
+			total.Skipped += v.Skipped
+		}
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(map[string]any{"task": task, "shards": views, "all": total, "maps_agree": len(maps) == 1}); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SHARD\tMAP\tLATEST CYCLE\tCYCLE'S MAP\tSLOTS DONE\tSYNCED\tSKIPPED")
+		for _, v := range append(views, total) {
+			cycle := "-"
+			if !v.CycleStart.IsZero() {
+				cycle = v.CycleStart.UTC().Format(time.RFC3339)
+			}
+			m := v.Map
+			if v.Shard == "all" {
+				m = ""
+			}
+			cm := ""
+			if v.CycleMap != 0 {
+				cm = "v" + strconv.FormatInt(v.CycleMap, 10)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\n", v.Shard, m, cycle, cm, v.SlotsDone, v.Slots, v.Synced, v.Skipped)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(maps) > 1 {
+		return &exitError{code: 1, msg: "the shards' latest maps disagree: a change was made on some shards only; set the map again (riverslot shards set) on every shard"}
+	}
+	return nil
+}
+
+// shardOf reads one shard's latest map and latest cycle of the task.
+func shardOf(ctx context.Context, s riverutil.Shard, task string) (shardView, error) {
+	v := shardView{Shard: s.Name}
+	m, ok, err := riverutil.ShardMapOf(ctx, s, task)
+	if err != nil {
+		return v, err
+	}
+	if ok {
+		v.MapVersion, v.Map, v.EffectiveFrom = m.Version, m.String(), m.EffectiveFrom
+	}
+	return v, latestShardCycle(ctx, s.Pool, ledger.New(s.Schema).QualifiedTable(), task, &v)
+}
+
+func latestShardCycle(ctx context.Context, pool *pgxpool.Pool, table, task string, v *shardView) error {
+	err := pool.QueryRow(ctx, `SELECT c.cycle_start, coalesce(c.shard_version, 0),
+	coalesce(c.synced, 0), coalesce(c.gone, 0) + coalesce(c.stale, 0) + coalesce(c.upstream_skipped, 0),
+	(SELECT count(*) FROM `+table+` s WHERE s.task = c.task AND s.cycle_start = c.cycle_start AND s.plan = c.plan AND s.slot >= 0),
+	(SELECT count(*) FROM `+table+` s WHERE s.task = c.task AND s.cycle_start = c.cycle_start AND s.plan = c.plan AND s.slot >= 0 AND s.finished_at IS NOT NULL)
+FROM `+table+` c WHERE c.task = $1 AND c.slot = -1 ORDER BY c.cycle_start DESC LIMIT 1`, task).
+		Scan(&v.CycleStart, &v.CycleMap, &v.Synced, &v.Skipped, &v.Slots, &v.SlotsDone)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("shard %q: error reading its latest cycle: %w", v.Shard, err)
+	}
+	v.CycleStart = v.CycleStart.UTC()
+	return nil
+}
