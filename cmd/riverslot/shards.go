@@ -30,8 +30,10 @@ in force at its start.
   riverslot shards move   --task T --shard NAME=URL ... --range LO-HI --to NAME --at TIME
                           [--cycle D --buckets N]
 
---shard names each shard and its database (repeat it for every shard;
---schema is River's schema in each). Buckets are the 65,536 two-byte
+--shard names each shard and its database (repeat it for every shard):
+NAME=URL, with River's schema --schema, or NAME@SCHEMA=URL for a shard
+whose River schema differs. set creates the shard-map table (and
+riverslot's ledger) where missing, as riverutil.MigrateLedger does. Buckets are the 65,536 two-byte
 buckets (the last two bytes of an account's UUID, byte 15 high), LO-HI
 inclusive. --at is when the change takes effect: the cycles starting at or
 after it follow it (RFC 3339, at least 30 s ahead, after every shard's
@@ -63,7 +65,7 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	sub := args[0]
 	fs := newFlagSet("shards "+sub, shardsAbout, stderr)
 	var specs shardFlag
-	fs.Var(&specs, "shard", "NAME=URL of one shard's database (repeat for every shard)")
+	fs.Var(&specs, "shard", "NAME=URL (or NAME@SCHEMA=URL) of one shard's database (repeat for every shard)")
 	schema := fs.String("schema", "", "schema of River's tables in each shard's database (river.Config.Schema)")
 	task := fs.String("task", "", "the task's name (required)")
 	var (
@@ -90,9 +92,6 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if err := checkTaskName(*task); err != nil {
-		return err
-	}
-	if err := checkSchemaName("--schema", *schema); err != nil {
 		return err
 	}
 	if len(specs) == 0 {
@@ -122,6 +121,11 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return usageErr("--ranges: %v", err)
 		}
+		if plan != nil {
+			if err := m.Aligned(*plan); err != nil {
+				return usageErr("%v", err)
+			}
+		}
 		next = m
 	case "move":
 		if *rng == "" || *to == "" {
@@ -134,15 +138,30 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	shards := make([]riverutil.Shard, 0, len(specs))
 	for _, s := range specs {
 		name, url, ok := strings.Cut(s, "=")
+		name, shardSchema, custom := strings.Cut(name, "@")
+		if !custom {
+			if *schema == "" {
+				return usageErr("--schema is required (River's schema in each shard's database), or give each shard's as --shard NAME@SCHEMA=URL")
+			}
+			shardSchema = *schema
+		}
 		if !ok || !slotplan.ValidShardName(name) || url == "" {
-			return usageErr("--shard %q must be NAME=URL, NAME 1-64 letters, digits, '_', '-' or '.'", s)
+			return usageErr("--shard %q must be NAME=URL or NAME@SCHEMA=URL, NAME 1-64 letters, digits, '_', '-' or '.'", s)
+		}
+		if err := checkSchemaName("--shard "+name+" schema", shardSchema); err != nil {
+			return err
 		}
 		pool, err := connectFlag(ctx, "--shard "+name, url, 4)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		shards = append(shards, riverutil.Shard{Name: name, Pool: pool, Schema: *schema})
+		if sub == "set" {
+			if err := riverutil.MigrateLedger(ctx, pool, shardSchema); err != nil {
+				return fmt.Errorf("shard %q: %w", name, err)
+			}
+		}
+		shards = append(shards, riverutil.Shard{Name: name, Pool: pool, Schema: shardSchema})
 	}
 	switch sub {
 	case "show":
@@ -163,7 +182,7 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return usageErr("%v", err)
 		}
 	}
-	if plan != nil {
+	if plan != nil && sub == "move" {
 		if err := next.Aligned(*plan); err != nil {
 			return usageErr("%v", err)
 		}
