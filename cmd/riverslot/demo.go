@@ -54,6 +54,8 @@ type demoOptions struct {
 	fanOutBaseline bool
 	// upstreams: the --upstream* flags.
 	upstreams demoUpstreamOptions
+	// shardURLs: --shards, the databases of a sharded run (nil: one).
+	shardURLs []string
 }
 
 // tasks are the names of the demo's tasks: --task, and with --reciprocal
@@ -79,6 +81,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the demo's schema and accounts: do not drop and reseed; a rerun resumes an unfinished cycle")
 	fs.StringVar(&o.schema, "schema", "riverslot_demo", "schema the demo creates for River's tables and the accounts; it must not exist or be one the demo created")
 	fs.StringVar(&o.task, "task", "demo", "task name")
+	shards := fs.String("shards", "", "URL,URL,...: run the task over several databases, one shard each (schema <--schema>_s1, _s2...; a URL may repeat), its buckets split evenly by slots (docs/shards.md), one River client per shard; reports each shard and all")
 	fs.BoolVar(&o.reciprocal, "reciprocal", false, "run a second task, <task>_opposite, over the same accounts, opposite the first (OppositeOf): no account is synced by both within half a cycle minus one slot")
 	fs.StringVar(&o.weights, "weights", "", "pareto: give every account a weight (column weight, Pareto(1.5) from a fixed seed) and run the task weighted (Task.Weight), reporting per-slot weight max/mean against hash-only placement")
 	fs.BoolVar(&o.fanOutBaseline, "fanout-baseline", false, "after the run, time River's own insert of a mean slot's sync jobs (their four fields) into the same river_job, and report the live fan-out's rate against it (fanout_vs_raw_insert)")
@@ -123,6 +126,17 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	if err := checkSchemaName("--schema", o.schema); err != nil {
 		return nil, err
 	}
+	if *shards != "" {
+		urls, err := parseShardURLs(*shards)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case o.accountsURL != "" || o.keep || o.reciprocal || o.weights != "" || o.fanOutBaseline || o.upstreams.count > 0:
+			return nil, usageErr("--shards runs the plain task: leave out --accounts-database-url, --keep, --reciprocal, --weights, --fanout-baseline and --upstreams")
+		}
+		o.shardURLs = urls
+	}
 	if err := checkTaskName(o.task); err != nil {
 		return nil, err
 	}
@@ -152,6 +166,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	o, err := parseDemoFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.shardURLs != nil {
+		return runDemoShards(ctx, o, stdout, &lockedWriter{w: stderr}, isTerminal(stderr))
 	}
 	// At most 20 connections, fewer for a small --workers: a few demos
 	// (the tests run several) must fit in Postgres' default 100.

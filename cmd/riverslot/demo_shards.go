@@ -1,0 +1,389 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/testkit/measure"
+	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/sqlbucket"
+	"github.com/riverslot/riverslot/syncjob"
+)
+
+// shardsMax is the most databases demo --shards takes.
+const shardsMax = 16
+
+// demoShard is one shard of demo --shards: its own database (or schema),
+// River client and accounts.
+type demoShard struct {
+	name     string
+	d        *demo // its schema, pool and accounts
+	accounts []uuid.UUID
+	sched    *riverutil.Scheduler
+	client   *river.Client[pgx.Tx]
+	ranges   string
+}
+
+// demoShardReport is one shard's figures, or all shards' ("all").
+type demoShardReport struct {
+	Shard      string `json:"shard"`
+	Schema     string `json:"schema,omitempty"`
+	Ranges     string `json:"ranges,omitempty"`
+	Slots      int    `json:"slots"`
+	Accounts int64 `json:"accounts"`
+	// SyncedOnce, Missed and Duplicated count account-cycles over the
+	// run's cycles: an account synced exactly once in a cycle, not at
+	// all, more than once.
+	SyncedOnce int64 `json:"synced_once"`
+	Missed     int64 `json:"missed"`
+	Duplicated int64 `json:"duplicated"`
+	// RiverJobRows is the rows in the shard's river_job at the end;
+	// FanOutMeanSeconds the mean time of its slots' fan-outs, from its
+	// ledger; SyncsPerSecond the Sync calls it delivered over its cycles.
+	RiverJobRows      int64   `json:"river_job_rows"`
+	FanOutMeanSeconds float64 `json:"fan_out_mean_seconds"`
+	SyncsPerSecond    float64 `json:"syncs_per_second"`
+}
+
+// demoShardsSummary is demo --shards' JSON report.
+type demoShardsSummary struct {
+	Task   string            `json:"task"`
+	Cycle  string            `json:"cycle"`
+	Cycles int               `json:"cycles"`
+	Map    string            `json:"map"`
+	Shards []demoShardReport `json:"shards"`
+	All    demoShardReport   `json:"all"`
+}
+
+// runDemoShards runs the demo's task over the databases of --shards, one
+// shard each (schema <--schema>_<shard>, so shards may share a database):
+// the accounts spread by the shard map, which gives each shard an equal
+// share of the cycle's slots; one River client per shard; the figures
+// per shard and in all, from each shard's own record of its Sync calls.
+func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer, tty bool) error {
+	plan := mustPlan(o.cycle)
+	n := len(o.shardURLs)
+	if plan.Slots < n {
+		return usageErr("--cycle %s has %d slots, fewer than the %d --shards: give a cycle of more slots (a multiple of 256 s has 256)", o.cycle, plan.Slots, n)
+	}
+	// Shard i gets slots [i*slots/n, (i+1)*slots/n): ranges on the slots.
+	width := slotplan.BucketsTwoByte / plan.Slots
+	var m slotplan.ShardMap
+	shards := make([]*demoShard, n)
+	for i, url := range o.shardURLs {
+		name := fmt.Sprintf("s%d", i+1)
+		lo, hi := i*plan.Slots/n*width, (i+1)*plan.Slots/n*width-1
+		m.Ranges = append(m.Ranges, slotplan.ShardRange{Shard: name, Lo: lo, Hi: hi})
+		pool, err := connectFlag(ctx, "--shards ("+name+")", url, int32(min(20, o.workers+5)))
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		so := *o
+		so.schema = o.schema + "_" + name
+		shards[i] = &demoShard{name: name, ranges: fmt.Sprintf("%d-%d", lo, hi),
+			d: &demo{opts: &so, pool: pool, accounts: pool, plan: plan, stdout: stdout, stderr: stderr, tty: tty}}
+	}
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	for _, s := range shards {
+		if err := checkSchemaName("--schema", s.d.opts.schema); err != nil {
+			return err
+		}
+		if err := s.d.checkSchema(ctx); err != nil {
+			return err
+		}
+	}
+	// The accounts, each in its shard's database.
+	for range o.accounts {
+		id := uuid.New()
+		for _, s := range shards {
+			if m.OwnerOf(id) == s.name {
+				s.accounts = append(s.accounts, id)
+			}
+		}
+	}
+	refs := make([]riverutil.Shard, n)
+	for i, s := range shards {
+		if err := s.prepare(ctx); err != nil {
+			return fmt.Errorf("shard %s: %w", s.name, err)
+		}
+		refs[i] = riverutil.Shard{Name: s.name, Pool: s.d.pool, Schema: s.d.opts.schema}
+	}
+	if err := riverutil.SetShardMap(ctx, refs, o.task, m, time.Time{}); err != nil {
+		return err
+	}
+	stored, _, err := riverutil.ShardMapOf(ctx, refs[0], o.task)
+	if err != nil {
+		return err
+	}
+	m = stored.ShardMap
+	logf := shards[0].d.logf
+	logf("shard map %s over %d databases", m.String(), n)
+
+	// The task, one scheduler and River client per shard.
+	var (
+		first time.Time
+		info  riverutil.TaskInfo
+	)
+	for i, s := range shards {
+		// The clients start ahead of the first cycle: the current one,
+		// which started before them, is left alone (FirstCycleNext), and
+		// the periodic trigger makes the first. Punctual: short slots start
+		// on time on each shard, not at its leader's 5 s scheduler tick.
+		task := riverutil.Task{Name: o.task, Cycle: o.cycle, Schema: s.d.opts.schema, Table: "accounts", Filter: "active",
+			FirstCycle: riverutil.FirstCycleNext, Punctual: true}
+		synced := s.d.synced()
+		pool := s.d.pool
+		task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+			_, err := pool.Exec(ctx, "INSERT INTO "+synced+" (task, account_id, cycle_start) VALUES ($1, $2, $3)", job.Args.Task, accountID, job.Args.CycleStart)
+			return err
+		}
+		if i == 0 {
+			probe, err := riverutil.New(pool, &riverutil.Config{Tasks: []riverutil.Task{task}})
+			if err != nil {
+				return err
+			}
+			if info, err = probe.Task(o.task); err != nil {
+				return err
+			}
+			// Every client has started and leads its shard before the
+			// first cycle's trigger fires.
+			first = time.Now().Add(info.TriggerLead + 10*time.Second).Truncate(time.Second).UTC()
+			if !o.cycleStart.IsZero() {
+				first = o.cycleStart.UTC()
+			}
+		}
+		task.TriggerOffset = gridOffset(first, o.cycle)
+		sched, err := riverutil.New(pool, &riverutil.Config{Shard: s.name, Tasks: []riverutil.Task{task},
+			Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			return err
+		}
+		config := &river.Config{
+			Logger:                      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel})),
+			Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.workers}},
+			Schema:                      s.d.opts.schema,
+			FetchPollInterval:           250 * time.Millisecond,
+			CompletedJobRetentionPeriod: o.completedRetention,
+		}
+		if err := sched.Configure(config); err != nil {
+			return err
+		}
+		client, err := river.NewClient(riverpgxv5.New(pool), config)
+		if err != nil {
+			return err
+		}
+		s.sched, s.client = sched, client
+	}
+	starts := make([]time.Time, o.cycles)
+	for i := range starts {
+		starts[i] = first.Add(time.Duration(i) * o.cycle)
+	}
+	for _, s := range shards {
+		if err := s.client.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		defer func() {
+			if _, err := stopThenFlush(s.client.Stop, s.sched.FlushOutcomes); err != nil {
+				logf("warning: shard %s: %v", s.name, err)
+			}
+		}()
+	}
+	logf("%d cycle(s) from %s: %d slots of %s over %d accounts on %d shards", len(starts), first.Format(time.RFC3339), plan.Slots, plan.SlotDuration, o.accounts, n)
+
+	// Each cycle: done once every shard has fanned out its slots and run
+	// its syncs. Once the last cycle has started, the triggers go: no
+	// later cycle is made.
+	cleared := false
+	for i, start := range starts {
+		for {
+			if !cleared && time.Now().After(starts[len(starts)-1]) {
+				for _, s := range shards {
+					s.client.PeriodicJobs().Clear()
+				}
+				cleared = true
+			}
+			if time.Now().After(start.Add(o.cycle)) {
+				var behind []string
+				for _, s := range shards {
+					ok, err := s.cycleDone(ctx, start)
+					if err != nil {
+						return err
+					}
+					if !ok {
+						behind = append(behind, s.name)
+					}
+				}
+				if len(behind) == 0 {
+					break
+				}
+				if deadline := start.Add(o.cycle + max(time.Minute, 2*o.cycle)); time.Now().After(deadline) {
+					return fmt.Errorf("cycle %s is not done on shard(s) %v by %s (its slots not all fanned out, or sync jobs left): see riverslot shards show",
+						start.Format(time.RFC3339), behind, deadline.Format(time.RFC3339))
+				}
+			}
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		logf("cycle %d/%d (%s) done on every shard", i+1, len(starts), start.Format(time.RFC3339))
+	}
+
+	// The report, from each shard's own record.
+	sum := demoShardsSummary{Task: o.task, Cycle: o.cycle.String(), Cycles: o.cycles, Map: m.String()}
+	all := demoShardReport{Shard: "all", Slots: plan.Slots}
+	var fanOutSum float64
+	for _, s := range shards {
+		r, err := s.report(ctx, starts, m.SlotsOf(plan, 0, s.name))
+		if err != nil {
+			return fmt.Errorf("shard %s: %w", s.name, err)
+		}
+		sum.Shards = append(sum.Shards, r)
+		all.Accounts += r.Accounts
+		all.SyncedOnce += r.SyncedOnce
+		all.Missed += r.Missed
+		all.Duplicated += r.Duplicated
+		all.RiverJobRows += r.RiverJobRows
+		all.SyncsPerSecond += r.SyncsPerSecond
+		fanOutSum += r.FanOutMeanSeconds * float64(r.Slots)
+	}
+	all.FanOutMeanSeconds = fanOutSum / float64(plan.Slots)
+	sum.All = all
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sum)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "task %s, %d cycle(s) of %s, shard map %s\n", o.task, o.cycles, o.cycle, m.String())
+	fmt.Fprintln(tw, "SHARD\tBUCKETS\tSLOTS\tACCOUNTS\tSYNCED ONCE\tMISSED\tDUPLICATED\tRIVER_JOB ROWS\tFAN-OUT MEAN\tSYNCS/S")
+	fmt.Fprintln(tw, "\t\t\t\t(account-cycles)\t\t\t\t\t")
+	for _, r := range append(sum.Shards, all) {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.3fs\t%.1f\n", r.Shard, r.Ranges, r.Slots, r.Accounts, r.SyncedOnce, r.Missed, r.Duplicated,
+			r.RiverJobRows, r.FanOutMeanSeconds, r.SyncsPerSecond)
+	}
+	return tw.Flush()
+}
+
+// prepare creates the shard's schema, River's tables and riverslot's, its
+// accounts (those of its buckets) and their bucket index, and the table
+// its syncs are recorded in.
+func (s *demoShard) prepare(ctx context.Context) error {
+	d := s.d
+	if err := d.resetSchema(ctx, d.pool); err != nil {
+		return err
+	}
+	if err := riverutil.Migrate(ctx, d.pool, d.opts.schema); err != nil {
+		return err
+	}
+	for _, q := range []string{
+		"CREATE TABLE " + d.table() + " (id uuid PRIMARY KEY, active boolean NOT NULL DEFAULT true)",
+		"CREATE TABLE " + d.synced() + " " + measure.SyncedTableDDL,
+	} {
+		if _, err := d.pool.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	rows := make([][]any, len(s.accounts))
+	for i, id := range s.accounts {
+		rows[i] = []any{id}
+	}
+	if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.opts.schema, "accounts"}, []string{"id"}, pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("error seeding accounts: %w", err)
+	}
+	if err := sqlbucket.CreateIndex(ctx, d.pool, d.opts.schema, "accounts", "id"); err != nil {
+		return err
+	}
+	_, err := d.pool.Exec(ctx, "ANALYZE "+d.table())
+	return err
+}
+
+// cycleDone reports whether the shard has fanned out every slot of the
+// cycle it serves and has no sync job of it left to run.
+func (s *demoShard) cycleDone(ctx context.Context, start time.Time) (bool, error) {
+	d := s.d
+	var open, unfinished int64
+	err := d.pool.QueryRow(ctx, `SELECT
+	(SELECT count(*) FROM `+ledger.New(d.opts.schema).QualifiedTable()+` WHERE task = $1 AND cycle_start = $2 AND slot >= 0 AND finished_at IS NULL),
+	(SELECT count(*) FROM `+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+` WHERE kind = $3 AND state NOT IN ('completed', 'cancelled', 'discarded') AND args->>'cycle_start' = $4)`,
+		d.opts.task, start, syncjob.Kind, start.UTC().Format(time.RFC3339Nano)).Scan(&unfinished, &open)
+	if err != nil {
+		return false, err
+	}
+	var made bool
+	if err := d.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ledger.New(d.opts.schema).QualifiedTable()+" WHERE task = $1 AND cycle_start = $2 AND slot = -1)",
+		d.opts.task, start).Scan(&made); err != nil {
+		return false, err
+	}
+	return made && unfinished == 0 && open == 0, nil
+}
+
+// report measures the shard over the cycles from its synced table (each
+// Sync call the app recorded) and its ledger.
+func (s *demoShard) report(ctx context.Context, starts []time.Time, slots []int) (demoShardReport, error) {
+	d := s.d
+	r := demoShardReport{Shard: s.name, Schema: d.opts.schema, Ranges: s.ranges, Slots: len(slots)}
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+d.table()+" WHERE active").Scan(&r.Accounts); err != nil {
+		return r, err
+	}
+	var calls int64
+	for _, start := range starts {
+		var once, missed, twice int64
+		err := d.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n = 0), count(*) FILTER (WHERE n > 1)
+FROM (SELECT a.id, count(s.account_id) n FROM `+d.table()+` a LEFT JOIN `+d.synced()+` s ON s.account_id = a.id AND s.cycle_start = $1
+	WHERE a.active GROUP BY a.id) x`, start).Scan(&once, &missed, &twice)
+		if err != nil {
+			return r, err
+		}
+		r.SyncedOnce += once
+		r.Missed += missed
+		r.Duplicated += twice
+	}
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+d.synced()).Scan(&calls); err != nil {
+		return r, err
+	}
+	r.SyncsPerSecond = float64(calls) / (float64(len(starts)) * d.opts.cycle.Seconds())
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()).Scan(&r.RiverJobRows); err != nil {
+		return r, err
+	}
+	var mean *float64
+	if err := d.pool.QueryRow(ctx, "SELECT avg(extract(epoch FROM finished_at - started_at))::float8 FROM "+ledger.New(d.opts.schema).QualifiedTable()+
+		" WHERE task = $1 AND slot >= 0 AND finished_at IS NOT NULL AND started_at IS NOT NULL", d.opts.task).Scan(&mean); err != nil {
+		return r, err
+	}
+	if mean != nil {
+		r.FanOutMeanSeconds = *mean
+	}
+	return r, nil
+}
+
+// parseShardURLs splits --shards.
+func parseShardURLs(s string) ([]string, error) {
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	if len(out) < 1 || len(out) > shardsMax {
+		return nil, usageErr("--shards needs 1 to %d comma-separated PostgreSQL URLs (one per shard; a URL may repeat: each shard gets schema <--schema>_s<N>), got %d", shardsMax, len(out))
+	}
+	return out, nil
+}
