@@ -39,11 +39,11 @@ type demoShard struct {
 
 // demoShardReport is one shard's figures, or all shards' ("all").
 type demoShardReport struct {
-	Shard      string `json:"shard"`
-	Schema     string `json:"schema,omitempty"`
-	Ranges     string `json:"ranges,omitempty"`
-	Slots      int    `json:"slots"`
-	Accounts int64 `json:"accounts"`
+	Shard    string `json:"shard"`
+	Schema   string `json:"schema,omitempty"`
+	Ranges   string `json:"ranges,omitempty"`
+	Slots    int    `json:"slots"`
+	Accounts int64  `json:"accounts"`
 	// SyncedOnce, Missed and Duplicated count account-cycles over the
 	// run's cycles: an account synced exactly once in a cycle, not at
 	// all, more than once.
