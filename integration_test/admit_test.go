@@ -31,13 +31,14 @@ var expectedSeconds = map[string]int{
 	"TestLeastPrivilege":                              69,
 	"TestKillMidFanOut":                               62,
 	"TestUpgradeProcesses":                            58,
-	"TestServeProcesses":                              115,
+	"TestServeProcesses":                              130,
 	"TestUpstreamLimitsProcesses":                     62,
 	"TestUpstreamLimitsAndBreaker":                    58,
 	"TestDatabaseRestart":                             54,
 	"TestReciprocalTasks":                             53,
 	"TestTwoByteBucketsFullCycle":                     51,
 	"TestOppositeOfLateFanOutsProcesses":              140,
+	"TestShardsThreeDatabases":                        130,
 }
 
 // admissionWindow is how long the gate collects the tests Go resumes at
