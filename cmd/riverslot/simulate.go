@@ -39,7 +39,13 @@ model of riverslot's upstream limiter and circuit breaker (the demo's:
 upstream's calls, most calls in a second, deferred, probes and skipped
 syncs, and how late its calls start.
 
-Output: a table, or with --json one object {"results": [...]}; with --out DIR
+With --shards N the fleet's buckets are spread evenly over N databases,
+each with its own River (docs/shards.md): one shard (--accounts / N
+accounts, --workers workers) is simulated and the fleet reported as N
+alike; --accounts may then reach 100,000,000 a shard.
+
+Output: a table, or with --json one object {"results": [...]} (and with
+--shards "fleet": [...]); with --out DIR
 also metrics.csv (per interval: queue depth by state, starts, completions,
 lateness, busy workers, gap between an account's syncs), lateness.csv,
 simulate.sqlite (tables results, metrics, lateness) and charts as SVG and PNG.
@@ -51,13 +57,19 @@ type simulateOptions struct {
 	json      bool
 	out       string
 	upstreams demoUpstreamOptions
+	// shards and total: with --shards, the fleet's shards and its accounts
+	// (cfg.Accounts is then one shard's).
+	shards int
+	total  int64
 }
 
 func parseSimulateFlags(args []string, stderr io.Writer) (*simulateOptions, error) {
 	fs := newFlagSet("simulate", simulateAbout, stderr)
 	o := &simulateOptions{}
 	c := &o.cfg
-	fs.IntVar(&c.Accounts, "accounts", 10_000, "number of accounts (as demo)")
+	var accounts int64
+	fs.Int64Var(&accounts, "accounts", 10_000, "number of accounts (as demo); with --shards, the whole fleet's")
+	fs.IntVar(&o.shards, "shards", 1, "databases the fleet's buckets are spread over, evenly (docs/shards.md): one shard is simulated (its accounts, River and --workers), and the fleet reported as that many alike")
 	durationVar(fs, &c.Cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at least 16s (as demo; longer than 24h is fine here)")
 	fs.IntVar(&c.Buckets, "buckets", 256, "the task's Buckets: 256 or 65536 (two UUID bytes: 24h gives 1024 slots)")
 	cycles := fs.Int("cycles", 1, "number of cycles to simulate (as demo); --duration overrides it")
@@ -85,9 +97,18 @@ func parseSimulateFlags(args []string, stderr io.Writer) (*simulateOptions, erro
 		return nil, err
 	}
 	c.Upstreams = o.upstreams.simUpstreams()
+	if o.shards < 1 || o.shards > 1024 {
+		return nil, usageErr("--shards must be between 1 and 1024, got %d", o.shards)
+	}
+	o.total = accounts
+	perShard := (accounts + int64(o.shards) - 1) / int64(o.shards)
 	switch {
-	case c.Accounts < 1 || c.Accounts > 100_000_000:
-		return nil, usageErr("--accounts must be between 1 and 100,000,000, got %d", c.Accounts)
+	case (accounts < 1 || perShard > 100_000_000) && o.shards == 1:
+		return nil, usageErr("--accounts must be between 1 and 100,000,000, got %d (--shards N simulates a larger fleet, a shard of it)", accounts)
+	case accounts < 1 || perShard > 100_000_000:
+		return nil, usageErr("--accounts %d over %d shards is %d a shard: one shard simulates 1 to 100,000,000; give more --shards", accounts, o.shards, perShard)
+	case o.shards > 1 && (c.Upstreams.Count > 0 || c.Reciprocal):
+		return nil, usageErr("--shards models the plain task: leave out --upstreams and --reciprocal")
 	case *cycles < 1:
 		return nil, usageErr("--cycles must be at least 1, got %d", *cycles)
 	case c.Workers < 1 || c.Workers > river.QueueNumWorkersMax:
@@ -147,6 +168,7 @@ func parseSimulateFlags(args []string, stderr io.Writer) (*simulateOptions, erro
 	if c.Upstreams.Count > 0 && c.Outage != nil {
 		return nil, usageErr("--upstreams and --outage together are not modelled; use --upstream-down KEY:FROM-TO for an upstream's outage")
 	}
+	c.Accounts = int(perShard)
 	return o, nil
 }
 
@@ -184,15 +206,66 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		fmt.Fprintf(stderr, "riverslot simulate: wrote %s to %s\n", strings.Join(sim.Files, ", "), o.out)
 	}
+	fleet := shardFleet(o, results)
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
 			Results []*sim.Result `json:"results"`
-		}{results})
+			Fleet   []fleetResult `json:"fleet,omitempty"`
+		}{results, fleet})
+	}
+	if o.shards > 1 {
+		fmt.Fprintf(stdout, "%d shards of %d accounts (%d in all); one shard simulated: its own database, River and %d workers\n\n", o.shards, o.cfg.Accounts, o.total, o.cfg.Workers)
 	}
 	printSimulation(stdout, &o.cfg, results)
+	if len(fleet) > 0 {
+		fmt.Fprintf(stdout, "\nall %d shards (no query and no lock spans two: each shard as the one above):\n", o.shards)
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "strategy\tsyncs done\tqueue per database, peak\tmean, all databases\tstarts/s, mean\tat most\tlateness p99\t")
+		for _, f := range fleet {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%d\t%.3fs\t\n", f.Strategy, f.JobsCompleted, f.PeakQueuePerDatabase, f.MeanQueueAllDatabases,
+				f.MeanStartsPerSecond, f.MaxStartsPerSecond, f.LatenessP99Seconds)
+		}
+		_ = tw.Flush()
+	}
 	return nil
+}
+
+// fleetResult is a strategy's figures over all the fleet's shards, each
+// alike the one simulated: counts and rates times the shards; a database's
+// queue and the lateness are the shard's own.
+type fleetResult struct {
+	Strategy              sim.Strategy `json:"strategy"`
+	Shards                int          `json:"shards"`
+	Accounts              int64        `json:"accounts"`
+	JobsCompleted         int64        `json:"jobs_completed"`
+	PeakQueuePerDatabase  int64        `json:"peak_queue_depth_per_database"`
+	MeanQueueAllDatabases float64      `json:"mean_queue_depth_all_databases"`
+	MeanStartsPerSecond   float64      `json:"mean_starts_per_second"`
+	// MaxStartsPerSecond is the shards' peaks added up: an upper bound,
+	// as their peaks need not coincide.
+	MaxStartsPerSecond int64   `json:"max_starts_per_second_at_most"`
+	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
+}
+
+// shardFleet scales the one shard simulated to the fleet (nil without
+// --shards).
+func shardFleet(o *simulateOptions, results []*sim.Result) []fleetResult {
+	if o.shards <= 1 {
+		return nil
+	}
+	n := int64(o.shards)
+	out := make([]fleetResult, len(results))
+	for i, r := range results {
+		out[i] = fleetResult{
+			Strategy: r.Strategy, Shards: o.shards, Accounts: int64(r.Accounts) * n, JobsCompleted: r.JobsCompleted * n,
+			PeakQueuePerDatabase: r.PeakQueueDepth, MeanQueueAllDatabases: r.MeanQueueDepth * float64(n),
+			MeanStartsPerSecond: r.MeanStartsPerSecond * float64(n), MaxStartsPerSecond: r.MaxStartsPerSecond * n,
+			LatenessP99Seconds: r.LatenessP99Seconds,
+		}
+	}
+	return out
 }
 
 // simProgress prints each strategy's progress on stderr once a run has

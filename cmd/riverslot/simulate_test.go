@@ -214,3 +214,42 @@ func TestSimulateBuckets(t *testing.T) {
 	require.Empty(t, stdout)
 	require.Contains(t, stderr, "riverslot simulate: --buckets must be 256 or 65536 (Task.Buckets), got 1024")
 }
+
+// TestSimulateShards: --shards 4 simulates one shard, a quarter of the
+// accounts with its own River, and reports the fleet as four alike: four
+// times its syncs and mean starts, its own queue per database; a shard
+// over the simulator's bound, and options it does not model, are refused.
+func TestSimulateShards(t *testing.T) {
+	// Not parallel: CPU-bound (see TestSimulateJSON).
+	code, stdout, stderr := runCmd(t, "simulate", "--accounts", "20000", "--cycle", "120s", "--shards", "4", "--json")
+	require.Equal(t, 0, code, stderr)
+	var out struct {
+		Results []map[string]any `json:"results"`
+		Fleet   []map[string]any `json:"fleet"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+	require.Len(t, out.Results, 1)
+	require.Len(t, out.Fleet, 1)
+	r, f := out.Results[0], out.Fleet[0]
+	require.EqualValues(t, 5000, r["accounts"], "one shard's accounts")
+	require.EqualValues(t, 5000, r["jobs_completed"], "one cycle: each of the shard's accounts once")
+	require.EqualValues(t, 20000, f["accounts"])
+	require.EqualValues(t, 20000, f["jobs_completed"])
+	require.EqualValues(t, 4, f["shards"])
+	require.Equal(t, r["peak_queue_depth"], f["peak_queue_depth_per_database"])
+	require.InDelta(t, 4*r["mean_starts_per_second"].(float64), f["mean_starts_per_second"].(float64), 1e-9)
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--shards", "0"}, "--shards must be between 1 and 1024"},
+		{[]string{"--shards", "2", "--reciprocal"}, "--shards models the plain task"},
+		{[]string{"--accounts", "300000000", "--shards", "2"}, "is 150000000 a shard"},
+		{[]string{"--accounts", "300000000"}, "--shards N simulates a larger fleet"},
+	} {
+		code, _, stderr := runCmd(t, append([]string{"simulate"}, tt.args...)...)
+		require.Equal(t, 2, code, "%v: %s", tt.args, stderr)
+		require.Contains(t, stderr, tt.want, tt.args)
+	}
+}
