@@ -275,4 +275,21 @@ func TestShardsThreeDatabases(t *testing.T) {
 		require.Equal(t, 8-own, st.Current.SlotsElsewhere, "shard %s serves %d of the 8 slots", sh.name, own)
 		require.Equal(t, own, st.Current.SlotsDone)
 	}
+	// Over all shards: the latest cycle any has made, each of its 8 slots
+	// served by one shard.
+	var scheds []*riverutil.Scheduler
+	for _, sh := range shards {
+		scheds = append(scheds, sh.s)
+	}
+	all3, err := riverutil.StatusShards(context.Background(), task, scheds...)
+	require.NoError(t, err)
+	require.Len(t, all3.Shards, 3)
+	require.Zero(t, all3.Unreachable)
+	require.False(t, all3.CycleStart.Before(end), "the latest cycle: %s", all3.CycleStart)
+	require.Equal(t, 8, all3.Slots, "each slot of the cycle served by one shard")
+	for i, sc := range all3.Shards {
+		require.Equal(t, shards[i].name, sc.Shard)
+		require.Equal(t, shards[i].name, sc.Status.Shard)
+	}
+	t.Logf("over all shards, cycle %s: %d of %d slots done, %d enqueued, %d synced; %s", all3.CycleStart.Format(time.TimeOnly), all3.SlotsDone, all3.Slots, all3.Enqueued, all3.Synced, all3.Verdict)
 }
