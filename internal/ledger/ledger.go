@@ -178,21 +178,11 @@ func (l Ledger) ClaimBootstrap(ctx context.Context, tx pgx.Tx, task, plan string
 // that were not recorded yet, in order: only their per-slot jobs may be
 // inserted.
 func (l Ledger) ClaimSlots(ctx context.Context, tx pgx.Tx, task, plan string, cycleStart time.Time, slots int) ([]int, error) {
-	rows, err := tx.Query(ctx, "INSERT INTO "+l.table+" (task, cycle_start, plan, slot) SELECT $1, $2, $3, s FROM generate_series(0, $4 - 1) s ON CONFLICT DO NOTHING RETURNING slot",
-		task, cycleStart, plan, slots)
-	if err != nil {
-		return nil, wrap(err, "claiming the cycle's slots in the ledger")
+	all := make([]int, slots)
+	for i := range all {
+		all[i] = i
 	}
-	claimed, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return nil, wrap(err, "claiming the cycle's slots in the ledger")
-	}
-	out := make([]int, len(claimed))
-	for i, s := range claimed {
-		out[i] = int(s)
-	}
-	sortInts(out)
-	return out, nil
+	return l.ClaimSlotList(ctx, tx, task, plan, cycleStart, all)
 }
 
 // ClaimSlotList is ClaimSlots for the slots listed (in order), a shard's
