@@ -24,8 +24,8 @@ import (
 // February, March and April 2027 with a real River client: two month
 // boundaries and the 23-hour 28 March (the clocks spring forward). The
 // months are a year ahead, so the test compresses time itself: it moves
-// each per-slot job, then each sync job, to now once its cycle has
-// scheduled it, as the clock reaching it would. Every expectation is
+// each per-slot job to now once its cycle has scheduled it, then March's
+// sync jobs, as the clock reaching them would. Every expectation is
 // worked out here from the calendar and the definition (an account's place
 // is its two-byte bucket / 65,536 of the month, refined by its hash), not
 // from the code under test:
