@@ -162,6 +162,7 @@ func newScheduler(config *Config) (*Scheduler, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("MeterProvider: error creating riverslot's instruments: %w", err))
 	}
+	instruments.SetShard(config.Shard)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -35,6 +35,9 @@ const (
 // Instruments are riverslot's metrics. The zero value is not usable; a nil
 // *Instruments records nothing.
 type Instruments struct {
+	// shard labels every measurement "shard" when set (SetShard): a
+	// sharded task's databases each report their own.
+	shard          string
 	fanOutDuration metric.Float64Histogram
 	fanOutAccounts metric.Int64Histogram
 	syncEnqueued   metric.Int64Counter
@@ -96,8 +99,22 @@ func New(provider metric.MeterProvider) (*Instruments, error) {
 	return in, nil
 }
 
-func taskAttr(task string) metric.MeasurementOption {
-	return metric.WithAttributeSet(attribute.NewSet(attribute.String("task", task)))
+// SetShard labels every measurement with the shard (riverutil.Config.Shard)
+// the node serves, "" for none.
+func (in *Instruments) SetShard(shard string) {
+	if in != nil {
+		in.shard = shard
+	}
+}
+
+// attrs is the measurement's attributes: the task, kv, and the shard when
+// one is set.
+func (in *Instruments) attrs(task string, kv ...attribute.KeyValue) metric.MeasurementOption {
+	all := append([]attribute.KeyValue{attribute.String("task", task)}, kv...)
+	if in.shard != "" {
+		all = append(all, attribute.String("shard", in.shard))
+	}
+	return metric.WithAttributeSet(attribute.NewSet(all...))
 }
 
 // BatchCommitted records one committed fan-out batch.
@@ -105,7 +122,7 @@ func (in *Instruments) BatchCommitted(ctx context.Context, task string, inserted
 	if in == nil {
 		return
 	}
-	attrs := taskAttr(task)
+	attrs := in.attrs(task)
 	if inserted > 0 {
 		in.syncEnqueued.Add(ctx, inserted, attrs)
 	}
@@ -122,7 +139,7 @@ func (in *Instruments) FanOutDone(ctx context.Context, task string, took time.Du
 	if in == nil {
 		return
 	}
-	attrs := taskAttr(task)
+	attrs := in.attrs(task)
 	in.fanOutDuration.Record(ctx, took.Seconds(), attrs)
 	in.fanOutAccounts.Record(ctx, accounts, attrs)
 }
@@ -134,10 +151,10 @@ func (in *Instruments) SlotStarted(ctx context.Context, task string, slot, attem
 		return
 	}
 	if attempt <= 1 {
-		in.slotLag.Record(ctx, max(now.Sub(scheduledAt), 0).Seconds(), taskAttr(task))
+		in.slotLag.Record(ctx, max(now.Sub(scheduledAt), 0).Seconds(), in.attrs(task))
 		return
 	}
-	in.slotRetries.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("task", task), attribute.Int("slot", slot))))
+	in.slotRetries.Add(ctx, 1, in.attrs(task, attribute.Int("slot", slot)))
 }
 
 // SyncStarted records a sync job's start lateness.
@@ -145,7 +162,7 @@ func (in *Instruments) SyncStarted(ctx context.Context, task string, scheduledAt
 	if in == nil {
 		return
 	}
-	in.syncLateness.Record(ctx, max(now.Sub(scheduledAt), 0).Seconds(), taskAttr(task))
+	in.syncLateness.Record(ctx, max(now.Sub(scheduledAt), 0).Seconds(), in.attrs(task))
 }
 
 // SyncSkipped records a sync job completed without calling Sync, for
@@ -154,7 +171,7 @@ func (in *Instruments) SyncSkipped(ctx context.Context, task, reason string) {
 	if in == nil {
 		return
 	}
-	in.syncSkipped.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("task", task), attribute.String("reason", reason))))
+	in.syncSkipped.Add(ctx, 1, in.attrs(task, attribute.String("reason", reason)))
 }
 
 // UpstreamWait records a sync job snoozed by its upstream's limits, for
@@ -163,7 +180,7 @@ func (in *Instruments) UpstreamWait(ctx context.Context, task, cause string) {
 	if in == nil {
 		return
 	}
-	in.upstreamWaits.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("task", task), attribute.String("cause", cause))))
+	in.upstreamWaits.Add(ctx, 1, in.attrs(task, attribute.String("cause", cause)))
 }
 
 // UpstreamCall records a sync's call through its upstream's limits, by
@@ -172,5 +189,5 @@ func (in *Instruments) UpstreamCall(ctx context.Context, task, outcome string) {
 	if in == nil {
 		return
 	}
-	in.upstreamCalls.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("task", task), attribute.String("outcome", outcome))))
+	in.upstreamCalls.Add(ctx, 1, in.attrs(task, attribute.String("outcome", outcome)))
 }

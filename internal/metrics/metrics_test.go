@@ -59,3 +59,37 @@ func TestRecords(t *testing.T) {
 	_, recorded := got[FanOutDuration]
 	require.False(t, recorded, "no fan-out finished")
 }
+
+// SetShard labels every measurement with the node's shard, beside the
+// task; without it, no shard label.
+func TestShardLabel(t *testing.T) {
+	t.Parallel()
+	for _, shard := range []string{"eu", ""} {
+		reader := sdkmetric.NewManualReader()
+		in, err := New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+		require.NoError(t, err)
+		in.SetShard(shard)
+		ctx := context.Background()
+		in.BatchCommitted(ctx, "t", 5, 0, 0)
+		in.SyncSkipped(ctx, "t", "stale")
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(ctx, &rm))
+		for _, m := range rm.ScopeMetrics[0].Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				v, has := dp.Attributes.Value("shard")
+				require.Equal(t, shard != "", has, "%s", m.Name)
+				if has {
+					require.Equal(t, shard, v.AsString(), m.Name)
+				}
+				task, _ := dp.Attributes.Value("task")
+				require.Equal(t, "t", task.AsString())
+			}
+		}
+	}
+	var nilIn *Instruments
+	nilIn.SetShard("eu") // no panic
+}
