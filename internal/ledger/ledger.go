@@ -372,14 +372,16 @@ func (l Ledger) RecordCycle(ctx context.Context, tx pgx.Tx, c Cycle) error {
 		p := string(c.LatePolicy)
 		latePolicy = &p
 	}
-	var shard *string
-	var shardVersion *int64
+	set := "cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10, first_cycle = $11, late_policy = $12, late_grace_us = $13, trigger_offset_us = $14, location = $15"
+	args := []any{c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback, c.First, latePolicy, c.LateGrace.Microseconds(), c.TriggerOffset.Microseconds(), c.Location}
 	if c.Shard != "" {
-		shard, shardVersion = &c.Shard, &c.ShardVersion
+		// Only a sharded cycle writes version 5's columns: an unsharded
+		// fleet's new nodes keep making cycles on a version-4 ledger
+		// until Migrate runs, in a rolling deploy.
+		set += ", shard = $16, shard_version = $17"
+		args = append(args, c.Shard, c.ShardVersion)
 	}
-	tag, err := tx.Exec(ctx, "UPDATE "+l.table+" SET cycle_end = $5, deadline = $6, keep_until = $7, placement = $8, pins = $9, fallback = $10, first_cycle = $11, late_policy = $12, late_grace_us = $13, trigger_offset_us = $14, location = $15, shard = $16, shard_version = $17"+
-		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4",
-		c.Task, c.Start, c.Plan, BootstrapSlot, c.End, c.Deadline, c.KeepUntil, c.Placement, c.Pins, fallback, c.First, latePolicy, c.LateGrace.Microseconds(), c.TriggerOffset.Microseconds(), c.Location, shard, shardVersion)
+	tag, err := tx.Exec(ctx, "UPDATE "+l.table+" SET "+set+" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4", args...)
 	if err != nil {
 		return wrap(err, "recording the cycle's decisions in the ledger")
 	}

@@ -71,6 +71,16 @@ func (l Ledger) ShardedTasks(ctx context.Context, q Queryer) ([]string, error) {
 }
 
 func (l Ledger) shardMap(ctx context.Context, q Queryer, sql string, args ...any) (ShardMap, bool, error) {
+	// A ledger before version 5 has no maps: looked up first, so that a
+	// bootstrap's transaction is not aborted by the missing table (an
+	// unsharded fleet's new nodes run on it until Migrate).
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", l.shards).Scan(&exists); err != nil {
+		return ShardMap{}, false, wrap(err, "reading the shard map")
+	}
+	if !exists {
+		return ShardMap{}, false, nil
+	}
 	var (
 		m   ShardMap
 		raw []byte
