@@ -57,6 +57,10 @@ serve: ## Run riverslot serve (periodic HTTP calls, API at 127.0.0.1:8080; SERVE
 	@url=$$($(PG) riverslot_demo) && echo "serve database: $$url" && \
 		$(GO) run ./cmd/riverslot serve --database-url "$$url" $(SERVE_FLAGS)
 
+.PHONY: bench-shards
+bench-shards: ## The same fleet on one PostgreSQL server and on three throwaway ones (ACCOUNTS, CYCLE, CYCLES, WORKERS)
+	bash scripts/bench-shards.sh
+
 .PHONY: bench
 bench: ## Run the benchmarks against a real Postgres (BENCH_FLAGS for sizes)
 	@url=$$($(PG) riverslot_bench) && echo "bench database: $$url" && \

@@ -8,14 +8,19 @@ import (
 // statusJSON is the JSON form of a TaskStatus: riverslot status --json and
 // Handler's /api/status.
 type statusJSON struct {
-	Task                string `json:"task"`
-	CycleStart          string `json:"cycle_start"`
-	Plan                string `json:"plan"`
-	Placement           string `json:"placement"`
-	PinsTask            string `json:"pins_task,omitempty"`
-	PinsShift           int    `json:"pins_shift,omitempty"`
-	PinsFallback        string `json:"pins_fallback,omitempty"`
-	Slots               int    `json:"slots"`
+	Task         string `json:"task"`
+	CycleStart   string `json:"cycle_start"`
+	Plan         string `json:"plan"`
+	Placement    string `json:"placement"`
+	PinsTask     string `json:"pins_task,omitempty"`
+	PinsShift    int    `json:"pins_shift,omitempty"`
+	PinsFallback string `json:"pins_fallback,omitempty"`
+	Slots        int    `json:"slots"`
+	// Shard, ShardVersion and SlotsElsewhere: a sharded task's shard, the
+	// shard map version its cycle followed, the slots other shards serve.
+	Shard               string `json:"shard,omitempty"`
+	ShardVersion        int64  `json:"shard_version,omitempty"`
+	SlotsElsewhere      int    `json:"slots_elsewhere,omitempty"`
 	SlotsDone           int    `json:"slots_done"`
 	SlotsFailed         int    `json:"slots_failed"`
 	AccountsExpected    int64  `json:"accounts_expected"`
@@ -105,21 +110,7 @@ func (st TaskStatus) MarshalJSON() ([]byte, error) {
 			Task string `json:"task"`
 		}{st.Task})
 	}
-	out := &statusJSON{
-		Task: st.Task, CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Plan: c.Plan, Placement: c.Placement,
-		PinsTask: c.PinsTask, PinsShift: c.PinsShift, PinsFallback: c.PinsFallback, Slots: c.Slots,
-		SlotsDone: c.SlotsDone, SlotsFailed: c.SlotsFailed, AccountsExpected: c.AccountsExpected,
-		SyncEnqueued: c.Enqueued, SyncSkipped: c.Skipped, SyncPending: c.Pending, SyncRunning: c.Running,
-		SyncRetryable: c.Retryable, SyncCompleted: c.Completed, SyncFailed: c.Discarded, SyncCancelled: c.Cancelled,
-		SyncSynced: c.Synced, SyncGone: c.Gone, SyncSkippedStale: c.SkippedStale, SyncSkippedUpstream: c.SkippedUpstream,
-		LatenessSample: c.LatenessSample,
-		Verdict:        c.Verdict, AccountsError: c.AccountsError, OnTrack: c.OnTrack, Starting: c.Starting, BehindSlots: c.BehindSlots, OffSlots: c.OffSlots,
-		PerSlot: make([]statusSlotJSON, 0, len(c.PerSlot)),
-	}
-	if c.LatenessKnown {
-		a, b := c.LatenessP50.Seconds(), c.LatenessP99.Seconds()
-		out.LatenessP50Seconds, out.LatenessP99Seconds = &a, &b
-	}
+	out := cycleToJSON(st.Task, c)
 	if cs := st.Census; cs != nil {
 		out.Census = &censusJSON{CycleStart: cs.CycleStart.Format(time.RFC3339), Steps: cs.Steps, NextBucket: cs.NextBucket,
 			Finished: cs.Finished, Stalls: cs.Stalls, StalledSince: rfc3339(&cs.StalledSince)}
@@ -132,6 +123,28 @@ func (st TaskStatus) MarshalJSON() ([]byte, error) {
 				Calls: u.Calls, Failed: u.Failed, Throttled: u.Throttled, Deferred: u.Deferred, Skipped: u.Skipped, Probes: u.Probes})
 		}
 	}
+	return json.Marshal(out)
+}
+
+// cycleToJSON is the JSON form of one cycle's status, without the task's
+// census and upstreams.
+func cycleToJSON(task string, c *CycleStatus) *statusJSON {
+	out := &statusJSON{
+		Task: task, CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Plan: c.Plan, Placement: c.Placement,
+		PinsTask: c.PinsTask, PinsShift: c.PinsShift, PinsFallback: c.PinsFallback, Slots: c.Slots,
+		Shard: c.Shard, ShardVersion: c.ShardVersion, SlotsElsewhere: c.SlotsElsewhere,
+		SlotsDone: c.SlotsDone, SlotsFailed: c.SlotsFailed, AccountsExpected: c.AccountsExpected,
+		SyncEnqueued: c.Enqueued, SyncSkipped: c.Skipped, SyncPending: c.Pending, SyncRunning: c.Running,
+		SyncRetryable: c.Retryable, SyncCompleted: c.Completed, SyncFailed: c.Discarded, SyncCancelled: c.Cancelled,
+		SyncSynced: c.Synced, SyncGone: c.Gone, SyncSkippedStale: c.SkippedStale, SyncSkippedUpstream: c.SkippedUpstream,
+		LatenessSample: c.LatenessSample,
+		Verdict:        c.Verdict, AccountsError: c.AccountsError, OnTrack: c.OnTrack, Starting: c.Starting, BehindSlots: c.BehindSlots, OffSlots: c.OffSlots,
+		PerSlot: make([]statusSlotJSON, 0, len(c.PerSlot)),
+	}
+	if c.LatenessKnown {
+		a, b := c.LatenessP50.Seconds(), c.LatenessP99.Seconds()
+		out.LatenessP50Seconds, out.LatenessP99Seconds = &a, &b
+	}
 	if c.NextSlot >= 0 {
 		next, at := c.NextSlot, c.NextSlotAt.UTC().Format(time.RFC3339)
 		out.NextSlot, out.NextSlotAt = &next, &at
@@ -141,6 +154,68 @@ func (st TaskStatus) MarshalJSON() ([]byte, error) {
 			Slot: p.Slot, Start: p.Start.UTC().Format(time.RFC3339), State: p.State, Attempts: p.Attempts,
 			Expected: p.Expected, PinnedIn: p.PinnedIn, PinnedOut: p.PinnedOut, Enqueued: p.Enqueued, Skipped: p.Skipped, Batches: p.Batches, Error: p.Error,
 		})
+	}
+	return out
+}
+
+// shardsJSON is the JSON form of a ShardsStatus: riverslot status --shard
+// --json and NewShardsHandler's /api/status.
+type shardsJSON struct {
+	Task                string           `json:"task"`
+	CycleStart          string           `json:"cycle_start"`
+	Verdict             string           `json:"verdict"`
+	OnTrack             bool             `json:"on_track"`
+	Unreachable         int              `json:"unreachable"`
+	Slots               int              `json:"slots"`
+	SlotsDone           int              `json:"slots_done"`
+	SlotsFailed         int              `json:"slots_failed"`
+	BehindSlots         int              `json:"behind_slots"`
+	AccountsExpected    int64            `json:"accounts_expected"`
+	SyncEnqueued        int64            `json:"sync_enqueued"`
+	SyncPending         int64            `json:"sync_pending"`
+	SyncRunning         int64            `json:"sync_running"`
+	SyncSynced          int64            `json:"sync_synced"`
+	SyncGone            int64            `json:"sync_gone"`
+	SyncSkippedStale    int64            `json:"sync_skipped_stale"`
+	SyncSkippedUpstream int64            `json:"sync_skipped_upstream"`
+	Shards              []shardCycleJSON `json:"shards"`
+}
+
+type shardCycleJSON struct {
+	Shard  string      `json:"shard"`
+	Error  string      `json:"error,omitempty"`
+	Status *statusJSON `json:"status"`
+}
+
+// MarshalJSON encodes the fleet's cycle as riverslot status --shard --json
+// prints it: the totals, then each shard's cycle as riverslot status
+// --json prints one (snake_case, times in RFC 3339, durations in seconds).
+func (st ShardsStatus) MarshalJSON() ([]byte, error) {
+	out := &shardsJSON{
+		Task: st.Task, CycleStart: st.CycleStart.UTC().Format(time.RFC3339), Verdict: st.Verdict, OnTrack: st.OnTrack, Unreachable: st.Unreachable,
+		Slots: st.Slots, SlotsDone: st.SlotsDone, SlotsFailed: st.SlotsFailed, BehindSlots: st.BehindSlots, AccountsExpected: st.AccountsExpected,
+		SyncEnqueued: st.Enqueued, SyncPending: st.Pending, SyncRunning: st.Running, SyncSynced: st.Synced, SyncGone: st.Gone,
+		SyncSkippedStale: st.SkippedStale, SyncSkippedUpstream: st.SkippedUpstream, Shards: make([]shardCycleJSON, 0, len(st.Shards)),
+	}
+	for _, sc := range st.Shards {
+		j := shardCycleJSON{Shard: sc.Shard, Error: sc.Error}
+		if sc.Status != nil {
+			j.Status = cycleToJSON(st.Task, sc.Status)
+		}
+		out.Shards = append(out.Shards, j)
+	}
+	return json.Marshal(out)
+}
+
+// ShardAccount's JSON: snake_case like the rest of the API.
+func (a ShardAccount) MarshalJSON() ([]byte, error) {
+	out := struct {
+		Shard      string       `json:"shard"`
+		MapVersion int64        `json:"map_version"`
+		Account    *accountJSON `json:"account"`
+	}{Shard: a.Shard, MapVersion: a.MapVersion}
+	if a.Account != nil {
+		out.Account = toAccountJSON(a.Account)
 	}
 	return json.Marshal(out)
 }

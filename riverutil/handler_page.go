@@ -25,6 +25,7 @@ var slotColors = map[string]string{
 	SlotScheduled: "#b0b0b0",
 	SlotFailed:    "#d1242f",
 	SlotMissing:   "#e38b00",
+	SlotUnknown:   "#e8c7ca",
 }
 
 // pageData is what the page template renders.

@@ -43,6 +43,14 @@ type ShardCycle struct {
 // not answer is reported in its ShardCycle and left out of the totals:
 // the others' cycles go on without it.
 func StatusShards(ctx context.Context, task string, shards ...*Scheduler) (*ShardsStatus, error) {
+	return statusShards(ctx, task, shards, error.Error)
+}
+
+// statusShards is StatusShards with describe saying what a shard's
+// ShardCycle.Error (and the verdict) tells of its database's error: the
+// error itself, or on a page open to more people than the databases are,
+// only a request id.
+func statusShards(ctx context.Context, task string, shards []*Scheduler, describe func(error) string) (*ShardsStatus, error) {
 	if len(shards) == 0 {
 		return nil, errors.New("StatusShards needs one Scheduler per shard")
 	}
@@ -62,7 +70,17 @@ func StatusShards(ctx context.Context, task string, shards ...*Scheduler) (*Shar
 		}
 	}
 	if out.CycleStart.IsZero() {
-		return nil, fmt.Errorf("task %q has no cycle on any of its %d shards: %w", task, len(shards), errors.Join(append(latest, ErrNoCycle)...))
+		var failed []string
+		for i, err := range latest {
+			if err != nil {
+				failed = append(failed, shards[i].shard+": "+describe(err))
+			}
+		}
+		if len(failed) == 0 {
+			return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle on any of its %d shards", task, len(shards))}
+		}
+		return nil, fmt.Errorf("task %q has no cycle on the shards that answered, and %d of %d did not (%s): %w",
+			task, len(failed), len(shards), strings.Join(failed, "; "), errors.Join(append(latest, ErrNoCycle)...))
 	}
 	out.OnTrack = true
 	for i, s := range shards {
@@ -80,7 +98,7 @@ func StatusShards(ctx context.Context, task string, shards ...*Scheduler) (*Shar
 			}
 		}
 		if latest[i] != nil {
-			sc.Error = latest[i].Error()
+			sc.Error = describe(latest[i])
 			out.Unreachable++
 		}
 		sc.Status = c

@@ -56,6 +56,12 @@ type demoShardReport struct {
 	RiverJobRows      int64   `json:"river_job_rows"`
 	FanOutMeanSeconds float64 `json:"fan_out_mean_seconds"`
 	SyncsPerSecond    float64 `json:"syncs_per_second"`
+	// LatenessP50Seconds and LatenessP99Seconds are percentiles of each
+	// Sync call's start after its scheduled time over the run's cycles:
+	// what tells a server that keeps up from one that does not. For
+	// "all", the worst shard's.
+	LatenessP50Seconds float64 `json:"lateness_p50_seconds"`
+	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
 }
 
 // demoShardsSummary is demo --shards' JSON report.
@@ -262,6 +268,8 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 		all.Duplicated += r.Duplicated
 		all.RiverJobRows += r.RiverJobRows
 		all.SyncsPerSecond += r.SyncsPerSecond
+		all.LatenessP50Seconds = max(all.LatenessP50Seconds, r.LatenessP50Seconds)
+		all.LatenessP99Seconds = max(all.LatenessP99Seconds, r.LatenessP99Seconds)
 		fanOutSum += r.FanOutMeanSeconds * float64(r.Slots)
 	}
 	all.FanOutMeanSeconds = fanOutSum / float64(plan.Slots)
@@ -273,11 +281,11 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "task %s, %d cycle(s) of %s, shard map %s\n", o.task, o.cycles, o.cycle, m.String())
-	fmt.Fprintln(tw, "SHARD\tBUCKETS\tSLOTS\tACCOUNTS\tSYNCED ONCE\tMISSED\tDUPLICATED\tRIVER_JOB ROWS\tFAN-OUT MEAN\tSYNCS/S")
-	fmt.Fprintln(tw, "\t\t\t\t(account-cycles)\t\t\t\t\t")
+	fmt.Fprintln(tw, "SHARD\tBUCKETS\tSLOTS\tACCOUNTS\tSYNCED ONCE\tMISSED\tDUPLICATED\tRIVER_JOB ROWS\tFAN-OUT MEAN\tSYNCS/S\tLATENESS P50\tP99")
+	fmt.Fprintln(tw, "\t\t\t\t(account-cycles)\t\t\t\t\t\t\t")
 	for _, r := range append(sum.Shards, all) {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.3fs\t%.1f\n", r.Shard, r.Ranges, r.Slots, r.Accounts, r.SyncedOnce, r.Missed, r.Duplicated,
-			r.RiverJobRows, r.FanOutMeanSeconds, r.SyncsPerSecond)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.3fs\t%.1f\t%.3fs\t%.3fs\n", r.Shard, r.Ranges, r.Slots, r.Accounts, r.SyncedOnce, r.Missed, r.Duplicated,
+			r.RiverJobRows, r.FanOutMeanSeconds, r.SyncsPerSecond, r.LatenessP50Seconds, r.LatenessP99Seconds)
 	}
 	return tw.Flush()
 }
@@ -360,6 +368,14 @@ FROM (SELECT a.id, count(s.account_id) n FROM `+d.table()+` a LEFT JOIN `+d.sync
 		return r, err
 	}
 	r.SyncsPerSecond = float64(calls) / (float64(len(starts)) * d.opts.cycle.Seconds())
+	var p50, p99 *float64
+	if err := d.pool.QueryRow(ctx, `SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)
+FROM (SELECT extract(epoch FROM synced_at - scheduled_at)::float8 l FROM `+d.synced()+` WHERE scheduled_at IS NOT NULL AND cycle_start = ANY($1)) x`, starts).Scan(&p50, &p99); err != nil {
+		return r, err
+	}
+	if p50 != nil && p99 != nil {
+		r.LatenessP50Seconds, r.LatenessP99Seconds = *p50, *p99
+	}
 	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()).Scan(&r.RiverJobRows); err != nil {
 		return r, err
 	}

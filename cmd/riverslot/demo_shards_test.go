@@ -51,6 +51,8 @@ func TestDemoShards(t *testing.T) {
 		next = hi + 1
 		require.EqualValues(t, sh.Accounts*cycles, sh.SyncedOnce, "shard %s: every account once a cycle", sh.Shard)
 		require.Zero(t, sh.Missed+sh.Duplicated, sh.Shard)
+		require.True(t, sh.LatenessP50Seconds > 0 && sh.LatenessP50Seconds <= sh.LatenessP99Seconds, "shard %s: lateness p50 %g p99 %g", sh.Shard, sh.LatenessP50Seconds, sh.LatenessP99Seconds)
+		require.Less(t, sh.LatenessP99Seconds, 8.0, "shard %s keeps up with 600 accounts a 16 s cycle: p99 under half a cycle", sh.Shard)
 		total += sh.Accounts
 		// The shard's table holds only accounts of its buckets.
 		var outside int64
@@ -63,4 +65,94 @@ func TestDemoShards(t *testing.T) {
 	require.EqualValues(t, accounts, s.All.Accounts)
 	require.EqualValues(t, accounts*cycles, s.All.SyncedOnce)
 	require.True(t, strings.HasPrefix(s.Map, "v1 s1:0-"), s.Map)
+
+	// riverslot status over the three shards: the latest cycle any shard
+	// made (as the ledgers record it), each slot served by exactly the
+	// shard whose range holds its buckets, and totals that are the sums.
+	var shardArgs []string
+	ranges := map[string][2]int{}
+	for _, sh := range s.Shards {
+		shardArgs = append(shardArgs, "--shard", sh.Shard+"@"+sh.Schema+"="+url)
+		var lo, hi int
+		_, err := fmt.Sscanf(sh.Ranges, "%d-%d", &lo, &hi)
+		require.NoError(t, err)
+		ranges[sh.Shard] = [2]int{lo, hi}
+	}
+	var latest time.Time
+	for _, sh := range s.Shards {
+		var l time.Time
+		require.NoError(t, pool.QueryRow(ctx, "SELECT max(cycle_start) FROM "+pgx.Identifier{sh.Schema, "riverslot_ledger"}.Sanitize()+" WHERE slot = -1").Scan(&l))
+		if l.After(latest) {
+			latest = l
+		}
+	}
+	code, stdout, stderr = runCmd(t, append([]string{"status", "--task", s.Task, "--json"}, shardArgs...)...)
+	require.Contains(t, []int{0, 1}, code, "stderr:\n%s", stderr)
+	var st fleetStatusJSON
+	require.NoError(t, json.Unmarshal([]byte(stdout), &st), stdout)
+	require.Equal(t, latest.UTC().Format(time.RFC3339), st.CycleStart)
+	require.Len(t, st.Shards, 3)
+	served := map[int]string{}
+	var enqueued int64
+	for _, sc := range st.Shards {
+		require.NotNil(t, sc.Status, sc.Shard)
+		require.Equal(t, sc.Shard, sc.Status.Shard)
+		for _, p := range sc.Status.PerSlot {
+			if p.State == "elsewhere" {
+				continue
+			}
+			require.Empty(t, served[p.Slot], "slot %d served by one shard", p.Slot)
+			served[p.Slot] = sc.Shard
+			r := ranges[sc.Shard]
+			require.True(t, p.Slot*4096 >= r[0] && p.Slot*4096+4095 <= r[1], "slot %d's buckets are in shard %s's range %v", p.Slot, sc.Shard, r)
+		}
+		enqueued += sc.Status.Enqueued
+	}
+	require.Len(t, served, 16, "every slot of the 16 s cycle")
+	require.Equal(t, 16, st.Slots)
+	require.Equal(t, enqueued, st.Enqueued)
+	code, text, stderr := runCmd(t, append([]string{"status", "--task", s.Task}, shardArgs...)...)
+	require.Contains(t, []int{0, 1}, code, "stderr:\n%s", stderr)
+	require.Contains(t, text, "over 3 shards")
+	require.Contains(t, text, "slots by shard: 0-")
+
+	// riverslot web over the three shards, one of them down: the page
+	// still serves the other two and says which did not answer.
+	down := append(append([]string{}, shardArgs[:4]...), "--shard", "s3@"+s.Shards[2].Schema+"=postgres://postgres@127.0.0.1:1/x?connect_timeout=2")
+	base := startWeb(t, append([]string{"--refresh", "30s"}, down...)...)
+	code, body := httpGet(t, base+"api/status?task="+s.Task)
+	require.Equal(t, 200, code, body)
+	st = fleetStatusJSON{}
+	require.NoError(t, json.Unmarshal([]byte(body), &st), body)
+	require.Equal(t, 1, st.Unreachable)
+	require.Nil(t, st.Shards[2].Status)
+	require.Contains(t, st.Shards[2].Error, "did not answer")
+	require.NotNil(t, st.Shards[0].Status)
+	code, body = httpGet(t, base+"?task="+s.Task)
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, `<a href="shards/s1/?task=`+s.Task+`">s1</a>`)
+	code, body = httpGet(t, base+"shards/s2/api/status?task="+s.Task)
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, `"shard": "s2"`)
+}
+
+// fleetStatusJSON is what the tests read of riverslot status --shard
+// --json.
+type fleetStatusJSON struct {
+	CycleStart  string `json:"cycle_start"`
+	Unreachable int    `json:"unreachable"`
+	Slots       int    `json:"slots"`
+	Enqueued    int64  `json:"sync_enqueued"`
+	Shards      []struct {
+		Shard  string `json:"shard"`
+		Error  string `json:"error"`
+		Status *struct {
+			Shard    string `json:"shard"`
+			Enqueued int64  `json:"sync_enqueued"`
+			PerSlot  []struct {
+				Slot  int    `json:"slot"`
+				State string `json:"state"`
+			} `json:"per_slot"`
+		} `json:"status"`
+	} `json:"shards"`
 }

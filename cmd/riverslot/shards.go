@@ -135,33 +135,23 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return usageErr("move needs --at: the first cycle start the move applies to (RFC 3339)")
 		}
 	}
-	shards := make([]riverutil.Shard, 0, len(specs))
-	for _, s := range specs {
-		name, url, ok := strings.Cut(s, "=")
-		name, shardSchema, custom := strings.Cut(name, "@")
-		if !custom {
-			if *schema == "" {
-				return usageErr("--schema is required (River's schema in each shard's database), or give each shard's as --shard NAME@SCHEMA=URL")
-			}
-			shardSchema = *schema
-		}
-		if !ok || !slotplan.ValidShardName(name) || url == "" {
-			return usageErr("--shard %q must be NAME=URL or NAME@SCHEMA=URL, NAME 1-64 letters, digits, '_', '-' or '.'", s)
-		}
-		if err := checkSchemaName("--shard "+name+" schema", shardSchema); err != nil {
-			return err
-		}
-		pool, err := connectFlag(ctx, "--shard "+name, url, 4)
+	parsed, err := parseShardSpecs(specs, *schema, "--schema is required (River's schema in each shard's database), or give each shard's as --shard NAME@SCHEMA=URL")
+	if err != nil {
+		return err
+	}
+	shards := make([]riverutil.Shard, 0, len(parsed))
+	for _, sp := range parsed {
+		pool, err := connectFlag(ctx, "--shard "+sp.name, sp.url, 4)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
 		if sub == "set" {
-			if err := riverutil.MigrateLedger(ctx, pool, shardSchema); err != nil {
-				return fmt.Errorf("shard %q: %w", name, err)
+			if err := riverutil.MigrateLedger(ctx, pool, sp.schema); err != nil {
+				return fmt.Errorf("shard %q: %w", sp.name, err)
 			}
 		}
-		shards = append(shards, riverutil.Shard{Name: name, Pool: pool, Schema: shardSchema})
+		shards = append(shards, riverutil.Shard{Name: sp.name, Pool: pool, Schema: sp.schema})
 	}
 	switch sub {
 	case "show":
@@ -201,6 +191,69 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "task %s: shard map %s on %d shards, for %s\n", *task, m.String(), len(shards), when)
 	return nil
+}
+
+// shardSpec is one --shard NAME=URL or NAME@SCHEMA=URL.
+type shardSpec struct {
+	name, schema, url string
+	custom            bool // the schema was given in the spec
+}
+
+// parseShardSpecs reads the --shard flags, each shard's schema defaulting
+// to schema (noSchema is the error when that is empty and needed).
+func parseShardSpecs(specs []string, schema, noSchema string) ([]shardSpec, error) {
+	out := make([]shardSpec, 0, len(specs))
+	seen := map[string]bool{}
+	for _, s := range specs {
+		name, url, ok := strings.Cut(s, "=")
+		name, shardSchema, custom := strings.Cut(name, "@")
+		if !ok || !slotplan.ValidShardName(name) || url == "" {
+			return nil, usageErr("--shard %q must be NAME=URL or NAME@SCHEMA=URL, NAME 1-64 letters, digits, '_', '-' or '.'", s)
+		}
+		if !custom {
+			if schema == "" {
+				return nil, usageErr("%s", noSchema)
+			}
+			shardSchema = schema
+		}
+		if err := checkSchemaName("--shard "+name+" schema", shardSchema); err != nil {
+			return nil, err
+		}
+		if seen[name] {
+			return nil, usageErr("--shard %q is given twice; give each shard once", name)
+		}
+		seen[name] = true
+		out = append(out, shardSpec{name: name, schema: shardSchema, url: url, custom: custom})
+	}
+	return out, nil
+}
+
+// openShard opens a pool on a shard's database for a view over all
+// shards: when the database does not answer, the pool is still returned
+// (it connects on use) with down saying why, so the view shows the shard
+// as down and the others as usual.
+func openShard(ctx context.Context, sp shardSpec, maxConns int32, readOnly bool) (pool *pgxpool.Pool, down, err error) {
+	config, err := pgxpool.ParseConfig(sp.url)
+	if err != nil {
+		return nil, nil, usageErr("--shard %s is not a valid PostgreSQL URL: %v", sp.name, err)
+	}
+	if readOnly {
+		config.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	}
+	config.MaxConns = maxConns
+	if config.ConnConfig.ConnectTimeout == 0 {
+		config.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pool, err = pgxpool.NewWithConfig(ctx, config)
+	if err != nil {
+		return nil, nil, usageErr("--shard %s: %v", sp.name, err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		return pool, fmt.Errorf("shard %q: cannot reach its database at %s: %w", sp.name, redact(config), err), nil
+	}
+	return pool, nil, nil
 }
 
 // parseShardRanges reads "a:0-32767/b:32768-65535,..." into a validated

@@ -31,10 +31,18 @@ no flag for it. --cycle and --trigger-offset matter only for a cycle that
 has no job yet; --cycle-start shows an earlier cycle. Give --table and
 --filter as the app configures them (accounts expected per slot).
 
+For a task spread over several databases (docs/shards.md), give every
+shard's as --shard NAME=URL (NAME@SCHEMA=URL when its River schema is not
+--schema) instead of --database-url: status shows the latest cycle any
+shard has made over all of them (the totals, each shard's verdict, slots,
+syncs and lateness, and which shard serves each slot). A shard whose
+database does not answer is shown as such; the others as usual.
+
 For StartingGrace (30s) after River elects a leader (a restart), slots that
 wait for their fan-out make the verdict "starting", not "behind".
 
-Exit codes: 0 on track or starting, 1 behind or failed, 2 bad input.
+Exit codes: 0 on track or starting, 1 behind or failed (with --shard: a
+shard not on track or not answering), 2 bad input.
 `
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -46,14 +54,30 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the view")
 	watch := fs.Duration("watch", 0, "redraw every interval until interrupted (e.g. 2s)")
 	svg := fs.String("svg", "", "also draw the cycle (slots by state, accounts enqueued against expected, lateness) into this .svg file, rewritten on every --watch redraw")
+	var shardSpecs shardFlag
+	fs.Var(&shardSpecs, "shard", "NAME=URL (or NAME@SCHEMA=URL) of one shard's database, for a task spread over several (docs/shards.md): repeat it for every shard to see the task over all of them")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	accountsSchemaGiven := *tf.accountsSchema != ""
 	if err := tf.check(); err != nil {
 		return err
 	}
 	if *watch < 0 || (*watch > 0 && *watch < 100*time.Millisecond) {
 		return usageErr("--watch must be at least 100ms, got %s", *watch)
+	}
+	if len(shardSpecs) > 0 {
+		switch {
+		case *svg != "":
+			return usageErr("--svg draws one database's cycle: leave it out with --shard, or give one shard's --database-url instead")
+		case *cycleStart != "":
+			return usageErr("--cycle-start reads one database's cycle: leave it out with --shard (the latest cycle over all shards), or give one shard's --database-url instead")
+		}
+		parsed, err := parseShardSpecs(shardSpecs, *schema, "--schema must name River's schema in each shard's database, or give each shard's as --shard NAME@SCHEMA=URL")
+		if err != nil {
+			return err
+		}
+		return runStatusShards(ctx, tf, accountsSchemaGiven, parsed, *asJSON, *watch, stdout, stderr)
 	}
 	if *svg != "" {
 		if err := checkSVGPath(*svg); err != nil {

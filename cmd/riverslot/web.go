@@ -38,7 +38,17 @@ unless --addr says otherwise and has no authentication of its own; to open
 it to others, mount Scheduler.Handler in the app behind its own auth.
 --table and --filter name the accounts table as the app configures it (the
 page never counts it; an account's pin is read from the pins tables).
-It serves no /metrics: it runs no jobs. riverslot worker --web-addr serves
+It serves no /metrics: it runs no jobs.
+
+For tasks spread over several databases (docs/shards.md), give every
+shard's as --shard NAME=URL (NAME@SCHEMA=URL when its River schema is not
+--schema) instead of --database-url: / is then the page over all shards
+(riverutil.NewShardsHandler: the fleet's verdict and totals, each shard's
+slots, syncs and lateness, the shard serving each slot, an account's
+shard), /api/status its JSON (as riverslot status --shard --json), and
+/shards/NAME/ each shard's own page and API. A shard whose database does
+not answer is shown as such, at start too; the tasks are read from the
+first shard that answers. riverslot worker --web-addr serves
 this page and the worker's metrics on one port, as an app does by passing
 its Prometheus exporter's handler as riverutil.HandlerConfig.Metrics.
 
@@ -59,9 +69,12 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	only := fs.String("task", "", "serve only these tasks (comma-separated; default: every task found)")
 	addr := fs.String("addr", "127.0.0.1:8080", "host:port to listen on; 127.0.0.1 keeps it on this machine")
 	refresh := fs.Duration("refresh", riverutil.HandlerRefreshDefault, "how often the page reloads itself")
+	var shardSpecs shardFlag
+	fs.Var(&shardSpecs, "shard", "NAME=URL (or NAME@SCHEMA=URL) of one shard's database, for tasks spread over several (docs/shards.md): repeat it for every shard to serve the page over all of them")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	accountsSchemaGiven := *accountsSchema != ""
 	if err := checkSchemaName("--schema", *schema); err != nil {
 		return err
 	}
@@ -83,39 +96,85 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 
-	pool, err := connectReadOnly(ctx, databaseURL(), 4)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	tasks, err := findTasks(ctx, pool, *schema)
-	if err != nil {
-		return err
-	}
-	if len(wanted) > 0 {
-		var kept []riverutil.Task
-		for _, name := range wanted {
-			i := slices.IndexFunc(tasks, func(t riverutil.Task) bool { return t.Name == name })
-			if i < 0 {
-				return usageErr("--task %q has no cycle in the ledger of --schema %q; tasks found: %s", name, *schema, taskList(tasks))
-			}
-			kept = append(kept, tasks[i])
+	config := &riverutil.HandlerConfig{Refresh: *refresh, Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	var (
+		handler http.Handler
+		tasks   []riverutil.Task
+		where   string
+	)
+	if len(shardSpecs) > 0 {
+		specs, err := parseShardSpecs(shardSpecs, *schema, "--schema must name River's schema in each shard's database, or give each shard's as --shard NAME@SCHEMA=URL")
+		if err != nil {
+			return err
 		}
-		tasks = kept
-	}
-	for i := range tasks {
-		tasks[i].Schema, tasks[i].Table, tasks[i].Filter = *accountsSchema, *table, *filter
-	}
-	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: tasks})
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	if err := scheduler.Configure(&river.Config{Schema: *schema}); err != nil {
-		return usageErr("%v", err)
-	}
-	handler, err := scheduler.NewHandler(&riverutil.HandlerConfig{Refresh: *refresh, Logger: slog.New(slog.NewTextHandler(stderr, nil))})
-	if err != nil {
-		return usageErr("%v", err)
+		var schedulers []*riverutil.Scheduler
+		pools := make([]*pgxpool.Pool, len(specs))
+		var downs []error
+		for i, sp := range specs {
+			pool, down, err := openShard(ctx, sp, 4, true)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			pools[i] = pool
+			if down != nil {
+				fmt.Fprintf(stderr, "warning: %v; the page shows it as not answering\n", down)
+				downs = append(downs, down)
+				continue
+			}
+			if tasks == nil {
+				if tasks, err = wantedTasks(ctx, pool, sp.schema, wanted); err != nil {
+					return fmt.Errorf("shard %q: %w", sp.name, err)
+				}
+			}
+		}
+		if tasks == nil {
+			return usageErr("no shard's database answered: %v", errors.Join(downs...))
+		}
+		for i, sp := range specs {
+			shardTasks := slices.Clone(tasks)
+			for j := range shardTasks {
+				shardTasks[j].Schema, shardTasks[j].Table, shardTasks[j].Filter = sp.schema, *table, *filter
+				if accountsSchemaGiven {
+					shardTasks[j].Schema = *accountsSchema
+				}
+			}
+			s, err := riverutil.New(pools[i], &riverutil.Config{Shard: sp.name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: shardTasks})
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			if err := s.Configure(&river.Config{Schema: sp.schema}); err != nil {
+				return usageErr("%v", err)
+			}
+			schedulers = append(schedulers, s)
+		}
+		if handler, err = riverutil.NewShardsHandler(config, schedulers...); err != nil {
+			return usageErr("%v", err)
+		}
+		where = fmt.Sprintf("%d shards", len(specs))
+	} else {
+		pool, err := connectReadOnly(ctx, databaseURL(), 4)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if tasks, err = wantedTasks(ctx, pool, *schema, wanted); err != nil {
+			return err
+		}
+		for i := range tasks {
+			tasks[i].Schema, tasks[i].Table, tasks[i].Filter = *accountsSchema, *table, *filter
+		}
+		scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: tasks})
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		if err := scheduler.Configure(&river.Config{Schema: *schema}); err != nil {
+			return usageErr("%v", err)
+		}
+		if handler, err = scheduler.NewHandler(config); err != nil {
+			return usageErr("%v", err)
+		}
+		where = "schema " + *schema
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -125,7 +184,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(ln) }()
-	fmt.Fprintf(stdout, "serving http://%s/ for %s (schema %s); Ctrl-C stops\n", ln.Addr(), taskList(tasks), *schema)
+	fmt.Fprintf(stdout, "serving http://%s/ for %s (%s); Ctrl-C stops\n", ln.Addr(), taskList(tasks), where)
 
 	select {
 	case err := <-served:
@@ -232,6 +291,24 @@ func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]riveru
 		return nil, usageErr("%s", msg)
 	}
 	return tasks, nil
+}
+
+// wantedTasks returns the tasks findTasks finds in schema, only those of
+// wanted when it names any.
+func wantedTasks(ctx context.Context, pool *pgxpool.Pool, schema string, wanted []string) ([]riverutil.Task, error) {
+	tasks, err := findTasks(ctx, pool, schema)
+	if err != nil || len(wanted) == 0 {
+		return tasks, err
+	}
+	var kept []riverutil.Task
+	for _, name := range wanted {
+		i := slices.IndexFunc(tasks, func(t riverutil.Task) bool { return t.Name == name })
+		if i < 0 {
+			return nil, usageErr("--task %q has no cycle in the ledger of --schema %q; tasks found: %s", name, schema, taskList(tasks))
+		}
+		kept = append(kept, tasks[i])
+	}
+	return kept, nil
 }
 
 func taskList(tasks []riverutil.Task) string {

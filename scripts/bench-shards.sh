@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# bench-shards.sh: the same fleet on one PostgreSQL server and on three
+# (docs/shards.md, "Measured"). It starts three throwaway PostgreSQL
+# clusters of its own (initdb, pg_ctl; each on its own port, its own data
+# directory, stopped and removed on exit), runs `riverslot demo --shards`
+# with one shard on the first server, then with one shard on each server,
+# and prints the two --json reports' figures side by side.
+#
+#   scripts/bench-shards.sh                     # 30,000 accounts, 64 s cycle, 2 cycles
+#   ACCOUNTS=120000 CYCLE=64s CYCLES=2 WORKERS=100 scripts/bench-shards.sh
+#
+# OUT (default: a temporary directory, printed) keeps the JSON reports and
+# the servers' logs. Needs the PostgreSQL server binaries (initdb, pg_ctl)
+# on PATH or in /usr/lib/postgresql/*/bin, and Go. As root it runs the
+# servers as the postgres user.
+set -euo pipefail
+
+ACCOUNTS=${ACCOUNTS:-30000}
+CYCLE=${CYCLE:-64s}
+CYCLES=${CYCLES:-2}
+WORKERS=${WORKERS:-100}
+SERVERS=3
+cd "$(dirname "$0")/.."
+
+bindir=""
+if command -v initdb >/dev/null 2>&1; then
+	bindir=$(dirname "$(readlink -f "$(command -v initdb)")")
+else
+	bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+fi
+if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
+	echo "bench-shards: needs the PostgreSQL server binaries (initdb, pg_ctl): install PostgreSQL (Debian/Ubuntu: apt-get install postgresql) or put initdb on PATH" >&2
+	exit 2
+fi
+as=()
+if [ "$(id -u)" = 0 ]; then
+	id postgres >/dev/null 2>&1 || { echo "bench-shards: running as root needs a 'postgres' user to run the servers" >&2; exit 2; }
+	as=(runuser -u postgres --)
+fi
+
+OUT=${OUT:-$(mktemp -d /tmp/riverslot-bench-shards.XXXXXX)}
+mkdir -p "$OUT"
+work=$(mktemp -d /tmp/riverslot-bench-pg.XXXXXX)
+chmod 755 "$work"
+[ ${#as[@]} -eq 0 ] || chown postgres "$work"
+
+ports=()
+cleanup() {
+	for i in $(seq 1 $SERVERS); do
+		[ -d "$work/db$i" ] && "${as[@]}" "$bindir/pg_ctl" -D "$work/db$i" -m immediate stop >/dev/null 2>&1 || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+for i in $(seq 1 $SERVERS); do
+	port=$(free_port)
+	ports+=("$port")
+	"${as[@]}" "$bindir/initdb" -D "$work/db$i" -U postgres --auth=trust --no-sync >/dev/null
+	"${as[@]}" "$bindir/pg_ctl" -D "$work/db$i" -l "$work/db$i.log" -w \
+		-o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$work -c max_connections=200" start >/dev/null
+	"$bindir/psql" -h 127.0.0.1 -p "$port" -U postgres -qc "CREATE DATABASE riverslot_bench" >/dev/null
+	echo "server $i: PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') on 127.0.0.1:$port" >&2
+done
+url() { echo "postgres://postgres@127.0.0.1:$1/riverslot_bench?sslmode=disable"; }
+
+go build -o "$work/riverslot" ./cmd/riverslot
+common=(--accounts "$ACCOUNTS" --cycle "$CYCLE" --cycles "$CYCLES" --workers "$WORKERS" --json)
+
+echo "one shard, on server 1: riverslot demo --shards $(url "${ports[0]}") ${common[*]}" >&2
+"$work/riverslot" demo --database-url "$(url "${ports[0]}")" --shards "$(url "${ports[0]}")" --schema bench_one "${common[@]}" >"$OUT/one.json"
+
+three="$(url "${ports[0]}"),$(url "${ports[1]}"),$(url "${ports[2]}")"
+echo "three shards, one on each server: riverslot demo --shards $three ${common[*]}" >&2
+"$work/riverslot" demo --database-url "$(url "${ports[0]}")" --shards "$three" --schema bench_three "${common[@]}" >"$OUT/three.json"
+
+for i in $(seq 1 $SERVERS); do cp "$work/db$i.log" "$OUT/server$i.log" 2>/dev/null || true; done
+echo "reports: $OUT/one.json $OUT/three.json" >&2
+python3 - "$OUT/one.json" "$OUT/three.json" <<'EOF'
+import json, sys
+rows = []
+for label, path in (("one server", sys.argv[1]), ("three servers", sys.argv[2])):
+    r = json.load(open(path))
+    for s in r["shards"] + [r["all"]]:
+        rows.append((label, s))
+keys = ["accounts", "synced_once", "missed", "duplicated", "river_job_rows", "fan_out_mean_seconds", "syncs_per_second", "lateness_p50_seconds", "lateness_p99_seconds"]
+print("%-14s %-6s %s" % ("run", "shard", " ".join("%18s" % k for k in keys)))
+for label, s in rows:
+    cell = lambda v: ("%18.3f" % v) if isinstance(v, float) else ("%18s" % v)
+    print("%-14s %-6s %s" % (label, s.get("shard", "all"), " ".join(cell(s.get(k, "-")) for k in keys)))
+EOF
