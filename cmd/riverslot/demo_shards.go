@@ -156,7 +156,7 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 		synced := s.d.synced()
 		pool := s.d.pool
 		task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
-			_, err := pool.Exec(ctx, "INSERT INTO "+synced+" (task, account_id, cycle_start) VALUES ($1, $2, $3)", job.Args.Task, accountID, job.Args.CycleStart)
+			_, err := pool.Exec(ctx, "INSERT INTO "+synced+" (task, account_id, cycle_start, scheduled_at, job_id) VALUES ($1, $2, $3, $4, $5)", job.Args.Task, accountID, job.Args.CycleStart, job.ScheduledAt, job.ID)
 			return err
 		}
 		if i == 0 {
