@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -158,7 +161,37 @@ func TestShardsThreeDatabases(t *testing.T) {
 	time.Sleep(time.Until(outage.Add(cycle / 3)))
 	require.NoError(t, s3.c.exec("pg_ctl", "-D", filepath.Join(s3.c.data, "db"), "-m", "immediate", "stop"))
 	killed := time.Now()
-	time.Sleep(8 * time.Second)
+	// While it is down, the page over all shards answers for s1 and s2
+	// and says s3 did not.
+	var scheds []*riverutil.Scheduler
+	for _, sh := range shards {
+		scheds = append(scheds, sh.s)
+	}
+	fleet, err := riverutil.NewShardsHandler(&riverutil.HandlerConfig{Timeout: 5 * time.Second, Logger: riverslottest.Logger(t)}, scheds...)
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	fleet.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/status?task="+task, nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	var during struct {
+		Unreachable int `json:"unreachable"`
+		Shards      []struct {
+			Shard  string           `json:"shard"`
+			Error  string           `json:"error"`
+			Status *json.RawMessage `json:"status"`
+		} `json:"shards"`
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &during), rec.Body.String())
+	require.Equal(t, 1, during.Unreachable, rec.Body.String())
+	for i, sc := range during.Shards {
+		if i == 2 {
+			require.Nil(t, sc.Status, "s3 is down")
+			require.Contains(t, sc.Error, "did not answer")
+		} else {
+			require.NotNil(t, sc.Status, "%s answers while s3 is down: %s", sc.Shard, sc.Error)
+		}
+	}
+	require.Less(t, time.Since(killed), 8*time.Second, "the page answered within the outage")
+	time.Sleep(time.Until(killed.Add(8 * time.Second)))
 	s3.c.pgctl(t, "start")
 	t.Logf("s3's server down from %s to %s into its cycle", killed.Sub(outage).Round(time.Millisecond), time.Since(outage).Round(time.Millisecond))
 
@@ -277,10 +310,6 @@ func TestShardsThreeDatabases(t *testing.T) {
 	}
 	// Over all shards: the latest cycle any has made, each of its 8 slots
 	// served by one shard.
-	var scheds []*riverutil.Scheduler
-	for _, sh := range shards {
-		scheds = append(scheds, sh.s)
-	}
 	all3, err := riverutil.StatusShards(context.Background(), task, scheds...)
 	require.NoError(t, err)
 	require.Len(t, all3.Shards, 3)

@@ -7,7 +7,13 @@
 # and prints the two --json reports' figures side by side.
 #
 #   scripts/bench-shards.sh                     # 30,000 accounts, 64 s cycle, 2 cycles
-#   ACCOUNTS=120000 CYCLE=64s CYCLES=2 WORKERS=100 scripts/bench-shards.sh
+#   ACCOUNTS=150000 CYCLE=64s CYCLES=2 WORKERS=134 scripts/bench-shards.sh
+#
+# WORKERS is each shard's River MaxWorkers in the three-shard run; the
+# one-shard run gets WORKERS_ONE, by default three times as many, so both
+# fleets have as many workers (a River client starts at most MaxWorkers x
+# 10 jobs a second, riverutil.MaxWorkersFor: with fewer, the one-shard run
+# measures River's fetch limit, not the server).
 #
 # OUT (default: a temporary directory, printed) keeps the JSON reports and
 # the servers' logs. Needs the PostgreSQL server binaries (initdb, pg_ctl)
@@ -19,6 +25,7 @@ ACCOUNTS=${ACCOUNTS:-30000}
 CYCLE=${CYCLE:-64s}
 CYCLES=${CYCLES:-2}
 WORKERS=${WORKERS:-100}
+WORKERS_ONE=${WORKERS_ONE:-$((WORKERS * 3))}
 SERVERS=3
 cd "$(dirname "$0")/.."
 
@@ -69,14 +76,18 @@ done
 url() { echo "postgres://postgres@127.0.0.1:$1/riverslot_bench?sslmode=disable"; }
 
 go build -o "$work/riverslot" ./cmd/riverslot
-common=(--accounts "$ACCOUNTS" --cycle "$CYCLE" --cycles "$CYCLES" --workers "$WORKERS" --json)
+common=(--accounts "$ACCOUNTS" --cycle "$CYCLE" --cycles "$CYCLES" --json)
 
-echo "one shard, on server 1: riverslot demo --shards $(url "${ports[0]}") ${common[*]}" >&2
-"$work/riverslot" demo --database-url "$(url "${ports[0]}")" --shards "$(url "${ports[0]}")" --schema bench_one "${common[@]}" >"$OUT/one.json"
+# A run that does not keep up (a cycle not done in time) is reported, and
+# the other still runs.
+echo "one shard, on server 1: riverslot demo --shards $(url "${ports[0]}") ${common[*]} --workers $WORKERS_ONE" >&2
+"$work/riverslot" demo --database-url "$(url "${ports[0]}")" --shards "$(url "${ports[0]}")" --schema bench_one "${common[@]}" --workers "$WORKERS_ONE" >"$OUT/one.json" ||
+	echo "one shard: riverslot demo failed (exit $?)" >&2
 
 three="$(url "${ports[0]}"),$(url "${ports[1]}"),$(url "${ports[2]}")"
-echo "three shards, one on each server: riverslot demo --shards $three ${common[*]}" >&2
-"$work/riverslot" demo --database-url "$(url "${ports[0]}")" --shards "$three" --schema bench_three "${common[@]}" >"$OUT/three.json"
+echo "three shards, one on each server: riverslot demo --shards $three ${common[*]} --workers $WORKERS" >&2
+"$work/riverslot" demo --database-url "$(url "${ports[0]}")" --shards "$three" --schema bench_three "${common[@]}" --workers "$WORKERS" >"$OUT/three.json" ||
+	echo "three shards: riverslot demo failed (exit $?)" >&2
 
 for i in $(seq 1 $SERVERS); do cp "$work/db$i.log" "$OUT/server$i.log" 2>/dev/null || true; done
 echo "reports: $OUT/one.json $OUT/three.json" >&2
@@ -84,7 +95,11 @@ python3 - "$OUT/one.json" "$OUT/three.json" <<'EOF'
 import json, sys
 rows = []
 for label, path in (("one server", sys.argv[1]), ("three servers", sys.argv[2])):
-    r = json.load(open(path))
+    try:
+        r = json.load(open(path))
+    except ValueError:
+        print("%s: no report (the run failed; see above)" % label)
+        continue
     for s in r["shards"] + [r["all"]]:
         rows.append((label, s))
 keys = ["accounts", "synced_once", "missed", "duplicated", "river_job_rows", "fan_out_mean_seconds", "syncs_per_second", "lateness_p50_seconds", "lateness_p99_seconds"]
