@@ -129,14 +129,17 @@ func (s *Scheduler) NewHandler(config *HandlerConfig) (http.Handler, error) {
 	h.mux.HandleFunc("GET /api/status", h.apiStatus)
 	h.mux.HandleFunc("GET /api/cycles", h.apiCycles)
 	h.mux.HandleFunc("GET /api/accounts/{id}", h.apiAccount)
-	h.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		if config.Metrics == nil {
-			writeError(w, http.StatusNotFound, "no metrics handler: set HandlerConfig.Metrics to serve /metrics")
-			return
-		}
-		config.Metrics.ServeHTTP(w, r)
-	})
+	h.mux.HandleFunc("GET /metrics", config.serveMetrics)
 	return h, nil
+}
+
+// serveMetrics serves /metrics: HandlerConfig.Metrics, 404 without it.
+func (c *HandlerConfig) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if c.Metrics == nil {
+		writeError(w, http.StatusNotFound, "no metrics handler: set HandlerConfig.Metrics to serve /metrics")
+		return
+	}
+	c.Metrics.ServeHTTP(w, r)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

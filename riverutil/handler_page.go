@@ -253,8 +253,14 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.Error = strings.Join(errs, "; ")
+	h.render(w, r, pageTemplate, d)
+}
+
+// render writes the page tmpl makes of data, with the headers that keep
+// it self-contained (no script, no outside resource).
+func (h *handler) render(w http.ResponseWriter, r *http.Request, tmpl *template.Template, data any) {
 	var buf bytes.Buffer
-	if err := pageTemplate.Execute(&buf, d); err != nil {
+	if err := tmpl.Execute(&buf, data); err != nil {
 		h.fail(w, r, fmt.Errorf("error rendering the page: %w", err))
 		return
 	}

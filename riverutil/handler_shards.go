@@ -1,7 +1,6 @@
 package riverutil
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -84,13 +83,7 @@ func NewShardsHandler(config *HandlerConfig, shards ...*Scheduler) (http.Handler
 	h.mux.HandleFunc("GET /{$}", h.page)
 	h.mux.HandleFunc("GET /api/status", h.apiStatus)
 	h.mux.HandleFunc("GET /api/accounts/{id}", h.apiAccount)
-	h.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		if config.Metrics == nil {
-			writeError(w, http.StatusNotFound, "no metrics handler: set HandlerConfig.Metrics to serve /metrics")
-			return
-		}
-		config.Metrics.ServeHTTP(w, r)
-	})
+	h.mux.HandleFunc("GET /metrics", config.serveMetrics)
 	return h, nil
 }
 
@@ -337,15 +330,7 @@ func (h *shardsHandler) page(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.Error = strings.Join(errs, "; ")
-	var buf bytes.Buffer
-	if err := shardsPageTemplate.Execute(&buf, d); err != nil {
-		base.fail(w, r, fmt.Errorf("error rendering the page: %w", err))
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; frame-ancestors 'none'")
-	_, _ = w.Write(buf.Bytes())
+	base.render(w, r, shardsPageTemplate, d)
 }
 
 // mergeShardSlots lays the fleet's cycle out as one cycle: each slot as
