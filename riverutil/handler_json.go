@@ -166,6 +166,10 @@ type shardsJSON struct {
 	Verdict             string           `json:"verdict"`
 	OnTrack             bool             `json:"on_track"`
 	Unreachable         int              `json:"unreachable"`
+	Starting            bool             `json:"starting"`
+	Conflicts           []int            `json:"conflicts"`
+	Unserved            []int            `json:"unserved"`
+	MapVersions         []int64          `json:"map_versions"`
 	Slots               int              `json:"slots"`
 	SlotsDone           int              `json:"slots_done"`
 	SlotsFailed         int              `json:"slots_failed"`
@@ -193,6 +197,7 @@ type shardCycleJSON struct {
 func (st ShardsStatus) MarshalJSON() ([]byte, error) {
 	out := &shardsJSON{
 		Task: st.Task, CycleStart: st.CycleStart.UTC().Format(time.RFC3339), Verdict: st.Verdict, OnTrack: st.OnTrack, Unreachable: st.Unreachable,
+		Starting: st.Starting, Conflicts: nonNil(st.Conflicts), Unserved: nonNil(st.Unserved), MapVersions: nonNil(st.MapVersions),
 		Slots: st.Slots, SlotsDone: st.SlotsDone, SlotsFailed: st.SlotsFailed, BehindSlots: st.BehindSlots, AccountsExpected: st.AccountsExpected,
 		SyncEnqueued: st.Enqueued, SyncPending: st.Pending, SyncRunning: st.Running, SyncSynced: st.Synced, SyncGone: st.Gone,
 		SyncSkippedStale: st.SkippedStale, SyncSkippedUpstream: st.SkippedUpstream, Shards: make([]shardCycleJSON, 0, len(st.Shards)),
@@ -276,13 +281,6 @@ func toCyclesJSON(task string, cycles []CycleSummary) *cyclesJSON {
 	return out
 }
 
-func nonNil(s []int) []int {
-	if s == nil {
-		return []int{}
-	}
-	return s
-}
-
 // accountJSON is /api/accounts/{id}.
 type accountJSON struct {
 	Task              string           `json:"task"`
@@ -346,4 +344,12 @@ func toAccountJSON(a *AccountStatus) *accountJSON {
 	}
 	out.CurrentCycleSync, out.PreviousCycleSync = conv(a.Current), conv(a.Previous)
 	return out
+}
+
+// nonNil makes a nil slice an empty one, so JSON has [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

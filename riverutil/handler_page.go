@@ -26,6 +26,7 @@ var slotColors = map[string]string{
 	SlotFailed:    "#d1242f",
 	SlotMissing:   "#e38b00",
 	SlotUnknown:   "#e8c7ca",
+	SlotConflict:  "#7b1fa2",
 }
 
 // pageData is what the page template renders.
@@ -290,6 +291,9 @@ func slotBarsSVG(c *CycleStatus) template.HTML {
 			v = p.Enqueued + p.Skipped
 		}
 		hgt := (height - top) * float64(v) / float64(maxV)
+		if p.State == SlotUnknown || p.State == SlotConflict {
+			hgt = height - top // nothing known of it: full height, to be seen
+		}
 		x := float64(p.Slot) * bw
 		fmt.Fprintf(&b, `<rect class="slot slot-%s" data-slot="%d" x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="%s"><title>slot %d %s: %d enqueued, %d skipped late, %d expected%s</title></rect>`,
 			p.State, p.Slot, x+gap/2, height-hgt, bw-gap, math.Max(hgt, 0.5), slotColors[p.State], p.Slot, p.State, p.Enqueued, p.Skipped, p.Expected, errSuffix(p.Error))

@@ -19,14 +19,17 @@ import (
 // fleet's cycle, each shard's part of it, and each shard's own page.
 type shardsHandler struct {
 	shards []*Scheduler
-	pages  []http.Handler // each shard's own NewHandler, by index
 	config *HandlerConfig
 	mux    *http.ServeMux
 }
 
-// SlotUnknown is the state NewShardsHandler's page gives a slot no
-// answering shard serves: its shard's database did not answer.
-const SlotUnknown = "unknown"
+// The states NewShardsHandler's page gives a slot besides a shard's own:
+// SlotUnknown when no answering shard serves it (its shard did not
+// answer), SlotConflict when more than one does (ShardsStatus.Conflicts).
+const (
+	SlotUnknown  = "unknown"
+	SlotConflict = "conflict"
+)
 
 // NewShardsHandler returns the operator's page and its JSON API over a
 // task spread over several databases (docs/shards.md): one Scheduler per
@@ -76,7 +79,6 @@ func NewShardsHandler(config *HandlerConfig, shards ...*Scheduler) (http.Handler
 		if err != nil {
 			return nil, fmt.Errorf("shard %q: %w", s.shard, err)
 		}
-		h.pages = append(h.pages, page)
 		prefix := "/shards/" + s.shard
 		h.mux.Handle("GET "+prefix+"/", http.StripPrefix(prefix, page))
 	}
@@ -96,10 +98,19 @@ func (h *shardsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // already does (task lookup, errors by request id).
 func (h *shardsHandler) base() *handler { return &handler{s: h.shards[0], config: h.config} }
 
+// status is StatusShards as the page reads it: each shard's cycle by
+// statusFromJobs (never counting an accounts table), its errors only by
+// request id.
 func (h *shardsHandler) status(ctx context.Context, r *http.Request, spec *taskspec.Spec) (*ShardsStatus, error) {
 	base := h.base()
 	return statusShards(ctx, spec.Name, h.shards, func(err error) string {
 		return "did not answer: " + base.logged(r, err)
+	}, func(ctx context.Context, s *Scheduler, at time.Time) (*TaskStatus, error) {
+		ss, err := s.spec(spec.Name)
+		if err != nil {
+			return nil, err
+		}
+		return s.statusFromJobs(ctx, ss, at)
 	})
 }
 
@@ -254,8 +265,9 @@ th{text-align:left} .l{text-align:left} .err{color:#8a1119;white-space:pre-wrap;
 {{with .Status}}
 <p><span class="verdict {{$.VerdictCSS}}" id="verdict">{{.Verdict}}</span></p>
 <p id="cycle">cycle <b id="cycle-start">{{ts .CycleStart}}</b> · {{.Slots}} slots served by the shards that answered{{if .Unreachable}} · <span class="err" id="unreachable">{{.Unreachable}} shards did not answer</span>{{end}}</p>
+{{if or .Conflicts .Unserved .MapVersions}}<p class="err" id="map-conflict">the shards' maps disagree:{{if .Conflicts}} slots {{.Conflicts}} are served by more than one shard;{{end}}{{if .Unserved}} slots {{.Unserved}} by none;{{end}}{{if .MapVersions}} the shards followed map versions {{.MapVersions}};{{end}} see riverslot shards show, and set the map again on every shard</p>{{end}}
 <div class="card"><h2>Slots of this cycle over all shards</h2>{{$.Bars}}{{$.Owners}}
-<p class="muted">one bar per slot, in the state of the shard that serves it (unknown: its shard did not answer); the strip below names that shard</p></div>
+<p class="muted">one bar per slot, in the state of the shard that serves it (unknown, full height: its shard did not answer; conflict: more than one shard serves it); the strip below names that shard</p></div>
 <div class="card scroll"><h2>Shards</h2>
 <table id="shards"><tr><th>shard</th><th class="l">verdict</th><th>map</th><th>slots</th><th>done</th><th>failed</th><th>behind</th><th>expected</th><th>enqueued</th><th>synced</th><th>gone</th><th>stale</th><th>no room</th><th>pending</th><th>running</th><th>p50</th><th>p99</th></tr>
 {{range $row := $.Rows}}<tr class="shard" data-shard="{{.Shard}}"><td class="l"><a href="{{.Link}}">{{.Shard}}</a></td>{{if .Error}}<td class="err" colspan="16">{{.Error}}</td>{{else}}{{with .Status}}<td class="l {{$row.VerdictCSS}}">{{.Verdict}}</td><td>v{{.ShardVersion}}</td><td>{{.Slots}}{{if .SlotsElsewhere}} <span class="muted">({{.SlotsElsewhere}} elsewhere)</span>{{end}}</td><td>{{.SlotsDone}}</td><td>{{.SlotsFailed}}</td><td>{{.BehindSlots}}</td><td>{{.AccountsExpected}}</td><td>{{.Enqueued}}</td><td>{{.Synced}}</td><td>{{.Gone}}</td><td>{{.SkippedStale}}</td><td>{{.SkippedUpstream}}</td><td>{{.Pending}}</td><td>{{.Running}}</td>{{if .LatenessKnown}}<td>{{secs .LatenessP50}}</td><td>{{secs .LatenessP99}}</td>{{else}}<td class="muted">unknown</td><td class="muted">unknown</td>{{end}}{{end}}{{end}}</tr>
@@ -301,8 +313,11 @@ func (h *shardsHandler) page(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.Status = st
 		d.VerdictCSS = "bad"
-		if st.OnTrack {
+		switch {
+		case st.OnTrack:
 			d.VerdictCSS = "ok"
+		case st.Starting:
+			d.VerdictCSS = "starting"
 		}
 		merged, owners := mergeShardSlots(st)
 		d.Bars = slotBarsSVG(merged)
@@ -335,8 +350,9 @@ func (h *shardsHandler) page(w http.ResponseWriter, r *http.Request) {
 
 // mergeShardSlots lays the fleet's cycle out as one cycle: each slot as
 // the shard that serves it reports it (the one where it is not
-// SlotElsewhere), SlotUnknown where no answering shard serves it. owners
-// names each slot's shard ("" for unknown).
+// SlotElsewhere), SlotUnknown where no answering shard serves it,
+// SlotConflict where several do. owners names each slot's shard ("" for
+// unknown, "a+b" for a conflict).
 func mergeShardSlots(st *ShardsStatus) (*CycleStatus, []string) {
 	slots := 0
 	for _, sc := range st.Shards {
@@ -357,6 +373,12 @@ func mergeShardSlots(st *ShardsStatus) (*CycleStatus, []string) {
 			if p.State == SlotElsewhere || p.Slot < 0 || p.Slot >= slots {
 				continue
 			}
+			if owners[p.Slot] != "" {
+				merged.PerSlot[p.Slot] = SlotStatus{Slot: p.Slot, Start: p.Start, State: SlotConflict,
+					Error: "served by more than one shard: the shards' maps disagree (riverslot shards show)"}
+				owners[p.Slot] += "+" + sc.Shard
+				continue
+			}
 			merged.PerSlot[p.Slot] = p
 			owners[p.Slot] = sc.Shard
 		}
@@ -369,6 +391,7 @@ func mergeShardSlots(st *ShardsStatus) (*CycleStatus, []string) {
 func slotOwnersSVG(owners []string, st *ShardsStatus) template.HTML {
 	const width, height = 640.0, 12.0
 	color := map[string]string{"": "#eeeeee"}
+	conflict := "#7b1fa2"
 	for i, sc := range st.Shards {
 		color[sc.Shard] = shardColors[i%len(shardColors)]
 	}
@@ -380,8 +403,12 @@ func slotOwnersSVG(owners []string, st *ShardsStatus) template.HTML {
 		if name == "" {
 			name = "unknown"
 		}
+		fill, ok := color[o]
+		if !ok {
+			fill = conflict // "a+b"
+		}
 		fmt.Fprintf(&b, `<rect class="owner" data-slot="%d" data-shard="%s" x="%.2f" y="0" width="%.2f" height="%.0f" fill="%s"><title>slot %d: shard %s</title></rect>`,
-			i, template.HTMLEscapeString(name), float64(i)*bw, bw, height, color[o], i, template.HTMLEscapeString(name))
+			i, template.HTMLEscapeString(name), float64(i)*bw, bw, height, fill, i, template.HTMLEscapeString(name))
 	}
 	x := 0.0
 	for _, sc := range st.Shards {

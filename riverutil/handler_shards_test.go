@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -26,10 +27,13 @@ import (
 // cycle's fan-outs ran: every slot is shown once, in the state of the
 // shard the map gives it; the totals and each shard's counts match the
 // accounts each schema holds in its own buckets; an account is found on
-// its shard; each shard's own page is served under /shards/NAME/. Then one
-// shard's database is down: the page and the API still answer for the
-// others, say which shard did not answer (by request id, the cause in the
-// log) and show its slots as unknown.
+// its shard; each shard's own page is served under /shards/NAME/. Then a
+// database given under two names (its slots served twice) and a shard
+// left out (its slots served by none) are reported as such. Then one
+// shard's database does not answer, given first: the page and the API
+// still answer for the others within the request's timeout, say which
+// shard did not answer (by request id, the cause in the log) and show its
+// slots as unknown.
 func TestShardsHandler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -195,14 +199,56 @@ func TestShardsHandler(t *testing.T) {
 	code, body, _ = get(t, h, "/api/status?task=nope")
 	requireJSONError(t, code, body, http.StatusNotFound, `no task named "nope"`)
 
-	// Shard c's database is down: a pool on a port nothing listens on.
-	dead, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/riverslot?connect_timeout=2&sslmode=disable")
+	// The same database under two names (a misconfiguration): slots 2-4
+	// are served twice; without shard c, slots 5-7 by none. Neither is on
+	// track, and the verdict says why.
+	twice, err := riverutil.New(pool, &riverutil.Config{Shard: "b2", Logger: riverslottest.Logger(t), Tasks: []riverutil.Task{
+		{Name: task, Cycle: cycle, Schema: schemas["b"], Table: "accounts", Sync: noop},
+	}})
+	require.NoError(t, err)
+	require.NoError(t, twice.Configure(&river.Config{Schema: schemas["b"]}))
+	bad, err := riverutil.NewShardsHandler(nil, scheds["a"], scheds["b"], twice, scheds["c"])
+	require.NoError(t, err)
+	code, body, _ = get(t, bad, "/api/status?task="+task)
+	require.Equal(t, http.StatusOK, code, body)
+	st = shardsJSON{}
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	require.Equal(t, []int{2, 3, 4}, st.Conflicts)
+	require.Empty(t, st.Unserved)
+	require.False(t, st.OnTrack)
+	require.Contains(t, st.Verdict, "slots [2 3 4] served by more than one shard (2: b+b2")
+	code, body, _ = get(t, bad, "/?task="+task)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, 3, strings.Count(body, `class="slot slot-conflict"`))
+	require.Contains(t, body, `id="map-conflict"`)
+	missing, err := riverutil.StatusShards(ctx, task, scheds["a"], scheds["b"])
+	require.NoError(t, err)
+	require.Equal(t, []int{5, 6, 7}, missing.Unserved)
+	require.False(t, missing.OnTrack)
+	require.Contains(t, missing.Verdict, "slots [5 6 7] served by no shard")
+
+	// Shard c's database does not answer: a server that accepts
+	// connections and never replies, given first. The shards are asked at
+	// once, so a and b still answer within the request's Timeout.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = silent.Close() })
+	go func() {
+		for {
+			conn, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+		}
+	}()
+	dead, err := pgxpool.New(ctx, "postgres://postgres@"+silent.Addr().String()+"/riverslot?connect_timeout=60&sslmode=disable")
 	require.NoError(t, err)
 	t.Cleanup(dead.Close)
 	downC := newScheduler(dead, "c")
 	require.NoError(t, downC.Configure(&river.Config{Schema: schemas["c"]}))
 	logger, records := riverslottest.RecordingLogger(slog.LevelError)
-	h2, err := riverutil.NewShardsHandler(&riverutil.HandlerConfig{Logger: logger}, scheds["a"], scheds["b"], downC)
+	h2, err := riverutil.NewShardsHandler(&riverutil.HandlerConfig{Logger: logger, Timeout: 3 * time.Second}, downC, scheds["a"], scheds["b"])
 	require.NoError(t, err)
 	code, body, _ = get(t, h2, "/api/status?task="+task)
 	require.Equal(t, http.StatusOK, code, body)
@@ -212,11 +258,15 @@ func TestShardsHandler(t *testing.T) {
 	require.False(t, st.OnTrack)
 	require.Equal(t, 5, st.Slots, "a's and b's slots")
 	require.Equal(t, own["a"]+own["b"], st.Enqueued)
-	require.Nil(t, st.Shards[2].Status)
-	require.Contains(t, st.Shards[2].Error, "did not answer")
-	require.Contains(t, st.Shards[2].Error, "request")
-	require.NotContains(t, body, "127.0.0.1:1", "the database's error stays in the log")
+	require.Equal(t, "c", st.Shards[0].Shard)
+	require.Nil(t, st.Shards[0].Status)
+	require.Contains(t, st.Shards[0].Error, "did not answer")
+	require.Contains(t, st.Shards[0].Error, "request")
+	require.NotNil(t, st.Shards[1].Status, "a answers though c, asked first, takes the whole timeout: %s", st.Shards[1].Error)
+	require.NotNil(t, st.Shards[2].Status, "b answers: %s", st.Shards[2].Error)
+	require.NotContains(t, body, silent.Addr().String(), "the database's error stays in the log")
 	require.Contains(t, st.Verdict, "c: did not answer")
+	require.Empty(t, st.Unserved, "c's slots are unknown, not unserved: c did not answer")
 	require.NotEmpty(t, records.Find("riverslot handler: request failed"), "the cause is logged")
 	code, body, _ = get(t, h2, "/?task="+task)
 	require.Equal(t, http.StatusOK, code, body)
@@ -266,6 +316,8 @@ type shardsJSON struct {
 	Verdict     string `json:"verdict"`
 	OnTrack     bool   `json:"on_track"`
 	Unreachable int    `json:"unreachable"`
+	Conflicts   []int  `json:"conflicts"`
+	Unserved    []int  `json:"unserved"`
 	Slots       int    `json:"slots"`
 	SlotsDone   int    `json:"slots_done"`
 	Enqueued    int64  `json:"sync_enqueued"`

@@ -17,8 +17,10 @@
 #
 # OUT (default: a temporary directory, printed) keeps the JSON reports and
 # the servers' logs. Needs the PostgreSQL server binaries (initdb, pg_ctl)
-# on PATH or in /usr/lib/postgresql/*/bin, and Go. As root it runs the
-# servers as the postgres user.
+# on PATH or in /usr/lib/postgresql/*/bin, Go and python3. As root it runs
+# the servers as the postgres user. The servers listen on no TCP port,
+# only on Unix sockets in a directory only their user may enter (they
+# trust every connection that reaches them).
 set -euo pipefail
 
 ACCOUNTS=${ACCOUNTS:-30000}
@@ -47,33 +49,40 @@ fi
 
 OUT=${OUT:-$(mktemp -d /tmp/riverslot-bench-shards.XXXXXX)}
 mkdir -p "$OUT"
+# The servers' directory: theirs alone (0700), holding their data, logs and
+# sockets. Root, running them as postgres, still reaches the sockets.
 work=$(mktemp -d /tmp/riverslot-bench-pg.XXXXXX)
-chmod 755 "$work"
+chmod 700 "$work"
 [ ${#as[@]} -eq 0 ] || chown postgres "$work"
+
+# run_as runs a command as the servers' user (bash before 4.4 refuses an
+# empty "${as[@]}" under set -u).
+run_as() {
+	if [ ${#as[@]} -eq 0 ]; then "$@"; else "${as[@]}" "$@"; fi
+}
 
 ports=()
 cleanup() {
 	for i in $(seq 1 $SERVERS); do
-		[ -d "$work/db$i" ] && "${as[@]}" "$bindir/pg_ctl" -D "$work/db$i" -m immediate stop >/dev/null 2>&1 || true
+		[ -d "$work/db$i" ] && run_as "$bindir/pg_ctl" -D "$work/db$i" -m immediate stop >/dev/null 2>&1 || true
+		cp "$work/db$i.log" "$OUT/server$i.log" 2>/dev/null || true
 	done
 	rm -rf "$work"
 }
 trap cleanup EXIT
 
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
+# Unix sockets only: each server its own port number (the socket's name),
+# in a directory no one else may enter, so no port is raced for.
 for i in $(seq 1 $SERVERS); do
-	port=$(free_port)
+	port=$((5440 + i))
 	ports+=("$port")
-	"${as[@]}" "$bindir/initdb" -D "$work/db$i" -U postgres --auth=trust --no-sync >/dev/null
-	"${as[@]}" "$bindir/pg_ctl" -D "$work/db$i" -l "$work/db$i.log" -w \
-		-o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$work -c max_connections=200" start >/dev/null
-	"$bindir/psql" -h 127.0.0.1 -p "$port" -U postgres -qc "CREATE DATABASE riverslot_bench" >/dev/null
-	echo "server $i: PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') on 127.0.0.1:$port" >&2
+	run_as "$bindir/initdb" -D "$work/db$i" -U postgres --auth=trust --no-sync >/dev/null
+	run_as "$bindir/pg_ctl" -D "$work/db$i" -l "$work/db$i.log" -w \
+		-o "-p $port -c listen_addresses= -c unix_socket_directories=$work -c max_connections=200" start >/dev/null
+	"$bindir/psql" -h "$work" -p "$port" -U postgres -qc "CREATE DATABASE riverslot_bench" >/dev/null
+	echo "server $i: PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') on $work/.s.PGSQL.$port" >&2
 done
-url() { echo "postgres://postgres@127.0.0.1:$1/riverslot_bench?sslmode=disable"; }
+url() { echo "postgres://postgres@/riverslot_bench?host=$work&port=$1&sslmode=disable"; }
 
 go build -o "$work/riverslot" ./cmd/riverslot
 common=(--accounts "$ACCOUNTS" --cycle "$CYCLE" --cycles "$CYCLES" --json)
@@ -89,7 +98,6 @@ echo "three shards, one on each server: riverslot demo --shards $three ${common[
 "$work/riverslot" demo --database-url "$(url "${ports[0]}")" --shards "$three" --schema bench_three "${common[@]}" --workers "$WORKERS" >"$OUT/three.json" ||
 	echo "three shards: riverslot demo failed (exit $?)" >&2
 
-for i in $(seq 1 $SERVERS); do cp "$work/db$i.log" "$OUT/server$i.log" 2>/dev/null || true; done
 echo "reports: $OUT/one.json $OUT/three.json" >&2
 python3 - "$OUT/one.json" "$OUT/three.json" <<'EOF'
 import json, sys

@@ -68,7 +68,7 @@ func (m *ShardMap) Validate() error {
 // ValidShardName reports whether s is a valid shard name: 1-64 letters,
 // digits, '_', '-' or '.'.
 func ValidShardName(s string) bool {
-	if s == "" || len(s) > shardNameMax {
+	if s == "" || len(s) > shardNameMax || s == "." || s == ".." { // a path segment on the page over shards
 		return false
 	}
 	return !strings.ContainsFunc(s, func(r rune) bool {

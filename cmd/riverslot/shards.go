@@ -228,6 +228,15 @@ func parseShardSpecs(specs []string, schema, noSchema string) ([]shardSpec, erro
 	return out, nil
 }
 
+// shardErr prefixes err with the shard's flag, keeping its exit code.
+func shardErr(name string, err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return &exitError{code: ee.code, msg: "--shard " + name + ": " + ee.msg}
+	}
+	return fmt.Errorf("--shard %s: %w", name, err)
+}
+
 // openShard opens a pool on a shard's database for a view over all
 // shards: when the database does not answer, the pool is still returned
 // (it connects on use) with down saying why, so the view shows the shard

@@ -28,6 +28,8 @@ func runStatusShards(ctx context.Context, tf *taskFlags, accountsSchemaGiven boo
 		defer pool.Close()
 		if down != nil {
 			fmt.Fprintf(stderr, "warning: %v; shown as not answering\n", down)
+		} else if err := checkRiverSchema(ctx, pool, sp.schema); err != nil {
+			return shardErr(sp.name, err) // a wrong NAME@SCHEMA is bad input, not an outage
 		}
 		rt := tf.riverTask()
 		if !accountsSchemaGiven {
@@ -77,15 +79,9 @@ func runStatusShards(ctx context.Context, tf *taskFlags, accountsSchemaGiven boo
 	}
 }
 
-// shardsFine: every shard answered and is on track or starting.
-func shardsFine(st *riverutil.ShardsStatus) bool {
-	for _, sc := range st.Shards {
-		if sc.Status == nil || !(sc.Status.OnTrack || sc.Status.Starting) {
-			return false
-		}
-	}
-	return true
-}
+// shardsFine: every shard answered and is on track or starting, and
+// every slot has one shard.
+func shardsFine(st *riverutil.ShardsStatus) bool { return st.OnTrack || st.Starting }
 
 // printShardsStatus prints the fleet's cycle: one line per shard, the
 // totals, the shard serving each slot, and the verdict.
@@ -116,7 +112,7 @@ func printShardsStatus(w io.Writer, st *riverutil.ShardsStatus) {
 }
 
 // slotRuns names the shard serving each run of slots ("0-1 a, 2-4 b"),
-// "?" where no answering shard serves it.
+// "?" where no answering shard serves it, "a+b" where several do.
 func slotRuns(st *riverutil.ShardsStatus) string {
 	slots := 0
 	for _, sc := range st.Shards {
@@ -133,8 +129,13 @@ func slotRuns(st *riverutil.ShardsStatus) string {
 			continue
 		}
 		for _, p := range sc.Status.PerSlot {
-			if p.State != riverutil.SlotElsewhere && p.Slot >= 0 && p.Slot < slots {
+			if p.State == riverutil.SlotElsewhere || p.Slot < 0 || p.Slot >= slots {
+				continue
+			}
+			if owners[p.Slot] == "?" {
 				owners[p.Slot] = sc.Shard
+			} else {
+				owners[p.Slot] += "+" + sc.Shard // more than one: the maps disagree
 			}
 		}
 	}

@@ -48,7 +48,7 @@ slots, syncs and lateness, the shard serving each slot, an account's
 shard), /api/status its JSON (as riverslot status --shard --json), and
 /shards/NAME/ each shard's own page and API. A shard whose database does
 not answer is shown as such, at start too; the tasks are read from the
-first shard that answers. riverslot worker --web-addr serves
+first shard that answers and has made a cycle. riverslot worker --web-addr serves
 this page and the worker's metrics on one port, as an app does by passing
 its Prometheus exporter's handler as riverutil.HandlerConfig.Metrics.
 
@@ -109,7 +109,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		var schedulers []*riverutil.Scheduler
 		pools := make([]*pgxpool.Pool, len(specs))
-		var downs []error
+		var downs, noTasks []error
 		for i, sp := range specs {
 			pool, down, err := openShard(ctx, sp, 4, true)
 			if err != nil {
@@ -122,13 +122,26 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				downs = append(downs, down)
 				continue
 			}
+			// A shard that answers must hold River's tables in its
+			// schema: a wrong NAME@SCHEMA is bad input, not an outage.
+			if err := checkRiverSchema(ctx, pool, sp.schema); err != nil {
+				return shardErr(sp.name, err)
+			}
 			if tasks == nil {
-				if tasks, err = wantedTasks(ctx, pool, sp.schema, wanted); err != nil {
-					return fmt.Errorf("shard %q: %w", sp.name, err)
+				// The tasks of the first shard that has made a cycle (a
+				// shard just added may have none yet).
+				found, err := wantedTasks(ctx, pool, sp.schema, wanted)
+				if err != nil {
+					noTasks = append(noTasks, fmt.Errorf("shard %q: %w", sp.name, err))
+					continue
 				}
+				tasks = found
 			}
 		}
 		if tasks == nil {
+			if len(noTasks) > 0 {
+				return usageErr("%v", errors.Join(append(noTasks, downs...)...))
+			}
 			return usageErr("no shard's database answered: %v", errors.Join(downs...))
 		}
 		for i, sp := range specs {
