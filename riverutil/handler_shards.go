@@ -45,9 +45,11 @@ const (
 // The fleet's page shows the latest cycle any shard has made: its verdict
 // over every shard, the totals, each shard's slots, syncs and lateness
 // with a link to its own page, and one bar per slot coloured by the state
-// of the shard that serves it. A shard whose database does not answer is
-// shown as such (its error only by a request id in the log) and its slots
-// as unknown; the others are shown as usual. Like NewHandler it only
+// of the shard that serves it. The shards are asked at once. A shard whose
+// database does not answer is shown as such (its error only by a request
+// id in the log) and its slots as unknown; the others are shown as usual.
+// Slots served by two shards, or by none, are shown as such and keep the
+// fleet off track (ShardsStatus.Conflicts, Unserved). Like NewHandler it only
 // reads and serves no authentication. Every scheduler must have the same
 // tasks.
 func NewShardsHandler(config *HandlerConfig, shards ...*Scheduler) (http.Handler, error) {
