@@ -116,9 +116,21 @@ func TestDemoShards(t *testing.T) {
 	require.Contains(t, text, "over 3 shards")
 	require.Contains(t, text, "slots by shard: 0-")
 
+	// One shard down: status exits 1 and names it, the others shown; a
+	// shard whose schema holds no River tables is bad input (exit 2).
+	down := append(append([]string{}, shardArgs[:4]...), "--shard", "s3@"+s.Shards[2].Schema+"=postgres://postgres@127.0.0.1:1/x?connect_timeout=2")
+	code, text, stderr = runCmd(t, append([]string{"status", "--task", s.Task}, down...)...)
+	require.Equal(t, 1, code, "a shard that does not answer: stdout:\n%s\nstderr:\n%s", text, stderr)
+	require.Contains(t, stderr, `shard "s3": cannot reach its database`)
+	require.Contains(t, text, "s3: ")
+	require.Regexp(t, `(?m)^s1\s+v1\s`, text, "s1 is shown as usual")
+	wrong := append(append([]string{}, shardArgs[:4]...), "--shard", "s3@no_such_schema="+url)
+	code, _, stderr = runCmd(t, append([]string{"status", "--task", s.Task}, wrong...)...)
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, `--shard s3: --schema "no_such_schema" has no river_job table`)
+
 	// riverslot web over the three shards, one of them down: the page
 	// still serves the other two and says which did not answer.
-	down := append(append([]string{}, shardArgs[:4]...), "--shard", "s3@"+s.Shards[2].Schema+"=postgres://postgres@127.0.0.1:1/x?connect_timeout=2")
 	base := startWeb(t, append([]string{"--refresh", "30s"}, down...)...)
 	code, body := httpGet(t, base+"api/status?task="+s.Task)
 	require.Equal(t, 200, code, body)
