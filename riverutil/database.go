@@ -173,7 +173,8 @@ func migrateUpstream(ctx context.Context, pool *pgxpool.Pool, schema string) err
 // slots each queue a large share of the accounts at once (the warning
 // suggests a cycle whose seconds have more factors of 2), slots and
 // LateGrace both shorter than River's 5 s scheduler tick (most accounts
-// would be enqueued late: raise LateGrace or Cycle), and a task that
+// would be enqueued late: raise LateGrace or Cycle; not for a Punctual
+// task, whose jobs do not wait for the tick), and a task that
 // would keep more than RowBudgetWarn rows in River's job table (RowBudget,
 // from the table's pg_class.reltuples estimate and River's
 // CompletedJobRetentionPeriod as Configure found it, River's 24 h default
@@ -318,8 +319,8 @@ const riverSchedulerTick = 5 * time.Second
 // tick and LateGrace is too: a sync job may become available up to a tick
 // after its scheduled time, so most accounts would be counted late.
 func (s *Scheduler) warnShortSlots(ctx context.Context, spec *taskspec.Spec) {
-	if spec.Plan.SlotDuration >= riverSchedulerTick || spec.LateGrace >= riverSchedulerTick {
-		return
+	if spec.Plan.SlotDuration >= riverSchedulerTick || spec.LateGrace >= riverSchedulerTick || s.punctual[spec.Name] {
+		return // a Punctual task's jobs do not wait for the tick
 	}
 	s.log().WarnContext(ctx, "riverslot: slots are shorter than River's 5 s scheduler tick and LateGrace is too, so most accounts would be enqueued late; set LateGrace to at least 5s or use a longer Cycle",
 		slog.String("task", spec.Name), slog.Duration("cycle", spec.Plan.Cycle), slog.Duration("slot", spec.Plan.SlotDuration), slog.Duration("late_grace", spec.LateGrace))

@@ -36,7 +36,8 @@ func TestRowBudget(t *testing.T) {
 
 // TestCheckShortSlots: a 16 s cycle has 16 slots of 1 s, shorter than
 // River's 5 s scheduler tick; Check warns with the default LateGrace (one
-// slot, 1 s), not with LateGrace 5 s nor on a 24 h cycle.
+// slot, 1 s), not with LateGrace 5 s, nor on a 24 h cycle, nor for a
+// Punctual task (its jobs are inserted available: no tick to wait for).
 func TestCheckShortSlots(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -44,11 +45,12 @@ func TestCheckShortSlots(t *testing.T) {
 	schema := riverslottest.Schema(ctx, t, pool)
 	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 10)
 	const warning = "riverslot: slots are shorter than River's 5 s scheduler tick and LateGrace is too, so most accounts would be enqueued late; set LateGrace to at least 5s or use a longer Cycle"
-	check := func(t *testing.T, cycle, lateGrace time.Duration) []map[string]slog.Value {
+	check := func(t *testing.T, cycle, lateGrace time.Duration, punctual ...bool) []map[string]slog.Value {
 		t.Helper()
 		logger, records := riverslottest.RecordingLogger(slog.LevelWarn)
 		s, err := riverutil.New(pool, &riverutil.Config{Logger: logger, Tasks: []riverutil.Task{{
 			Name: "transactions", Cycle: cycle, LateGrace: lateGrace, Schema: schema, Table: "accounts", Sync: noopSync,
+			Punctual: len(punctual) > 0 && punctual[0],
 		}}})
 		require.NoError(t, err)
 		require.NoError(t, s.Check(ctx))
@@ -60,6 +62,7 @@ func TestCheckShortSlots(t *testing.T) {
 	require.Equal(t, time.Second, warned[0]["late_grace"].Duration())
 	require.Empty(t, check(t, 16*time.Second, 5*time.Second))
 	require.Empty(t, check(t, 24*time.Hour, 0))
+	require.Empty(t, check(t, 16*time.Second, 0, true))
 }
 
 // TestCheckLedgerAndRowBudget: Check warns when the table's estimate and

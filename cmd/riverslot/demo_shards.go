@@ -190,6 +190,11 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 		if err := sched.Configure(config); err != nil {
 			return err
 		}
+		// Its warnings (River's row budget, a sync queue too small for
+		// the cycle's rate) as the app's Check gives them.
+		if err := exceptUpstreamBudget(sched.Check(ctx), logf); err != nil {
+			return fmt.Errorf("shard %s: %w", s.name, err)
+		}
 		client, err := river.NewClient(riverpgxv5.New(pool), config)
 		if err != nil {
 			return err
