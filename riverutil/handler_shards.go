@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -112,7 +113,14 @@ func (h *shardsHandler) status(ctx context.Context, r *http.Request, spec *tasks
 		if err != nil {
 			return nil, err
 		}
-		return s.statusFromJobs(ctx, ss, at)
+		st, err := s.statusFromJobs(ctx, ss, at)
+		if errors.Is(err, ErrNoCycle) {
+			// A shard that has not made the fleet's latest cycle yet
+			// (its trigger a moment later, or a restart): the cycle as
+			// it stands there, as Status shows a cycle not bootstrapped.
+			return s.StatusAt(ctx, spec.Name, at)
+		}
+		return st, err
 	})
 }
 
@@ -136,32 +144,45 @@ func (h *shardsHandler) apiStatus(w http.ResponseWriter, r *http.Request) {
 // force gives it and that shard's AccountStatus.
 type ShardAccount struct {
 	Shard string
-	// MapVersion is the version of the map in force now, as the first
-	// shard that answered holds it.
+	// MapVersion is the version of the map in force now: the highest
+	// any answering shard holds.
 	MapVersion int64
 	Account    *AccountStatus
 }
 
 // account returns the account's shard and its status there.
 func (h *shardsHandler) account(ctx context.Context, spec *taskspec.Spec, r *http.Request, id uuid.UUID, now time.Time) (*ShardAccount, error) {
+	// Every shard's copy of the map in force, at once, in the first half
+	// of the request's time (a shard that never answers leaves the
+	// account's own shard the second half); the highest version wins.
+	findCtx := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		findCtx, cancel = context.WithTimeout(ctx, time.Until(deadline)/2)
+		defer cancel()
+	}
+	maps := make([]*slotplan.ShardMap, len(h.shards))
+	errs := make([]error, len(h.shards))
+	eachShard(h.shards, func(i int, s *Scheduler) {
+		sm, ok, err := s.ledger().ShardMapAt(findCtx, s.pool, spec.Name, now)
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("shard %q: %w", s.shard, err)
+		case ok:
+			maps[i] = &sm.ShardMap
+		}
+	})
 	var (
 		m     slotplan.ShardMap
 		found bool
-		errs  []error
 	)
-	for _, s := range h.shards {
-		sm, ok, err := s.ledger().ShardMapAt(ctx, s.pool, spec.Name, now)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("shard %q: %w", s.shard, err))
-			continue
-		}
-		if ok {
-			m, found = sm.ShardMap, true
-			break
+	for _, sm := range maps {
+		if sm != nil && (!found || sm.Version > m.Version) {
+			m, found = *sm, true
 		}
 	}
 	if !found {
-		if len(errs) == len(h.shards) {
+		if !slices.Contains(errs, nil) {
 			return nil, errors.Join(errs...)
 		}
 		return nil, &noCycleError{msg: fmt.Sprintf("task %q has no shard map in force on the shards that answered: set one (riverslot shards set)", spec.Name)}
@@ -269,7 +290,7 @@ th{text-align:left} .l{text-align:left} .err{color:#8a1119;white-space:pre-wrap;
 <p id="cycle">cycle <b id="cycle-start">{{ts .CycleStart}}</b> · {{.Slots}} slots served by the shards that answered{{if .Unreachable}} · <span class="err" id="unreachable">{{.Unreachable}} shards did not answer</span>{{end}}</p>
 {{if or .Conflicts .Unserved .MapVersions}}<p class="err" id="map-conflict">the shards' maps disagree:{{if .Conflicts}} slots {{.Conflicts}} are served by more than one shard;{{end}}{{if .Unserved}} slots {{.Unserved}} by none;{{end}}{{if .MapVersions}} the shards followed map versions {{.MapVersions}};{{end}} see riverslot shards show, and set the map again on every shard</p>{{end}}
 <div class="card"><h2>Slots of this cycle over all shards</h2>{{$.Bars}}{{$.Owners}}
-<p class="muted">one bar per slot, in the state of the shard that serves it (unknown, full height: its shard did not answer; conflict: more than one shard serves it); the strip below names that shard</p></div>
+<p class="muted">one bar per slot, in the state of the shard that serves it (unknown, full height: its shard did not answer, or no shard serves it; conflict: more than one shard serves it); the strip below names that shard</p></div>
 <div class="card scroll"><h2>Shards</h2>
 <table id="shards"><tr><th>shard</th><th class="l">verdict</th><th>map</th><th>slots</th><th>done</th><th>failed</th><th>behind</th><th>expected</th><th>enqueued</th><th>synced</th><th>gone</th><th>stale</th><th>no room</th><th>pending</th><th>running</th><th>p50</th><th>p99</th></tr>
 {{range $row := $.Rows}}<tr class="shard" data-shard="{{.Shard}}"><td class="l"><a href="{{.Link}}">{{.Shard}}</a></td>{{if .Error}}<td class="err" colspan="16">{{.Error}}</td>{{else}}{{with .Status}}<td class="l {{$row.VerdictCSS}}">{{.Verdict}}</td><td>v{{.ShardVersion}}</td><td>{{.Slots}}{{if .SlotsElsewhere}} <span class="muted">({{.SlotsElsewhere}} elsewhere)</span>{{end}}</td><td>{{.SlotsDone}}</td><td>{{.SlotsFailed}}</td><td>{{.BehindSlots}}</td><td>{{.AccountsExpected}}</td><td>{{.Enqueued}}</td><td>{{.Synced}}</td><td>{{.Gone}}</td><td>{{.SkippedStale}}</td><td>{{.SkippedUpstream}}</td><td>{{.Pending}}</td><td>{{.Running}}</td>{{if .LatenessKnown}}<td>{{secs .LatenessP50}}</td><td>{{secs .LatenessP99}}</td>{{else}}<td class="muted">unknown</td><td class="muted">unknown</td>{{end}}{{end}}{{end}}</tr>

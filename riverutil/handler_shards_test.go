@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,6 +76,7 @@ func TestShardsHandler(t *testing.T) {
 	ids := map[string][]uuid.UUID{}
 	var start time.Time
 	scheds := map[string]*riverutil.Scheduler{}
+	clients := map[string]*river.Client[pgx.Tx]{}
 	for _, name := range names {
 		ids[name] = riverslottest.CreateAccounts(ctx, t, pool, schemas[name], "accounts", 150)
 		for _, id := range ids[name] {
@@ -88,6 +90,7 @@ func TestShardsHandler(t *testing.T) {
 		require.NoError(t, s.Configure(config))
 		config.PeriodicJobs = nil
 		client, _ := riverslottest.StartClient(ctx, t, pool, config)
+		clients[name] = client
 		info, err := s.Task(task)
 		require.NoError(t, err)
 		if start.IsZero() {
@@ -137,6 +140,9 @@ func TestShardsHandler(t *testing.T) {
 		total += own[sc.Shard]
 	}
 	require.Equal(t, total, st.Enqueued)
+	for _, field := range []string{"conflicts", "unserved", "map_versions"} {
+		require.Contains(t, body, `"`+field+`": []`, "an empty list, not null")
+	}
 
 	// The page: one bar per slot, each in its shard's state, and the strip
 	// naming each slot's shard as the map gives it.
@@ -215,6 +221,7 @@ func TestShardsHandler(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &st))
 	require.Equal(t, []int{2, 3, 4}, st.Conflicts)
 	require.Empty(t, st.Unserved)
+	require.Equal(t, 8, st.Slots, "each slot counted once, those served twice too")
 	require.False(t, st.OnTrack)
 	require.Contains(t, st.Verdict, "slots [2 3 4] served by more than one shard (2: b+b2")
 	code, body, _ = get(t, bad, "/?task="+task)
@@ -233,13 +240,26 @@ func TestShardsHandler(t *testing.T) {
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = silent.Close() })
+	var (
+		connsMu sync.Mutex
+		conns   []net.Conn
+	)
+	t.Cleanup(func() {
+		connsMu.Lock()
+		defer connsMu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
 	go func() {
 		for {
 			conn, err := silent.Accept()
 			if err != nil {
 				return
 			}
-			t.Cleanup(func() { _ = conn.Close() })
+			connsMu.Lock()
+			conns = append(conns, conn)
+			connsMu.Unlock()
 		}
 	}()
 	dead, err := pgxpool.New(ctx, "postgres://postgres@"+silent.Addr().String()+"/riverslot?connect_timeout=60&sslmode=disable")
@@ -282,6 +302,30 @@ func TestShardsHandler(t *testing.T) {
 	require.Equal(t, 5, strings.Count(body, `class="slot slot-done"`))
 	code, body, _ = get(t, h2, "/api/accounts/"+inC.String()+"?task="+task)
 	requireJSONError(t, code, body, http.StatusInternalServerError, "request")
+
+	// Shard a makes the next cycle before b and c do (its trigger a
+	// moment earlier): the page shows that cycle, with b and c answering
+	// it as not made yet (their slots scheduled), not as down.
+	next := start.Add(cycle)
+	_, err = scheds["a"].EnqueueCycle(ctx, clients["a"], task, next)
+	require.NoError(t, err)
+	jobsA := pgx.Identifier{schemas["a"], "river_job"}.Sanitize()
+	riverslottest.WaitFor(t, 30*time.Second, "shard a's next bootstrap", func() bool {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobsA+" WHERE kind = 'riverslot_bootstrap' AND state = 'completed'") == 2
+	})
+	code, body, _ = get(t, h, "/api/status?task="+task)
+	require.Equal(t, http.StatusOK, code, body)
+	st = shardsJSON{}
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	require.Equal(t, next.UTC().Format(time.RFC3339), st.CycleStart)
+	require.Zero(t, st.Unreachable)
+	for _, sc := range st.Shards {
+		require.Empty(t, sc.Error, "shard %s answers the cycle it has not made yet", sc.Shard)
+		require.NotNil(t, sc.Status, sc.Shard)
+	}
+	require.Equal(t, 8, st.Slots)
+	require.Empty(t, st.Unserved)
+	require.Empty(t, st.Conflicts, "b and c follow the map for the cycle they have not made")
 
 	// Bad configurations.
 	_, err = riverutil.NewShardsHandler(nil)

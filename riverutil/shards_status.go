@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,8 +18,8 @@ type ShardsStatus struct {
 	CycleStart time.Time // the latest cycle any shard has made
 	Shards     []ShardCycle
 	// Totals over the shards that answered, for CycleStart: the slots
-	// they serve (each slot of the cycle once over a whole fleet) and
-	// their counts.
+	// they serve (each counted once, even one that several shards claim)
+	// and their counts.
 	Slots, SlotsDone, SlotsFailed, BehindSlots int
 	AccountsExpected, Enqueued, Synced         int64
 	Gone, SkippedStale, SkippedUpstream        int64
@@ -30,7 +31,8 @@ type ShardsStatus struct {
 	// Unserved those no shard serves though every shard answered: the
 	// shards followed different maps (a change made on some shards only,
 	// see SetShardMap), or a shard has none. MapVersions are the map
-	// versions the answering shards' cycles followed, when they differ.
+	// versions the answering shards' cycles followed, when they differ (0:
+	// a shard with no map).
 	Conflicts, Unserved []int
 	MapVersions         []int64
 	// OnTrack: every shard answered and is on track, and every slot is
@@ -162,7 +164,6 @@ func statusShards(ctx context.Context, task string, shards []*Scheduler, describ
 				claims[p.Slot] = append(claims[p.Slot], s.shard)
 			}
 		}
-		out.Slots += c.Slots - c.SlotsElsewhere
 		out.SlotsDone += c.SlotsDone
 		out.SlotsFailed += c.SlotsFailed
 		out.BehindSlots += c.BehindSlots
@@ -176,6 +177,7 @@ func statusShards(ctx context.Context, task string, shards []*Scheduler, describ
 		out.Running += c.Running
 		out.OnTrack = out.OnTrack && c.OnTrack
 	}
+	out.Slots = len(claims) // each slot once, however many shards claim it
 	allAnswered := !slices.ContainsFunc(out.Shards, func(sc ShardCycle) bool { return sc.Status == nil })
 	for slot := range slots {
 		switch n := len(claims[slot]); {
@@ -213,7 +215,14 @@ func statusShards(ctx context.Context, task string, shards []*Scheduler, describ
 		problems = append(problems, fmt.Sprintf("slots %v served by no shard", out.Unserved))
 	}
 	if len(out.MapVersions) > 0 {
-		problems = append(problems, fmt.Sprintf("the shards followed different map versions %v", out.MapVersions))
+		vs := make([]string, len(out.MapVersions))
+		for i, v := range out.MapVersions {
+			vs[i] = "v" + strconv.FormatInt(v, 10)
+			if v == 0 {
+				vs[i] = "no map"
+			}
+		}
+		problems = append(problems, "the shards followed different map versions ("+strings.Join(vs, ", ")+")")
 	}
 	if troubled {
 		problems = append(problems, "the shards' maps disagree: check riverslot shards show and set the map again on every shard")

@@ -42,7 +42,8 @@ For StartingGrace (30s) after River elects a leader (a restart), slots that
 wait for their fan-out make the verdict "starting", not "behind".
 
 Exit codes: 0 on track or starting, 1 behind or failed (with --shard: a
-shard not on track or not answering), 2 bad input.
+shard not on track or not answering, the shards' maps disagreeing, or no
+shard with a cycle), 2 bad input.
 `
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {

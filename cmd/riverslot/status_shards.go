@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,10 @@ import (
 	"github.com/riverslot/riverslot/riverutil"
 )
 
+// statusShardsTimeout bounds one reading of every shard: one that has not
+// answered in its first half is shown as not answering.
+const statusShardsTimeout = 20 * time.Second
+
 // runStatusShards is riverslot status --shard: the task's latest cycle
 // over all its shards (riverutil.StatusShards).
 func runStatusShards(ctx context.Context, tf *taskFlags, accountsSchemaGiven bool, specs []shardSpec, asJSON bool, watch time.Duration, stdout, stderr io.Writer) error {
@@ -26,10 +31,17 @@ func runStatusShards(ctx context.Context, tf *taskFlags, accountsSchemaGiven boo
 			return err
 		}
 		defer pool.Close()
+		if down == nil {
+			if err := checkRiverSchema(ctx, pool, sp.schema); err != nil {
+				var ee *exitError
+				if errors.As(err, &ee) {
+					return shardErr(sp.name, err) // a wrong NAME@SCHEMA is bad input, not an outage
+				}
+				down = fmt.Errorf("shard %q: %w", sp.name, err)
+			}
+		}
 		if down != nil {
 			fmt.Fprintf(stderr, "warning: %v; shown as not answering\n", down)
-		} else if err := checkRiverSchema(ctx, pool, sp.schema); err != nil {
-			return shardErr(sp.name, err) // a wrong NAME@SCHEMA is bad input, not an outage
 		}
 		rt := tf.riverTask()
 		if !accountsSchemaGiven {
@@ -46,7 +58,11 @@ func runStatusShards(ctx context.Context, tf *taskFlags, accountsSchemaGiven boo
 		schedulers = append(schedulers, s)
 	}
 	for {
-		st, err := riverutil.StatusShards(ctx, *tf.task, schedulers...)
+		// Each round within statusShardsTimeout: a shard that answers
+		// the first ping and then hangs is shown as not answering.
+		roundCtx, cancel := context.WithTimeout(ctx, statusShardsTimeout)
+		st, err := riverutil.StatusShards(roundCtx, *tf.task, schedulers...)
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return &exitError{code: 130, msg: "interrupted"}

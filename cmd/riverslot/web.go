@@ -53,7 +53,7 @@ this page and the worker's metrics on one port, as an app does by passing
 its Prometheus exporter's handler as riverutil.HandlerConfig.Metrics.
 
 Exit codes: 0 after SIGINT/SIGTERM, 2 bad input (no task found, address in
-use, unreachable database).
+use, unreachable database; with --shard, when no shard answers).
 `
 
 // webTasksMax bounds the tasks riverslot web serves.
@@ -131,8 +131,14 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				// The tasks of the first shard that has made a cycle (a
 				// shard just added may have none yet).
 				found, err := wantedTasks(ctx, pool, sp.schema, wanted)
-				if err != nil {
+				var ee *exitError
+				switch {
+				case errors.As(err, &ee): // no cycle there (yet)
 					noTasks = append(noTasks, fmt.Errorf("shard %q: %w", sp.name, err))
+					continue
+				case err != nil: // its database failed: down
+					fmt.Fprintf(stderr, "warning: shard %q: %v; the page shows it as not answering\n", sp.name, err)
+					downs = append(downs, fmt.Errorf("shard %q: %w", sp.name, err))
 					continue
 				}
 				tasks = found
