@@ -208,16 +208,7 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		d.Tasks = append(d.Tasks, s.Name)
 	}
 	var errs []string
-	// shown says what the page shows of err: a task without a cycle as it
-	// is, any other error (the database's) only by a request id, logged
-	// with its cause as fail logs it.
-	shown := func(err error) string {
-		var noCycle *noCycleError
-		if errors.As(err, &noCycle) {
-			return err.Error()
-		}
-		return h.logged(r, err)
-	}
+	shown := func(err error) string { return h.shown(r, err) }
 	st, err := h.s.statusFromJobs(ctx, spec, time.Time{})
 	if err != nil {
 		errs = append(errs, shown(err))
@@ -255,6 +246,17 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Error = strings.Join(errs, "; ")
 	h.render(w, r, pageTemplate, d)
+}
+
+// shown says what a page shows of err: a task without a cycle as it is,
+// any other error (the database's) only by a request id, logged with its
+// cause as fail logs it.
+func (h *handler) shown(r *http.Request, err error) string {
+	var noCycle *noCycleError
+	if errors.As(err, &noCycle) {
+		return err.Error()
+	}
+	return h.logged(r, err)
 }
 
 // render writes the page tmpl makes of data, with the headers that keep

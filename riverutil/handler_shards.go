@@ -155,12 +155,8 @@ func (h *shardsHandler) account(ctx context.Context, spec *taskspec.Spec, r *htt
 	// Every shard's copy of the map in force, at once, in the first half
 	// of the request's time (a shard that never answers leaves the
 	// account's own shard the second half); the highest version wins.
-	findCtx := ctx
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		findCtx, cancel = context.WithTimeout(ctx, time.Until(deadline)/2)
-		defer cancel()
-	}
+	findCtx, cancel := halfDeadline(ctx)
+	defer cancel()
 	maps := make([]*slotplan.ShardMap, len(h.shards))
 	errs := make([]error, len(h.shards))
 	eachShard(h.shards, func(i int, s *Scheduler) {
@@ -323,13 +319,7 @@ func (h *shardsHandler) page(w http.ResponseWriter, r *http.Request) {
 		d.Tasks = append(d.Tasks, s.Name)
 	}
 	var errs []string
-	shown := func(err error) string {
-		var noCycle *noCycleError
-		if errors.As(err, &noCycle) {
-			return err.Error()
-		}
-		return base.logged(r, err)
-	}
+	shown := func(err error) string { return base.shown(r, err) }
 	st, err := h.status(ctx, r, spec)
 	if err != nil {
 		errs = append(errs, shown(err))
@@ -374,36 +364,25 @@ func (h *shardsHandler) page(w http.ResponseWriter, r *http.Request) {
 // mergeShardSlots lays the fleet's cycle out as one cycle: each slot as
 // the shard that serves it reports it (the one where it is not
 // SlotElsewhere), SlotUnknown where no answering shard serves it,
-// SlotConflict where several do. owners names each slot's shard ("" for
-// unknown, "a+b" for a conflict).
+// SlotConflict where several do. owners is ShardsStatus.SlotShards.
 func mergeShardSlots(st *ShardsStatus) (*CycleStatus, []string) {
-	slots := 0
-	for _, sc := range st.Shards {
-		if sc.Status != nil {
-			slots = max(slots, len(sc.Status.PerSlot))
-		}
-	}
-	merged := &CycleStatus{CycleStart: st.CycleStart, Slots: slots, PerSlot: make([]SlotStatus, slots)}
-	owners := make([]string, slots)
-	for i := range merged.PerSlot {
+	owners := st.SlotShards()
+	merged := &CycleStatus{CycleStart: st.CycleStart, Slots: len(owners), PerSlot: make([]SlotStatus, len(owners))}
+	for i, o := range owners {
 		merged.PerSlot[i] = SlotStatus{Slot: i, State: SlotUnknown}
+		if strings.Contains(o, "+") {
+			merged.PerSlot[i] = SlotStatus{Slot: i, State: SlotConflict,
+				Error: "served by more than one shard: the shards' maps disagree (riverslot shards show)"}
+		}
 	}
 	for _, sc := range st.Shards {
 		if sc.Status == nil {
 			continue
 		}
 		for _, p := range sc.Status.PerSlot {
-			if p.State == SlotElsewhere || p.Slot < 0 || p.Slot >= slots {
-				continue
+			if p.Slot >= 0 && p.Slot < len(owners) && owners[p.Slot] == sc.Shard {
+				merged.PerSlot[p.Slot] = p
 			}
-			if owners[p.Slot] != "" {
-				merged.PerSlot[p.Slot] = SlotStatus{Slot: p.Slot, Start: p.Start, State: SlotConflict,
-					Error: "served by more than one shard: the shards' maps disagree (riverslot shards show)"}
-				owners[p.Slot] += "+" + sc.Shard
-				continue
-			}
-			merged.PerSlot[p.Slot] = p
-			owners[p.Slot] = sc.Shard
 		}
 	}
 	return merged, owners

@@ -268,7 +268,7 @@ func TestShardsHandler(t *testing.T) {
 	downC := newScheduler(dead, "c")
 	require.NoError(t, downC.Configure(&river.Config{Schema: schemas["c"]}))
 	logger, records := riverslottest.RecordingLogger(slog.LevelError)
-	h2, err := riverutil.NewShardsHandler(&riverutil.HandlerConfig{Logger: logger, Timeout: 3 * time.Second}, downC, scheds["a"], scheds["b"])
+	h2, err := riverutil.NewShardsHandler(&riverutil.HandlerConfig{Logger: logger, Timeout: 8 * time.Second}, downC, scheds["a"], scheds["b"])
 	require.NoError(t, err)
 	code, body, _ = get(t, h2, "/api/status?task="+task)
 	require.Equal(t, http.StatusOK, code, body)

@@ -75,12 +75,8 @@ func statusShards(ctx context.Context, task string, shards []*Scheduler, describ
 	// Each shard's latest cycle, from its ledger, all at once; with a
 	// deadline, in its first half, so that a shard that never answers
 	// leaves the others the second half for their status.
-	findCtx := ctx
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		findCtx, cancel = context.WithTimeout(ctx, time.Until(deadline)/2)
-		defer cancel()
-	}
+	findCtx, cancel := halfDeadline(ctx)
+	defer cancel()
 	failed := make([]error, len(shards))
 	latests := make([]time.Time, len(shards))
 	eachShard(shards, func(i int, s *Scheduler) {
@@ -241,6 +237,45 @@ func statusShards(ctx context.Context, task string, shards []*Scheduler, describ
 		out.Verdict = strings.Join(problems, "; ")
 	}
 	return out, nil
+}
+
+// halfDeadline returns ctx with half its remaining time when it has a
+// deadline (ctx itself when not): a first round over the shards in which
+// one that never answers leaves the others the second half.
+func halfDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, time.Until(deadline)/2)
+}
+
+// SlotShards names the shard serving each slot of the cycle, from the
+// shards that answered: "" where none of them does (its shard did not
+// answer, or no shard serves it), "a+b" where several do (Conflicts).
+func (st *ShardsStatus) SlotShards() []string {
+	slots := 0
+	for _, sc := range st.Shards {
+		if sc.Status != nil {
+			slots = max(slots, len(sc.Status.PerSlot))
+		}
+	}
+	owners := make([]string, slots)
+	for _, sc := range st.Shards {
+		if sc.Status == nil {
+			continue
+		}
+		for _, p := range sc.Status.PerSlot {
+			if p.State == SlotElsewhere || p.Slot < 0 || p.Slot >= slots {
+				continue
+			}
+			if owners[p.Slot] != "" {
+				owners[p.Slot] += "+"
+			}
+			owners[p.Slot] += sc.Shard
+		}
+	}
+	return owners
 }
 
 // eachShard runs f for every shard at once and waits for them all.

@@ -130,35 +130,16 @@ func printShardsStatus(w io.Writer, st *riverutil.ShardsStatus) {
 // slotRuns names the shard serving each run of slots ("0-1 a, 2-4 b"),
 // "?" where no answering shard serves it, "a+b" where several do.
 func slotRuns(st *riverutil.ShardsStatus) string {
-	slots := 0
-	for _, sc := range st.Shards {
-		if sc.Status != nil {
-			slots = max(slots, len(sc.Status.PerSlot))
-		}
-	}
-	owners := make([]string, slots)
-	for i := range owners {
-		owners[i] = "?"
-	}
-	for _, sc := range st.Shards {
-		if sc.Status == nil {
-			continue
-		}
-		for _, p := range sc.Status.PerSlot {
-			if p.State == riverutil.SlotElsewhere || p.Slot < 0 || p.Slot >= slots {
-				continue
-			}
-			if owners[p.Slot] == "?" {
-				owners[p.Slot] = sc.Shard
-			} else {
-				owners[p.Slot] += "+" + sc.Shard // more than one: the maps disagree
-			}
+	owners := st.SlotShards()
+	for i, o := range owners {
+		if o == "" {
+			owners[i] = "?"
 		}
 	}
 	var runs []string
-	for lo := 0; lo < slots; {
+	for lo := 0; lo < len(owners); {
 		hi := lo
-		for hi+1 < slots && owners[hi+1] == owners[lo] {
+		for hi+1 < len(owners) && owners[hi+1] == owners[lo] {
 			hi++
 		}
 		if hi == lo {
