@@ -9,12 +9,12 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/bootstrap"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/bootstrap"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestTwoByteBucketsFullCycle runs a 65,536-bucket task through one real
@@ -50,8 +50,8 @@ func TestTwoByteBucketsFullCycle(t *testing.T) {
 
 	// A grid whose cycle starts 9 s from now, not up to a cycle away.
 	offset, start := offsetForStartIn(cycle, 9*time.Second)
-	scheduler := newScheduler(t, b, riverutil.Task{
-		Name: "transactions", Cycle: cycle, TriggerOffset: offset, Buckets: riverutil.BucketsTwoByte, Schema: b.schema, Table: "accounts", Filter: "active",
+	scheduler := newScheduler(t, b, riverslot.Task{
+		Name: "transactions", Cycle: cycle, TriggerOffset: offset, Buckets: riverslot.BucketsTwoByte, Schema: b.schema, Table: "accounts", Filter: "active",
 		BatchSize: 200, LateGrace: cycle, Sync: b.recordSync(),
 	})
 	info := taskInfo(t, scheduler, "transactions")

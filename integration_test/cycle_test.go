@@ -14,11 +14,11 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/bootstrap"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/taskspec"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestTwoFullCycles runs a real River client, wired as an app wires it
@@ -48,7 +48,7 @@ func TestTwoFullCycles(t *testing.T) {
 	// looks one trigger lead, 11.5 s, plus a second ahead) bootstraps it,
 	// and the periodic trigger the next one, 11.5 s before it starts.
 	offset, first := offsetForStartIn(cycle, 11*time.Second)
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
 		BatchSize: 1000, Sync: b.recordSync(),
 	})
@@ -218,7 +218,7 @@ func TestFanOutRetryResumes(t *testing.T) {
 	)
 	ctx, b := setup(t, 0)
 	b.ids = insertAccountsInSlot(ctx, t, b, accounts, 0, 15) // 16 slots: slot 0 = buckets 0..15
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts",
 		BatchSize: batchSize, Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync(),
 	})
@@ -282,9 +282,9 @@ func TestSeveralTasksOneClient(t *testing.T) {
 	ctx, b := setup(t, accounts)
 	var reports atomic.Int64
 	scheduler := newScheduler(t, b,
-		riverutil.Task{Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Queue: "sync", Sync: b.recordSync()},
-		riverutil.Task{Name: "reports", Cycle: 32 * time.Second, Schema: b.schema, Table: "accounts", Queue: "reports", ControlQueue: "sync",
-			Sync: func(ctx context.Context, id uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+		riverslot.Task{Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Queue: "sync", Sync: b.recordSync()},
+		riverslot.Task{Name: "reports", Cycle: 32 * time.Second, Schema: b.schema, Table: "accounts", Queue: "reports", ControlQueue: "sync",
+			Sync: func(ctx context.Context, id uuid.UUID, job *river.Job[riverslot.SyncArgs]) error {
 				reports.Add(1)
 				return b.recordSync()(ctx, id, job)
 			}},
@@ -341,9 +341,9 @@ func TestAccountGoneBeforeSync(t *testing.T) {
 
 	ctx, b := setup(t, 3)
 	var calls atomic.Int64
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
-		Sync: func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { calls.Add(1); return nil },
+		Sync: func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { calls.Add(1); return nil },
 	})
 	accounts := pgx.Identifier{b.schema, "accounts"}.Sanitize()
 	_, err := b.pool.Exec(ctx, "DELETE FROM "+accounts+" WHERE id = $1", b.ids[0])

@@ -11,10 +11,10 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // seedJumbos fills a 16-slot (16 s) layout: 13 slots of 500 accounts of
@@ -70,7 +70,7 @@ func (b *testBundle) runCycles(ctx context.Context, t *testing.T, client *river.
 // cycleRun is one cycle for runCycles: a task's cycle enqueued through a
 // scheduler (of that plan).
 type cycleRun struct {
-	scheduler *riverutil.Scheduler
+	scheduler *riverslot.Scheduler
 	task      string
 	start     time.Time
 }
@@ -106,7 +106,7 @@ func TestOppositeOfWeightedTask(t *testing.T) {
 	parallel(t)
 	ctx, b := setup(t, 0)
 	seedJumbos(ctx, t, b)
-	payments := riverutil.Task{Name: "payments", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
+	payments := riverslot.Task{Name: "payments", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
 		Weight: "weight", Queue: "parked", ControlQueue: river.QueueDefault, BatchSize: 400, Sync: b.recordSync()}
 	reports := payments
 	reports.Name, reports.OppositeOf, reports.Weight = "reports", "payments", ""
@@ -150,7 +150,7 @@ func TestPlanChangeWeighted(t *testing.T) {
 	parallel(t)
 	ctx, b := setup(t, 0)
 	seedJumbos(ctx, t, b)
-	task := riverutil.Task{Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
+	task := riverslot.Task{Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
 		Weight: "weight", Queue: "parked", ControlQueue: river.QueueDefault, BatchSize: 400, Sync: b.recordSync()}
 	longer := task
 	longer.Cycle = 32 * time.Second

@@ -13,9 +13,9 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 )
 
 // procPlan is a task's plan as `riverslot worker` flags set it.
@@ -42,9 +42,9 @@ func (p procPlan) flags() []string {
 
 // scheduler is the library's view of the same task: its plan id and
 // schedule, and EnqueueCycle as an app would call it.
-func (p procPlan) scheduler(t *testing.T, b *testBundle) *riverutil.Scheduler {
+func (p procPlan) scheduler(t *testing.T, b *testBundle) *riverslot.Scheduler {
 	t.Helper()
-	return newScheduler(t, b, riverutil.Task{Name: "transactions", Cycle: p.cycle, TriggerOffset: p.offset % p.cycle, Seed: p.seed, Buckets: p.buckets, Phase: p.phase,
+	return newScheduler(t, b, riverslot.Task{Name: "transactions", Cycle: p.cycle, TriggerOffset: p.offset % p.cycle, Seed: p.seed, Buckets: p.buckets, Phase: p.phase,
 		Schema: b.schema, Table: "accounts", Filter: "active", Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil }})
 }
 
@@ -131,7 +131,7 @@ func TestDeploysProcesses(t *testing.T) {
 
 			offset, start := offsetForStartIn(cycle, 8*time.Second)
 			plans := []procPlan{{cycle: cycle, offset: offset}}
-			schedulers := []*riverutil.Scheduler{plans[0].scheduler(t, b)}
+			schedulers := []*riverslot.Scheduler{plans[0].scheduler(t, b)}
 			// The first cycle, enqueued before the first node starts (its
 			// trigger's RunOnStart enqueues the same one).
 			_, err = schedulers[0].EnqueueCycle(ctx, insertOnly, "transactions", start)
@@ -389,7 +389,7 @@ func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
 	startWorker(t, b.schema, "reciprocal", "--task", "payments", "--reciprocal", "--cycle", cycle.String(), "--punctual",
 		"--periodic=false", "--late-grace", "100ms", "--rescue-after", "5s", "--per-slot-timeout", "4s", "--sync-timeout", "4s", "--workers", "20")
 	offset, start := offsetForStartIn(cycle, -9*time.Second)
-	task := riverutil.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", LateGrace: 100 * time.Millisecond,
+	task := riverslot.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", LateGrace: 100 * time.Millisecond,
 		Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil }}
 	opposite := task
 	opposite.Name, opposite.OppositeOf = "payments_opposite", "payments"
@@ -453,7 +453,7 @@ func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
 		require.LessOrEqual(t, len(o), 1, "account %s: payments_opposite synced it %d times", id, len(o))
 		for _, c := range []struct {
 			mine  []time.Time
-			other riverutil.TaskInfo
+			other riverslot.TaskInfo
 			their []time.Time
 		}{{p, oi, o}, {o, pi, p}} {
 			for _, at := range c.mine {
@@ -505,7 +505,7 @@ func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
 		}
 		for _, c := range []struct {
 			name string
-			info riverutil.TaskInfo
+			info riverslot.TaskInfo
 		}{{"payments", pi}, {"payments_opposite", oi}} {
 			got := later[c.name][id]
 			require.Len(t, got, 1, "account %s: %s synced it %d times in the next cycle: %v", id, c.name, len(got), got)
@@ -521,7 +521,7 @@ func TestOppositeOfLateFanOutsProcesses(t *testing.T) {
 // ledger, with real worker processes: a node makes a 24 s cycle with
 // River's default retention and is stopped (SIGTERM) after its first slots
 // fanned out; the ledger is dropped (the earlier version had none), the
-// deploy runs riverutil.Migrate, which records the cycle River still holds,
+// deploy runs riverslot.Migrate, which records the cycle River still holds,
 // and River's retention is then cut to a second, as docs/scale.md
 // recommends after the upgrade. The new node's trigger (RunOnStart)
 // bootstraps the same cycle: the ledger knows it, so the slots that
@@ -562,7 +562,7 @@ func TestUpgradeProcesses(t *testing.T) {
 	// The earlier version kept no ledger; River keeps the cycle's jobs.
 	_, err = b.pool.Exec(ctx, "DROP TABLE "+led)
 	require.NoError(t, err)
-	require.NoError(t, riverutil.Migrate(ctx, b.pool, b.schema))
+	require.NoError(t, riverslot.Migrate(ctx, b.pool, b.schema))
 	require.EqualValues(t, 1, b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE cycle_start = $1 AND slot = -1", start), "Migrate recorded the cycle River holds")
 	require.EqualValues(t, fanned, finished(), "and each slot that fanned out")
 

@@ -14,12 +14,12 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestKillMidFanOutAccountsDatabase keeps the accounts in a second database
@@ -55,9 +55,9 @@ func TestKillMidFanOutAccountsDatabase(t *testing.T) {
 	args := []string{"--accounts-database-url", accountsURL, "--cycle", "16s", "--batch-size", fmt.Sprint(batchSize),
 		"--sync-queue", "parked", "--rescue-after", "9s", "--per-slot-timeout", "8s", "--sync-timeout", "4s",
 		"--task", "transactions", "--periodic=false"}
-	scheduler, err := riverutil.New(b.pool, &riverutil.Config{
+	scheduler, err := riverslot.New(b.pool, &riverslot.Config{
 		AccountsPool: accountsPool, Logger: riverslottest.Logger(t),
-		Tasks: []riverutil.Task{{Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()}},
+		Tasks: []riverslot.Task{{Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()}},
 	})
 	require.NoError(t, err)
 	require.NoError(t, scheduler.Check(ctx), "Check reads the accounts database")

@@ -11,10 +11,10 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestAccountChurn adds 10% more accounts and deletes some in the middle of
@@ -36,7 +36,7 @@ func TestAccountChurn(t *testing.T) {
 	ctx, b := setup(t, accounts)
 	// A grid whose cycle starts 14 s from now, not up to a cycle away.
 	offset, c1 := offsetForStartIn(cycle, 14*time.Second)
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync(),
 		Queue: "sync", ControlQueue: river.QueueDefault,
 	})

@@ -10,10 +10,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestDatabaseRestart restarts PostgreSQL (its own throwaway cluster) in the
@@ -40,7 +40,7 @@ func TestDatabaseRestart(t *testing.T) {
 
 	// A grid whose cycle starts 12 s from now, not up to a cycle away.
 	offset, start := offsetForStartIn(cycle, 12*time.Second)
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: schema, Table: "accounts", Filter: "active",
 		BatchSize: 200, PerSlotTimeout: 4 * time.Second, SyncTimeout: 2 * time.Second, Sync: b.recordSync(),
 	})

@@ -13,10 +13,10 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestKillMidFanOut SIGKILLs a worker process in the middle of its per-slot
@@ -50,7 +50,7 @@ func TestKillMidFanOut(t *testing.T) {
 			insertAccountsInSlot(ctx, t, b, accounts, 0, 15)
 			args := []string{"--cycle", "16s", "--batch-size", fmt.Sprint(batchSize), "--sync-queue", "parked", "--work-sync=false",
 				"--rescue-after", "9s", "--per-slot-timeout", "8s", "--sync-timeout", "4s", "--task", "transactions", "--periodic=false"}
-			planID := taskInfo(t, newScheduler(t, b, riverutil.Task{
+			planID := taskInfo(t, newScheduler(t, b, riverslot.Task{
 				Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Sync: b.recordSync(),
 			}), "transactions").PlanID
 

@@ -14,10 +14,10 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestKillMidFanOutWeighted is TestKillMidFanOut for a weighted task, whose
@@ -56,7 +56,7 @@ func TestKillMidFanOutWeighted(t *testing.T) {
 				}
 			}
 
-			task := riverutil.Task{Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active", Weight: "weight", Sync: b.recordSync()}
+			task := riverslot.Task{Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active", Weight: "weight", Sync: b.recordSync()}
 			scheduler := newScheduler(t, b, task)
 			require.NoError(t, scheduler.CreateIndexes(ctx))
 			require.NoError(t, scheduler.Check(ctx))

@@ -10,12 +10,12 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/bootstrap"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestThreeNodes runs three worker processes with the periodic trigger on one
@@ -124,7 +124,7 @@ func TestDuplicateTriggers(t *testing.T) {
 	parallel(t)
 
 	ctx, b := setup(t, 100)
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "transactions", Cycle: 120 * time.Second, Schema: b.schema, Table: "accounts", Sync: b.recordSync(),
 	})
 	info := taskInfo(t, scheduler, "transactions")

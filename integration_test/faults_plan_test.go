@@ -12,9 +12,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 )
 
 // syncTimes returns the times every account's completed sync jobs were
@@ -61,7 +61,7 @@ func TestOutageLongerThanACycle(t *testing.T) {
 	ctx, b := setup(t, accounts)
 	// A grid whose cycle starts 4 s from now, not up to a cycle away.
 	offset, stale := offsetForStartIn(cycle, 4*time.Second)
-	task := riverutil.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()}
+	task := riverslot.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()}
 	scheduler := newScheduler(t, b, task)
 	schedule := taskInfo(t, scheduler, "transactions").Schedule
 
@@ -118,7 +118,7 @@ func TestRerunFailedSlot(t *testing.T) {
 
 	const accounts = 4000
 	ctx, b := setup(t, accounts)
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts",
 		BatchSize: 50, Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync(),
 	})

@@ -9,9 +9,9 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 )
 
 // TestRestartAcrossSlots: no client runs for the first 6 of 16 slots of a
@@ -30,12 +30,12 @@ func TestRestartAcrossSlots(t *testing.T) {
 	)
 	for _, tt := range []struct {
 		name      string
-		policy    riverutil.LatePolicy
+		policy    riverslot.LatePolicy
 		lateGrace time.Duration
 	}{
-		{"Spread", riverutil.LatePolicySpread, 0},
-		{"Skip", riverutil.LatePolicySkip, 0},
-		{"NoPolicyBaseline", riverutil.LatePolicySpread, cycle},
+		{"Spread", riverslot.LatePolicySpread, 0},
+		{"Skip", riverslot.LatePolicySkip, 0},
+		{"NoPolicyBaseline", riverslot.LatePolicySpread, cycle},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -43,7 +43,7 @@ func TestRestartAcrossSlots(t *testing.T) {
 			ctx, b := setup(t, accounts)
 			// A grid whose cycle starts 6 s from now, not up to a cycle away.
 			offset, start := offsetForStartIn(cycle, 6*time.Second)
-			scheduler := newScheduler(t, b, riverutil.Task{
+			scheduler := newScheduler(t, b, riverslot.Task{
 				Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
 				LatePolicy: tt.policy, LateGrace: tt.lateGrace, Sync: b.recordSync(),
 			})

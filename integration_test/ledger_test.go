@@ -11,11 +11,11 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/bootstrap"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestExactlyOnceWithShortRetention runs three real 24 s cycles (8 slots
@@ -36,7 +36,7 @@ func TestExactlyOnceWithShortRetention(t *testing.T) {
 	)
 	ctx, b := setup(t, accounts)
 	offset, first := offsetForStartIn(cycle, 11*time.Second)
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts",
 		Sync: b.recordSync(),
 	})
@@ -116,7 +116,7 @@ func TestExactlyOnceWithShortRetention(t *testing.T) {
 	// cycle 2, expecting what cycle 1's fan-outs counted.
 	_, err = b.pool.Exec(ctx, "ALTER TABLE "+pgx.Identifier{b.schema, "accounts"}.Sanitize()+" RENAME TO accounts_away")
 	require.NoError(t, err)
-	fresh := newScheduler(t, b, riverutil.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Sync: b.recordSync()})
+	fresh := newScheduler(t, b, riverslot.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Sync: b.recordSync()})
 	require.NoError(t, fresh.Configure(&river.Config{Schema: b.schema}))
 	st, err := fresh.StatusAt(ctx, "transactions", starts[1])
 	require.NoError(t, err)

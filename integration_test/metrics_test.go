@@ -12,11 +12,11 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/metrics"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestMetrics runs a cycle that began 25 s ago (so its first slots are too
@@ -37,9 +37,9 @@ func TestMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { require.NoError(t, provider.Shutdown(context.Background())) })
-	scheduler, err := riverutil.New(b.pool, &riverutil.Config{
+	scheduler, err := riverslot.New(b.pool, &riverslot.Config{
 		Logger: riverslottest.Logger(t), MeterProvider: provider,
-		Tasks: []riverutil.Task{{
+		Tasks: []riverslot.Task{{
 			Name: "transactions", Cycle: 40 * time.Second, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync(),
 		}},
 	})

@@ -11,13 +11,13 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/bootstrap"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestMonthlyAcrossDST runs a calendar-month task in Europe/London through
@@ -70,7 +70,7 @@ func TestMonthlyAcrossDST(t *testing.T) {
 	require.NoError(t, err)
 	b.ids = append(b.ids, edge...)
 	accounts := len(b.ids)
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "bills", Monthly: true, Location: london, Schema: b.schema, Table: "accounts", Filter: "active",
 		BatchSize: 300, Sync: b.recordSync(),
 	})
@@ -248,7 +248,7 @@ func TestMonthlyAcrossDST(t *testing.T) {
 	require.Equal(t, 23*time.Hour, c.PerSlot[28].Start.Sub(c.PerSlot[27].Start), "the 28th has 23 hours")
 	require.Equal(t, info.PlanID, c.Plan)
 	for _, p := range c.PerSlot {
-		require.Equal(t, riverutil.SlotDone, p.State, "day %d", p.Slot)
+		require.Equal(t, riverslot.SlotDone, p.State, "day %d", p.Slot)
 	}
 	require.Equal(t, int64(len(planned[months[1].UTC()])), c.Enqueued)
 	// April's days, fanned out after every account was there, each

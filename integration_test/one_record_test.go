@@ -11,9 +11,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 )
 
 // shortRetention deletes River's finished jobs a second after they finish,
@@ -60,7 +60,7 @@ func (b *testBundle) deleteFinished(ctx context.Context, t *testing.T) {
 // table at the time riverslot scheduled it (the job's ScheduledAt), the
 // app's own record of what ran: River's job table forgets it a second
 // later.
-func (b *testBundle) recordScheduled() riverutil.SyncFunc {
+func (b *testBundle) recordScheduled() riverslot.SyncFunc {
 	table := pgx.Identifier{b.schema, "synced"}.Sanitize()
 	return func(ctx context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
 		_, err := b.pool.Exec(ctx, "INSERT INTO "+table+" (task, account_id, cycle_start, synced_at) VALUES ($1, $2, $3, $4)",
@@ -100,7 +100,7 @@ func TestPlanChangeShortRetention(t *testing.T) {
 	led := pgx.Identifier{b.schema, "riverslot_ledger"}.Sanitize()
 
 	offset, oldStart := offsetForStartIn(newCycle, 11*time.Second)
-	oldTask := riverutil.Task{Name: "transactions", Cycle: oldCycle, TriggerOffset: offset % oldCycle,
+	oldTask := riverslot.Task{Name: "transactions", Cycle: oldCycle, TriggerOffset: offset % oldCycle,
 		Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordScheduled()}
 	old := newScheduler(t, b, oldTask)
 	oldPlan := taskInfo(t, old, "transactions").PlanID
@@ -176,7 +176,7 @@ func TestPlanChangeShortRetention(t *testing.T) {
 	clean()
 	history, err := changed.Cycles(ctx, "transactions", 10)
 	require.NoError(t, err)
-	var oldRun, newRun *riverutil.CycleSummary
+	var oldRun, newRun *riverslot.CycleSummary
 	for i := range history {
 		if history[i].CycleStart.Equal(oldStart) {
 			if history[i].Plan == oldPlan {
@@ -209,7 +209,7 @@ func TestPlanChangeShortRetention(t *testing.T) {
 // regular returns when the task of info syncs the account in the cycle
 // starting at cycleStart, on time: its slot (with the task's phase) plus
 // its offset.
-func regular(info riverutil.TaskInfo, cycleStart time.Time, id uuid.UUID) time.Time {
+func regular(info riverslot.TaskInfo, cycleStart time.Time, id uuid.UUID) time.Time {
 	p := info.Plan
 	return p.SlotStart(cycleStart, p.Shift(p.SlotOf(id), info.Shift)).Add(p.Offset(info.Seed, id))
 }
@@ -236,7 +236,7 @@ func TestOppositeOfLateFanOuts(t *testing.T) {
 	// (the default is a slot) so that late accounts within a slot of their
 	// regular time are spread, not only skipped.
 	offset, start := offsetForStartIn(cycle, -12*time.Second)
-	payments := riverutil.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
+	payments := riverslot.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
 		LateGrace: 100 * time.Millisecond, Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
 	reports := payments
 	reports.Name, reports.OppositeOf = "reports", "payments"
@@ -292,7 +292,7 @@ func TestOppositeOfLateFanOuts(t *testing.T) {
 		require.LessOrEqual(t, len(r), 1)
 		for _, c := range []struct {
 			mine  []time.Time
-			other riverutil.TaskInfo
+			other riverslot.TaskInfo
 			their []time.Time
 		}{{p, ri, r}, {r, pi, p}} {
 			for _, at := range c.mine {
@@ -331,12 +331,12 @@ func TestFirstCycle(t *testing.T) {
 		accounts = 1000
 		cycle    = 48 * time.Second
 	)
-	for _, policy := range []riverutil.FirstCycle{riverutil.FirstCycleAll, riverutil.FirstCycleLate, riverutil.FirstCycleNext} {
+	for _, policy := range []riverslot.FirstCycle{riverslot.FirstCycleAll, riverslot.FirstCycleLate, riverslot.FirstCycleNext} {
 		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
 			ctx, b := setup(t, accounts)
 			offset, start := offsetForStartIn(cycle, -30*time.Second)
-			scheduler := newScheduler(t, b, riverutil.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema,
+			scheduler := newScheduler(t, b, riverslot.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema,
 				Table: "accounts", Filter: "active", FirstCycle: policy, Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()})
 			client := startClient(ctx, t, b, scheduler, false, river.QueueDefault)
 			info := taskInfo(t, scheduler, "transactions")
@@ -347,7 +347,7 @@ func TestFirstCycle(t *testing.T) {
 			waitFor(t, 30*time.Second, "the bootstrap", func() bool {
 				return b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE id = $1 AND state = 'completed'", res.Job.ID) == 1
 			})
-			if policy == riverutil.FirstCycleNext {
+			if policy == riverslot.FirstCycleNext {
 				require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1", perslot.Kind), "no per-slot job")
 				require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+led), "no cycle made: the next cycle is the first")
 				// A task that ran before (the ledger records an earlier
@@ -375,7 +375,7 @@ func TestFirstCycle(t *testing.T) {
 			syncs := b.parkedSyncs(ctx, t)["transactions"]
 			end := start.Add(cycle)
 			switch policy {
-			case riverutil.FirstCycleAll:
+			case riverslot.FirstCycleAll:
 				require.Zero(t, lateSkipped, "no account skipped")
 				require.Positive(t, spread, "past slots' accounts spread")
 				require.Len(t, syncs, accounts, "every account synced within the first cycle")
@@ -390,7 +390,7 @@ func TestFirstCycle(t *testing.T) {
 					}
 				}
 				require.EqualValues(t, 1, b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE slot = -1 AND first_cycle"), "the ledger records the first cycle")
-			case riverutil.FirstCycleLate:
+			case riverslot.FirstCycleLate:
 				require.Positive(t, lateSkipped, "the accounts of slots more than half a cycle late wait for the next cycle")
 				require.EqualValues(t, accounts-lateSkipped, len(syncs))
 				require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+led+" WHERE slot = -1 AND first_cycle"))
@@ -456,18 +456,18 @@ func TestPlanChangesShortRetention(t *testing.T) {
 	)
 	for _, tt := range []struct {
 		name   string
-		change func(*riverutil.Task)
+		change func(*riverslot.Task)
 		shift  time.Duration // of the new plan's cycle start
 	}{
-		{"Seed", func(x *riverutil.Task) { x.Seed = 12345 }, 0},
-		{"Buckets", func(x *riverutil.Task) { x.Buckets = 65536 }, 0},
-		{"Phase", func(x *riverutil.Task) { x.Phase = 0.25 }, 0},
-		{"TriggerOffset", func(x *riverutil.Task) { x.TriggerOffset = 12 * time.Second }, 12 * time.Second},
+		{"Seed", func(x *riverslot.Task) { x.Seed = 12345 }, 0},
+		{"Buckets", func(x *riverslot.Task) { x.Buckets = 65536 }, 0},
+		{"Phase", func(x *riverslot.Task) { x.Phase = 0.25 }, 0},
+		{"TriggerOffset", func(x *riverslot.Task) { x.TriggerOffset = 12 * time.Second }, 12 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, b := setup(t, accounts)
-			oldTask := riverutil.Task{Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active",
+			oldTask := riverslot.Task{Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active",
 				Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
 			newTask := oldTask
 			tt.change(&newTask)
@@ -545,10 +545,10 @@ func TestRollingDeployBothPlans(t *testing.T) {
 // (a 24 s cycle) and plan B (48 s) of task "transactions" over accounts,
 // their syncs parked at their times, a client (no periodic trigger) to run
 // their cycles, and a cycle start of both plans an hour ahead.
-func twoPlans(t *testing.T, accounts int) (ctx context.Context, b *testBundle, a, bb *riverutil.Scheduler, client *river.Client[pgx.Tx], start time.Time) {
+func twoPlans(t *testing.T, accounts int) (ctx context.Context, b *testBundle, a, bb *riverslot.Scheduler, client *river.Client[pgx.Tx], start time.Time) {
 	t.Helper()
 	ctx, b = setup(t, accounts)
-	taskA := riverutil.Task{Name: "transactions", Cycle: 24 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
+	taskA := riverslot.Task{Name: "transactions", Cycle: 24 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
 		Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync()}
 	taskB := taskA
 	taskB.Cycle = 48 * time.Second

@@ -10,10 +10,10 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // leastPrivilegeGrants are the statements of the README's "Least privilege"
@@ -71,11 +71,11 @@ func TestLeastPrivilege(t *testing.T) {
 	auditSchema := riverslottest.EmptySchema(ctx, t, pool)
 	riverslottest.CreateSyncedTable(ctx, t, pool, auditSchema)
 
-	task := riverutil.Task{
+	task := riverslot.Task{
 		Name: "transactions", Cycle: cycle, Schema: appSchema, Table: "accounts", Filter: "active", Weight: "weight",
 		Sync: riverslottest.RecordSync(pool, auditSchema),
 	}
-	owner, err := riverutil.New(pool, &riverutil.Config{Logger: riverslottest.Logger(t), Tasks: []riverutil.Task{task}})
+	owner, err := riverslot.New(pool, &riverslot.Config{Logger: riverslottest.Logger(t), Tasks: []riverslot.Task{task}})
 	require.NoError(t, err)
 	require.NoError(t, owner.CreateIndexes(ctx))
 

@@ -17,12 +17,12 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/bootstrap"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // Production events (issue 17): a node killed mid-cycle and the cycle
@@ -383,7 +383,7 @@ func TestUnweightedCycleFinishedByWeightedWorker(t *testing.T) {
 
 	// The cycle starts 10 s from now: the unweighted node is up by then.
 	offset, start := offsetForStartIn(cycle, 10*time.Second)
-	task := riverutil.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()}
+	task := riverslot.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()}
 	weighted := task
 	weighted.Weight = "weight"
 	require.NoError(t, newScheduler(t, b, weighted).CreateIndexes(ctx)) // the pins tables, as an app adding Weight creates them

@@ -9,9 +9,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 )
 
 // TestReciprocalTasks runs two tasks over the same accounts through a real
@@ -46,7 +46,7 @@ func TestReciprocalTasks(t *testing.T) {
 	)
 	ctx, b := setup(t, accounts)
 	offset, first := offsetForStartIn(cycle, 12*time.Second)
-	payments := riverutil.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts",
+	payments := riverslot.Task{Name: "payments", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts",
 		Filter: "active", Queue: "payments", Sync: b.recordSync()}
 	reports := payments
 	reports.Name, reports.Queue, reports.OppositeOf = "reports", "reports", "payments"

@@ -17,12 +17,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/measure"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 func TestMain(m *testing.M) {
@@ -81,14 +81,14 @@ func setup(t *testing.T, accounts int) (context.Context, *testBundle) {
 }
 
 // recordSync returns a SyncFunc that records each call in the synced table.
-func (b *testBundle) recordSync() riverutil.SyncFunc {
+func (b *testBundle) recordSync() riverslot.SyncFunc {
 	return riverslottest.RecordSync(b.pool, b.schema)
 }
 
 // startClient builds a River client through scheduler.Configure, working
 // queues (40 workers each), and starts it. With periodic false the cycle
 // triggers are left out: the test enqueues its cycles itself.
-func startClient(ctx context.Context, t *testing.T, b *testBundle, scheduler *riverutil.Scheduler, periodic bool, queues ...string) *river.Client[pgx.Tx] {
+func startClient(ctx context.Context, t *testing.T, b *testBundle, scheduler *riverslot.Scheduler, periodic bool, queues ...string) *river.Client[pgx.Tx] {
 	t.Helper()
 
 	qc := map[string]river.QueueConfig{}
@@ -121,15 +121,15 @@ func startClient(ctx context.Context, t *testing.T, b *testBundle, scheduler *ri
 }
 
 // newScheduler builds a scheduler logging through t.
-func newScheduler(t *testing.T, b *testBundle, tasks ...riverutil.Task) *riverutil.Scheduler {
+func newScheduler(t *testing.T, b *testBundle, tasks ...riverslot.Task) *riverslot.Scheduler {
 	t.Helper()
-	s, err := riverutil.New(b.pool, &riverutil.Config{Logger: riverslottest.Logger(t), Tasks: tasks})
+	s, err := riverslot.New(b.pool, &riverslot.Config{Logger: riverslottest.Logger(t), Tasks: tasks})
 	require.NoError(t, err)
 	return s
 }
 
 // taskInfo returns the validated task.
-func taskInfo(t *testing.T, s *riverutil.Scheduler, name string) riverutil.TaskInfo {
+func taskInfo(t *testing.T, s *riverslot.Scheduler, name string) riverslot.TaskInfo {
 	t.Helper()
 	info, err := s.Task(name)
 	require.NoError(t, err)
@@ -194,7 +194,7 @@ func (b *testBundle) measure(ctx context.Context, t *testing.T, task string, cyc
 // enqueueFutureCycle enqueues the cycle that starts an hour from now and
 // waits for its per-slot jobs, which stay scheduled until runSlots makes
 // some of them run now.
-func (b *testBundle) enqueueFutureCycle(ctx context.Context, t *testing.T, scheduler *riverutil.Scheduler, client *river.Client[pgx.Tx]) time.Time {
+func (b *testBundle) enqueueFutureCycle(ctx context.Context, t *testing.T, scheduler *riverslot.Scheduler, client *river.Client[pgx.Tx]) time.Time {
 	t.Helper()
 	info := taskInfo(t, scheduler, "transactions")
 	start := info.Schedule.Next(time.Now().Add(time.Hour))

@@ -17,8 +17,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
@@ -52,7 +52,7 @@ func TestShardsThreeDatabases(t *testing.T) {
 		task    = "transactions"
 	)
 	ctx := t.Context()
-	initial := riverutil.ShardMap{Ranges: []riverutil.ShardRange{
+	initial := riverslot.ShardMap{Ranges: []riverslot.ShardRange{
 		{Shard: "s1", Lo: 0, Hi: 3*width - 1}, {Shard: "s2", Lo: 3 * width, Hi: 5*width - 1}, {Shard: "s3", Lo: 5 * width, Hi: 65535},
 	}}
 	moveLo, moveHi := 2*width, 3*width-1
@@ -73,12 +73,12 @@ func TestShardsThreeDatabases(t *testing.T) {
 		name    string
 		c       *cluster
 		b       *testBundle
-		s       *riverutil.Scheduler
+		s       *riverslot.Scheduler
 		clients int
 	}
 	var (
 		shards []*shard
-		refs   []riverutil.Shard
+		refs   []riverslot.Shard
 	)
 	for i, name := range []string{"s1", "s2", "s3"} {
 		c := startCluster(t)
@@ -100,20 +100,20 @@ func TestShardsThreeDatabases(t *testing.T) {
 		riverslottest.CreateSyncedTable(ctx, t, pool, schema)
 		b := &testBundle{ids: mine, pool: pool, schema: schema}
 		shards = append(shards, &shard{name: name, c: c, b: b, clients: 1 + i%2})
-		refs = append(refs, riverutil.Shard{Name: name, Pool: pool, Schema: schema})
+		refs = append(refs, riverslot.Shard{Name: name, Pool: pool, Schema: schema})
 	}
 	// The first cycle 20 s after the servers are up.
 	offset, first := offsetForStartIn(cycle, 20*time.Second)
 	for _, sh := range shards {
-		s, err := riverutil.New(sh.b.pool, &riverutil.Config{Shard: sh.name, Logger: riverslottest.Logger(t), Tasks: []riverutil.Task{{
+		s, err := riverslot.New(sh.b.pool, &riverslot.Config{Shard: sh.name, Logger: riverslottest.Logger(t), Tasks: []riverslot.Task{{
 			Name: task, Cycle: cycle, TriggerOffset: offset, Schema: sh.b.schema, Table: "accounts", Filter: "active",
-			FirstCycle: riverutil.FirstCycleNext, PerSlotTimeout: 4 * time.Second, SyncTimeout: 2 * time.Second, Sync: sh.b.recordSync(),
+			FirstCycle: riverslot.FirstCycleNext, PerSlotTimeout: 4 * time.Second, SyncTimeout: 2 * time.Second, Sync: sh.b.recordSync(),
 		}}})
 		require.NoError(t, err)
 		sh.s = s
 	}
 	// The fleet's first map, before any node runs: every cycle follows it.
-	require.NoError(t, riverutil.SetShardMap(ctx, refs, task, initial, time.Time{}))
+	require.NoError(t, riverslot.SetShardMap(ctx, refs, task, initial, time.Time{}))
 	for _, sh := range shards {
 		for range sh.clients {
 			config := &river.Config{
@@ -138,12 +138,12 @@ func TestShardsThreeDatabases(t *testing.T) {
 
 	// The move, while the nodes run, from the second cycle.
 	moveAt := first.Add(cycle)
-	next, err := riverutil.MoveBuckets(ctx, refs, task, moveLo, moveHi, "s2", moveAt)
+	next, err := riverslot.MoveBuckets(ctx, refs, task, moveLo, moveHi, "s2", moveAt)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, next.Version)
 	require.Equal(t, "s2", next.Owner(moveLo))
 	for _, ref := range refs {
-		m, ok, err := riverutil.ShardMapOf(ctx, ref, task)
+		m, ok, err := riverslot.ShardMapOf(ctx, ref, task)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, next.Ranges, m.Ranges, "shard %s holds the new map", ref.Name)
@@ -151,7 +151,7 @@ func TestShardsThreeDatabases(t *testing.T) {
 	}
 	// A second change for a cycle a shard has made already is refused, on
 	// every shard (none is left with it).
-	_, err = riverutil.MoveBuckets(ctx, refs, task, moveLo, moveHi, "s3", first.Add(time.Second))
+	_, err = riverslot.MoveBuckets(ctx, refs, task, moveLo, moveHi, "s3", first.Add(time.Second))
 	require.ErrorContains(t, err, "at least")
 
 	// The third cycle: s3's server is killed a third of the way in, and
@@ -163,11 +163,11 @@ func TestShardsThreeDatabases(t *testing.T) {
 	killed := time.Now()
 	// While it is down, the page over all shards answers for s1 and s2
 	// and says s3 did not.
-	var scheds []*riverutil.Scheduler
+	var scheds []*riverslot.Scheduler
 	for _, sh := range shards {
 		scheds = append(scheds, sh.s)
 	}
-	fleet, err := riverutil.NewShardsHandler(&riverutil.HandlerConfig{Timeout: 5 * time.Second, Logger: riverslottest.Logger(t)}, scheds...)
+	fleet, err := riverslot.NewShardsHandler(&riverslot.HandlerConfig{Timeout: 5 * time.Second, Logger: riverslottest.Logger(t)}, scheds...)
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
 	fleet.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/status?task="+task, nil))
@@ -310,7 +310,7 @@ func TestShardsThreeDatabases(t *testing.T) {
 	}
 	// Over all shards: the latest cycle any has made, each of its 8 slots
 	// served by one shard.
-	all3, err := riverutil.StatusShards(context.Background(), task, scheds...)
+	all3, err := riverslot.StatusShards(context.Background(), task, scheds...)
 	require.NoError(t, err)
 	require.Len(t, all3.Shards, 3)
 	require.Zero(t, all3.Unreachable)

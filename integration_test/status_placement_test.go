@@ -9,10 +9,10 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestStatusPlacement runs a real weighted cycle whose giant account (2.5
@@ -40,7 +40,7 @@ func TestStatusPlacement(t *testing.T) {
 	insertWeighted(ctx, t, b, 1, 0, 255, 600)
 	const n = 3_201
 
-	transactions := riverutil.Task{Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active",
+	transactions := riverslot.Task{Name: "transactions", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active",
 		Weight: "weight", Queue: "parked", ControlQueue: river.QueueDefault, BatchSize: 500, Sync: b.recordSync()}
 	reports := transactions
 	reports.Name, reports.Weight, reports.OppositeOf = "reports", "", "transactions"
@@ -94,13 +94,13 @@ func TestStatusPlacement(t *testing.T) {
 	}
 	require.Positive(t, moved, "the pins move accounts between slots, or the test shows nothing")
 
-	check := func(t *testing.T, s *riverutil.Scheduler, task, plan string) *riverutil.CycleStatus {
+	check := func(t *testing.T, s *riverslot.Scheduler, task, plan string) *riverslot.CycleStatus {
 		t.Helper()
 		st, err := s.StatusAt(ctx, task, start)
 		require.NoError(t, err)
 		c := st.Current
 		require.Equal(t, plan, c.Plan)
-		require.Equal(t, riverutil.PlacementPinned, c.Placement)
+		require.Equal(t, riverslot.PlacementPinned, c.Placement)
 		require.Equal(t, "transactions", c.PinsTask)
 		var total int64
 		for _, p := range c.PerSlot {
@@ -131,7 +131,7 @@ func TestStatusPlacement(t *testing.T) {
 	// OppositeOf, no Weight. The cycle is found under the plan its jobs
 	// carry, and placed by the pins they name.
 	t.Run("OppositeTaskAlone", func(t *testing.T) {
-		alone := newScheduler(t, b, riverutil.Task{Name: "reports", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()})
+		alone := newScheduler(t, b, riverslot.Task{Name: "reports", Cycle: cycle, Schema: b.schema, Table: "accounts", Filter: "active", Sync: b.recordSync()})
 		require.NoError(t, alone.Configure(&river.Config{Schema: b.schema}))
 		require.NotEqual(t, reportsPlan, taskInfo(t, alone, "reports").PlanID)
 		st, err := alone.Status(ctx, "reports")
@@ -177,7 +177,7 @@ func TestStatusPlacement(t *testing.T) {
 		require.NoError(t, err)
 
 		// The worker writes its counts every ledger.TallyInterval.
-		var st *riverutil.TaskStatus
+		var st *riverslot.TaskStatus
 		waitFor(t, 30*time.Second, "the counts in the ledger", func() bool {
 			st, err = scheduler.StatusAt(ctx, "transactions", start)
 			require.NoError(t, err)

@@ -9,10 +9,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/perslot"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
 )
 
 // TestStatus builds a cycle whose slots and sync jobs are in every state (a
@@ -29,7 +29,7 @@ func TestStatus(t *testing.T) {
 	_, err := b.pool.Exec(ctx, "UPDATE "+accountsTable+" SET active = false WHERE id = ANY($1)", b.ids[:100])
 	require.NoError(t, err)
 
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "transactions", Cycle: 40 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
 		Queue: "parked", ControlQueue: river.QueueDefault, Sync: b.recordSync(),
 	})
@@ -96,13 +96,13 @@ func TestStatus(t *testing.T) {
 		require.Equal(t, count("(args->>'slot')::int = $1", p.Slot), p.Enqueued, "slot %d enqueued", p.Slot)
 		switch {
 		case p.Slot < 3:
-			require.Equal(t, riverutil.SlotDone, p.State)
+			require.Equal(t, riverslot.SlotDone, p.State)
 			require.Equal(t, p.Expected, p.Enqueued, "a done slot enqueued every account it selects")
 		case p.Slot == 3:
-			require.Equal(t, riverutil.SlotFailed, p.State)
+			require.Equal(t, riverslot.SlotFailed, p.State)
 			require.Equal(t, 1, p.Attempts)
 		default:
-			require.Equal(t, riverutil.SlotScheduled, p.State)
+			require.Equal(t, riverslot.SlotScheduled, p.State)
 		}
 	}
 	require.Equal(t, 0, c.NextSlot, "a cycle an hour ahead: slot 0 is next")

@@ -10,8 +10,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 )
 
 // TestUpstreamLimitsProcesses runs the limits across three real `riverslot
@@ -36,7 +36,7 @@ func TestUpstreamLimitsProcesses(t *testing.T) {
 		outage   = 16 * time.Second
 		retry    = 3 * time.Second
 	)
-	limits := riverutil.UpstreamLimits{Rate: 12, Burst: 2, Concurrency: 3, FailureThreshold: 3, Cooldown: 2 * time.Second}
+	limits := riverslot.UpstreamLimits{Rate: 12, Burst: 2, Concurrency: 3, FailureThreshold: 3, Cooldown: 2 * time.Second}
 	banks := make([]string, 23)
 	for k := range banks {
 		banks[k] = fmt.Sprintf("bank-%d", k+1)
@@ -48,7 +48,7 @@ func TestUpstreamLimitsProcesses(t *testing.T) {
 	fake := newFakeBanks(t, banks, 30*time.Millisecond)
 
 	offset, start := offsetForStartIn(cycle, 10*time.Second)
-	task := riverutil.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
+	task := riverslot.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
 		Upstream: "bank", Limits: limits, Sync: b.recordSync()}
 	scheduler := newScheduler(t, b, task)
 	args := []string{"--task", "transactions", "--cycle", cycle.String(), "--trigger-offset", offset.String(), "--periodic=false", "--workers", "10",

@@ -20,10 +20,10 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/metrics"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // fakeBanks is an HTTP server on loopback, one path per bank, that records
@@ -180,7 +180,7 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 		cycle    = 48 * time.Second // 16 slots of 3 s
 		outage   = 16 * time.Second
 	)
-	limits := riverutil.UpstreamLimits{Rate: 12, Burst: 2, Concurrency: 3, FailureThreshold: 3, Cooldown: 2 * time.Second}
+	limits := riverslot.UpstreamLimits{Rate: 12, Burst: 2, Concurrency: 3, FailureThreshold: 3, Cooldown: 2 * time.Second}
 	banks := []string{"bank-1", "bank-2", "bank-3"}
 	ctx, b := setup(t, accounts)
 	bankOf := assignBanks(ctx, t, b, banks)
@@ -188,7 +188,7 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 	fake := newFakeBanks(t, banks, 30*time.Millisecond)
 	record := b.recordSync()
 	httpClient := &http.Client{Timeout: 10 * time.Second}
-	syncFn := func(ctx context.Context, id uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+	syncFn := func(ctx context.Context, id uuid.UUID, job *river.Job[riverslot.SyncArgs]) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fake.srv.URL+"/"+job.Args.Upstream, nil)
 		if err != nil {
 			return err
@@ -205,12 +205,12 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 		return record(ctx, id, job)
 	}
 	offset, start := offsetForStartIn(cycle, 6*time.Second)
-	task := riverutil.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
+	task := riverslot.Task{Name: "transactions", Cycle: cycle, TriggerOffset: offset, Schema: b.schema, Table: "accounts", Filter: "active",
 		Upstream: "bank", Limits: limits, Sync: syncFn}
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { require.NoError(t, provider.Shutdown(context.Background())) })
-	scheduler, err := riverutil.New(b.pool, &riverutil.Config{Logger: riverslottest.Logger(t), MeterProvider: provider, Tasks: []riverutil.Task{task}})
+	scheduler, err := riverslot.New(b.pool, &riverslot.Config{Logger: riverslottest.Logger(t), MeterProvider: provider, Tasks: []riverslot.Task{task}})
 	require.NoError(t, err)
 	client := startClient(ctx, t, b, scheduler, false, river.QueueDefault)
 	_, err = scheduler.EnqueueCycle(ctx, client, "transactions", start)
@@ -238,7 +238,7 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 
 	states, err := scheduler.Upstreams(ctx, "transactions", "", 0)
 	require.NoError(t, err)
-	byKey := map[string]riverutil.UpstreamState{}
+	byKey := map[string]riverslot.UpstreamState{}
 	for _, s := range states {
 		byKey[s.Key] = s
 	}
@@ -344,7 +344,7 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 	js, err := json.Marshal(st)
 	require.NoError(t, err)
 	require.Contains(t, string(js), `"upstreams":{"keys":3,"not_closed":0,"top":[{"key":"`+worst+`"`)
-	handler, err := scheduler.NewHandler(&riverutil.HandlerConfig{})
+	handler, err := scheduler.NewHandler(&riverslot.HandlerConfig{})
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
 	handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?task=transactions", nil))

@@ -11,11 +11,11 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/bootstrap"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/bootstrap"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestWeightedCycle runs every slot of a weighted cycle whose hash placement
@@ -55,7 +55,7 @@ func TestWeightedCycle(t *testing.T) {
 	}
 	const n = 13*2_000 + 3*160
 
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
 		Weight: "weight", Queue: "parked", ControlQueue: river.QueueDefault, BatchSize: 500, Sync: b.recordSync(),
 	})
@@ -92,7 +92,7 @@ func TestWeightedCycle(t *testing.T) {
 	require.Zero(t, misplaced, "every account in its pinned or hash slot")
 	require.Positive(t, pinned)
 	require.Greater(t, hashHeaviest/mean, 2.0, "the case is unbalanced without weights")
-	require.LessOrEqual(t, heaviest/mean, 1+riverutil.WeightEpsilonDefault)
+	require.LessOrEqual(t, heaviest/mean, 1+riverslot.WeightEpsilonDefault)
 	servedA := syncSlots(ctx, t, b, start)
 	require.Len(t, servedA, n)
 

@@ -9,11 +9,11 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/bootstrap"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/bootstrap"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestWeightedBootstrapTinyTimeoutStillBootstraps runs three cycles of a
@@ -48,7 +48,7 @@ func TestWeightedBootstrapTinyTimeoutStillBootstraps(t *testing.T) {
 	}
 	const n = 13*300 + 3*30
 
-	scheduler := newScheduler(t, b, riverutil.Task{
+	scheduler := newScheduler(t, b, riverslot.Task{
 		Name: "transactions", Cycle: 16 * time.Second, Schema: b.schema, Table: "accounts", Filter: "active",
 		Weight: "weight", PinsTimeout: 5 * time.Second,
 		Queue: "parked", ControlQueue: river.QueueDefault, BatchSize: 500, Sync: b.recordSync(),

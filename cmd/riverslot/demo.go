@@ -14,7 +14,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -59,7 +59,7 @@ type demoOptions struct {
 }
 
 // tasks are the names of the demo's tasks: --task, and with --reciprocal
-// <task>_opposite, opposite it (riverutil.Task.OppositeOf).
+// <task>_opposite, opposite it (riverslot.Task.OppositeOf).
 func (o *demoOptions) tasks() []string {
 	if o.reciprocal {
 		return []string{o.task, o.task + "_opposite"}
@@ -75,7 +75,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	fs.IntVar(&o.accounts, "accounts", 10_000, "number of random UUIDv4 accounts to seed")
 	durationVar(fs, &o.cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at most 24h (120s = 8 slots of 15s)")
 	fs.IntVar(&o.cycles, "cycles", 1, "number of consecutive cycles to run")
-	fs.IntVar(&o.workers, "workers", 0, "River MaxWorkers for the demo queue (0: sized for the fleet, at least 50: enough to start accounts/cycle syncs a second at 70% of the queue's MaxWorkers x 10 a second, riverutil.MaxWorkersFor)")
+	fs.IntVar(&o.workers, "workers", 0, "River MaxWorkers for the demo queue (0: sized for the fleet, at least 50: enough to start accounts/cycle syncs a second at 70% of the queue's MaxWorkers x 10 a second, riverslot.MaxWorkersFor)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object on stdout instead of the table (progress stays on stderr)")
 	cycleStart := fs.String("cycle-start", "", "RFC 3339 start of the first cycle, in the next 24h (default: the periodic trigger's lead from now, so the trigger starts it at once)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the demo's schema and accounts: do not drop and reseed; a rerun resumes an unfinished cycle")
@@ -116,7 +116,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 		if o.reciprocal {
 			tasks = 2 // both tasks' syncs share the queue
 		}
-		need := riverutil.MaxWorkersFor(tasks*int64(o.accounts), o.cycle)
+		need := riverslot.MaxWorkersFor(tasks*int64(o.accounts), o.cycle)
 		o.workers = min(max(50, need), river.QueueNumWorkersMax)
 		if need > o.workers {
 			fmt.Fprintf(stderr, "riverslot demo: the fleet needs %d workers to start its syncs in time, more than River's %d per queue; the demo runs with %d and its syncs will start late (lengthen --cycle or lower --accounts)\n",
@@ -231,7 +231,7 @@ type demo struct {
 	// triggers); watch calls it once the last cycle has started.
 	stopTriggers func()
 	httpClient   *http.Client
-	scheduler    *riverutil.Scheduler
+	scheduler    *riverslot.Scheduler
 	// maxRiverJobRows is the most rows river_job held at a progress read.
 	maxRiverJobRows int64
 }
@@ -253,7 +253,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	task := riverutil.Task{
+	task := riverslot.Task{
 		Name:   d.opts.task,
 		Cycle:  d.opts.cycle,
 		Schema: d.opts.schema,
@@ -263,7 +263,7 @@ func (d *demo) run(ctx context.Context) error {
 		// last_synced_at: the run's figures read it, so they hold after
 		// River deletes completed jobs (--completed-retention). With
 		// --upstreams the sync first calls the account's bank.
-		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+		Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverslot.SyncArgs]) error {
 			if d.banks != nil {
 				started := time.Now()
 				if err := d.banks.call(ctx, d.httpClient, job.Args.Upstream); err != nil {
@@ -288,7 +288,7 @@ func (d *demo) run(ctx context.Context) error {
 	if d.opts.upstreams.count > 0 {
 		task.Upstream, task.Limits = "bank", d.opts.upstreams.limits(d.opts.cycle)
 	}
-	probe, err := riverutil.New(d.pool, &riverutil.Config{Tasks: []riverutil.Task{task}})
+	probe, err := riverslot.New(d.pool, &riverslot.Config{Tasks: []riverslot.Task{task}})
 	if err != nil {
 		return err
 	}
@@ -331,7 +331,7 @@ func (d *demo) run(ctx context.Context) error {
 		defer d.httpClient.CloseIdleConnections()
 		d.logf("%d upstreams (bank-00 to %s) served at %s; limits %+v", o.count, o.keys()[o.count-1], d.banks.url, task.Limits)
 	}
-	tasks := []riverutil.Task{task}
+	tasks := []riverslot.Task{task}
 	if d.opts.reciprocal {
 		opposite := task
 		opposite.Name, opposite.OppositeOf = d.opts.tasks()[1], task.Name
@@ -340,7 +340,7 @@ func (d *demo) run(ctx context.Context) error {
 		opposite.Weight = ""
 		tasks = append(tasks, opposite)
 	}
-	scheduler, err := riverutil.New(d.pool, &riverutil.Config{
+	scheduler, err := riverslot.New(d.pool, &riverslot.Config{
 		Logger: slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Tasks:  tasks,
 	})

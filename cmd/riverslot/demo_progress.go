@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverslot/riverslot/internal/ledger"
-	"github.com/riverslot/riverslot/syncjob"
+	"github.com/riverslot/riverslot/internal/syncjob"
 )
 
 // lockedWriter serializes writes from several goroutines to one writer.

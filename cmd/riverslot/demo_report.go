@@ -11,13 +11,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/bench"
+	"github.com/riverslot/riverslot/internal/bootstrap"
 	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/measure"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // demoSummary is the --json output. Every figure is read from the database.
@@ -333,7 +333,7 @@ func (d *demo) measureFanOut(ctx context.Context, s *demoSummary, starts []time.
 	n := int(inserted / float64(s.FanOutSlots))
 	var runs []time.Duration
 	for range 3 {
-		took, err := bench.RawInsert(ctx, d.pool, d.opts.schema, n, riverutil.BatchSizeDefault)
+		took, err := bench.RawInsert(ctx, d.pool, d.opts.schema, n, riverslot.BatchSizeDefault)
 		if err != nil {
 			return err
 		}

@@ -15,9 +15,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // TestDemoShortRetention runs the demo for two 48 s cycles (16 slots of
@@ -91,14 +91,14 @@ func TestDemoDefaultsWithinRowBudget(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects: New needs no database
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	s, err := riverutil.New(pool, &riverutil.Config{Tasks: []riverutil.Task{{Name: "demo", Cycle: o.cycle, Table: "accounts",
-		Sync: func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }}}})
+	s, err := riverslot.New(pool, &riverslot.Config{Tasks: []riverslot.Task{{Name: "demo", Cycle: o.cycle, Table: "accounts",
+		Sync: func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { return nil }}}})
 	require.NoError(t, err)
 	info, err := s.Task("demo")
 	require.NoError(t, err)
-	rows := riverutil.RowBudget(int64(o.accounts), info, o.completedRetention)
-	require.LessOrEqual(t, rows, int64(riverutil.RowBudgetWarn), "the demo's defaults keep %d rows", rows)
-	require.Greater(t, riverutil.RowBudget(int64(o.accounts), info, 24*time.Hour), int64(riverutil.RowBudgetWarn), "River's default retention would warn")
+	rows := riverslot.RowBudget(int64(o.accounts), info, o.completedRetention)
+	require.LessOrEqual(t, rows, int64(riverslot.RowBudgetWarn), "the demo's defaults keep %d rows", rows)
+	require.Greater(t, riverslot.RowBudget(int64(o.accounts), info, 24*time.Hour), int64(riverslot.RowBudgetWarn), "River's default retention would warn")
 }
 
 // TestDemoWorkersSizedForTheFleet: without --workers the demo's queue gets
@@ -121,9 +121,9 @@ func TestDemoWorkersSizedForTheFleet(t *testing.T) {
 		require.NoError(t, err)
 		need := float64(tc.tasks*o.accounts) / o.cycle.Seconds()
 		require.GreaterOrEqual(t, o.workers, 50, "%v", tc.args)
-		require.GreaterOrEqual(t, 0.7*float64(o.workers*riverutil.FetchRatePerWorker), need, "%v: %d workers for %.0f starts a second", tc.args, o.workers, need)
+		require.GreaterOrEqual(t, 0.7*float64(o.workers*riverslot.FetchRatePerWorker), need, "%v: %d workers for %.0f starts a second", tc.args, o.workers, need)
 		if o.workers > 50 {
-			require.Less(t, 0.7*float64((o.workers-1)*riverutil.FetchRatePerWorker), need, "%v: %d workers, one fewer would do", tc.args, o.workers)
+			require.Less(t, 0.7*float64((o.workers-1)*riverslot.FetchRatePerWorker), need, "%v: %d workers, one fewer would do", tc.args, o.workers)
 		}
 	}
 	o, err := parseDemoFlags([]string{"--accounts", "250000", "--cycle", "240s", "--workers", "10"}, io.Discard)

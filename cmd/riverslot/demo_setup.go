@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/bench"
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/testkit/measure"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
@@ -95,7 +95,7 @@ func (d *demo) prepare(ctx context.Context) (int64, error) {
 		}
 	}
 	d.logf("migrating River's tables in schema %s", d.opts.schema)
-	if err := riverutil.Migrate(ctx, d.pool, d.opts.schema); err != nil {
+	if err := riverslot.Migrate(ctx, d.pool, d.opts.schema); err != nil {
 		return 0, err
 	}
 	if _, err := d.accounts.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+d.table()+" (id uuid PRIMARY KEY, active boolean NOT NULL DEFAULT true)"); err != nil {

@@ -15,12 +15,12 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/measure"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // shardsMax is the most databases demo --shards takes.
@@ -32,7 +32,7 @@ type demoShard struct {
 	name     string
 	d        *demo // its schema, pool and accounts
 	accounts []uuid.UUID
-	sched    *riverutil.Scheduler
+	sched    *riverslot.Scheduler
 	client   *river.Client[pgx.Tx]
 	ranges   string
 }
@@ -123,17 +123,17 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 			}
 		}
 	}
-	refs := make([]riverutil.Shard, n)
+	refs := make([]riverslot.Shard, n)
 	for i, s := range shards {
 		if err := s.prepare(ctx); err != nil {
 			return fmt.Errorf("shard %s: %w", s.name, err)
 		}
-		refs[i] = riverutil.Shard{Name: s.name, Pool: s.d.pool, Schema: s.d.opts.schema}
+		refs[i] = riverslot.Shard{Name: s.name, Pool: s.d.pool, Schema: s.d.opts.schema}
 	}
-	if err := riverutil.SetShardMap(ctx, refs, o.task, m, time.Time{}); err != nil {
+	if err := riverslot.SetShardMap(ctx, refs, o.task, m, time.Time{}); err != nil {
 		return err
 	}
-	stored, _, err := riverutil.ShardMapOf(ctx, refs[0], o.task)
+	stored, _, err := riverslot.ShardMapOf(ctx, refs[0], o.task)
 	if err != nil {
 		return err
 	}
@@ -144,23 +144,23 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 	// The task, one scheduler and River client per shard.
 	var (
 		first time.Time
-		info  riverutil.TaskInfo
+		info  riverslot.TaskInfo
 	)
 	for i, s := range shards {
 		// The clients start ahead of the first cycle: the current one,
 		// which started before them, is left alone (FirstCycleNext), and
 		// the periodic trigger makes the first. Punctual: short slots start
 		// on time on each shard, not at its leader's 5 s scheduler tick.
-		task := riverutil.Task{Name: o.task, Cycle: o.cycle, Schema: s.d.opts.schema, Table: "accounts", Filter: "active",
-			FirstCycle: riverutil.FirstCycleNext, Punctual: true}
+		task := riverslot.Task{Name: o.task, Cycle: o.cycle, Schema: s.d.opts.schema, Table: "accounts", Filter: "active",
+			FirstCycle: riverslot.FirstCycleNext, Punctual: true}
 		synced := s.d.synced()
 		pool := s.d.pool
-		task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+		task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverslot.SyncArgs]) error {
 			_, err := pool.Exec(ctx, "INSERT INTO "+synced+" (task, account_id, cycle_start, scheduled_at, job_id) VALUES ($1, $2, $3, $4, $5)", job.Args.Task, accountID, job.Args.CycleStart, job.ScheduledAt, job.ID)
 			return err
 		}
 		if i == 0 {
-			probe, err := riverutil.New(pool, &riverutil.Config{Tasks: []riverutil.Task{task}})
+			probe, err := riverslot.New(pool, &riverslot.Config{Tasks: []riverslot.Task{task}})
 			if err != nil {
 				return err
 			}
@@ -175,7 +175,7 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 			}
 		}
 		task.TriggerOffset = gridOffset(first, o.cycle)
-		sched, err := riverutil.New(pool, &riverutil.Config{Shard: s.name, Tasks: []riverutil.Task{task},
+		sched, err := riverslot.New(pool, &riverslot.Config{Shard: s.name, Tasks: []riverslot.Task{task},
 			Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err
@@ -303,7 +303,7 @@ func (s *demoShard) prepare(ctx context.Context) error {
 	if err := d.resetSchema(ctx, d.pool); err != nil {
 		return err
 	}
-	if err := riverutil.Migrate(ctx, d.pool, d.opts.schema); err != nil {
+	if err := riverslot.Migrate(ctx, d.pool, d.opts.schema); err != nil {
 		return err
 	}
 	for _, q := range []string{

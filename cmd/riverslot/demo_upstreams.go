@@ -17,8 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/sim"
-	"github.com/riverslot/riverslot/riverutil"
 )
 
 // demoUpstreamOptions are the demo's --upstream* flags.
@@ -109,8 +109,8 @@ func (o *demoUpstreamOptions) simUpstreams() sim.Upstreams {
 
 // limits are the task's Limits: the flags, and a breaker after 3 failures
 // that probes every 1/32 of the cycle (at least a second).
-func (o *demoUpstreamOptions) limits(cycle time.Duration) riverutil.UpstreamLimits {
-	return riverutil.UpstreamLimits{Rate: o.rate, Burst: o.burst, Concurrency: o.concurrency,
+func (o *demoUpstreamOptions) limits(cycle time.Duration) riverslot.UpstreamLimits {
+	return riverslot.UpstreamLimits{Rate: o.rate, Burst: o.burst, Concurrency: o.concurrency,
 		FailureThreshold: sim.BreakerThreshold, Cooldown: sim.BreakerCooldown(cycle)}
 }
 
@@ -224,12 +224,12 @@ type demoUpstream struct {
 }
 
 // report measures each upstream: the server's counts, the limiter's.
-func (d *demoBanks) report(ctx context.Context, scheduler *riverutil.Scheduler, task string, o *demoUpstreamOptions, cycle time.Duration, accounts map[string]int64) ([]demoUpstream, error) {
+func (d *demoBanks) report(ctx context.Context, scheduler *riverslot.Scheduler, task string, o *demoUpstreamOptions, cycle time.Duration, accounts map[string]int64) ([]demoUpstream, error) {
 	states, err := scheduler.Upstreams(ctx, task, "", 0)
 	if err != nil {
 		return nil, err
 	}
-	byKey := map[string]riverutil.UpstreamState{}
+	byKey := map[string]riverslot.UpstreamState{}
 	for _, s := range states {
 		byKey[s.Key] = s
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -96,18 +96,18 @@ func checkCycle(flagName string, cycle time.Duration) error {
 }
 
 // checkCycleMin refuses a cycle shorter than the library's minimum,
-// riverutil.CycleMin; checked before slotplan.New, whose own minimum (2 s)
+// riverslot.CycleMin; checked before slotplan.New, whose own minimum (2 s)
 // is lower.
 func checkCycleMin(flagName string, cycle time.Duration) error {
-	if cycle < riverutil.CycleMin {
+	if cycle < riverslot.CycleMin {
 		return usageErr("%s must be at least %s, got %s: River's scheduler promotes jobs every 5 s, so the slots of a shorter cycle cannot start on time; use e.g. 16s (16 slots of 1s) or 120s (8 slots of 15s)",
-			flagName, riverutil.CycleMin, cycle)
+			flagName, riverslot.CycleMin, cycle)
 	}
 	return nil
 }
 
-// taskNameRE mirrors riverutil.Task.Name's rule, so a bad --task is refused
-// before the demo prepares its schema (riverutil checks it again).
+// taskNameRE mirrors riverslot.Task.Name's rule, so a bad --task is refused
+// before the demo prepares its schema (riverslot checks it again).
 var taskNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 func checkTaskName(name string) error {
@@ -202,8 +202,8 @@ func (f *taskFlags) check() error {
 }
 
 // riverTask is the task the flags describe.
-func (f *taskFlags) riverTask() riverutil.Task {
-	return riverutil.Task{
+func (f *taskFlags) riverTask() riverslot.Task {
+	return riverslot.Task{
 		Name: *f.task, Cycle: *f.cycle, TriggerOffset: *f.offset, Buckets: *f.buckets, Seed: *f.seed, Phase: *f.phase,
 		Schema: *f.accountsSchema, Table: *f.table, Filter: *f.filter, Weight: *f.weight,
 	}

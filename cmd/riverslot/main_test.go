@@ -22,12 +22,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/bootstrap"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 func TestMain(m *testing.M) {
@@ -403,8 +403,8 @@ func TestDemoJSON(t *testing.T) {
 	// --svg drew the same cycle: every slot done, the verdict in the title.
 	text, fills := svgText(t, svg)
 	require.Contains(t, text, "cycle "+s.CycleStarts[0]+": on track")
-	require.True(t, fills[fillOf(t, riverutil.SlotDone)])
-	require.False(t, fills[fillOf(t, riverutil.SlotFailed)])
+	require.True(t, fills[fillOf(t, riverslot.SlotDone)])
+	require.False(t, fills[fillOf(t, riverslot.SlotFailed)])
 
 	code, _, errOut = runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", schema,
 		"--task", "demo", "--cycle", cycle.String(), "--cycle-start", "2026-01-01T00:00:03Z")
@@ -418,7 +418,7 @@ func TestDemoJSON(t *testing.T) {
 	require.NoError(t, err)
 	code, _, errOut = runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", outdated, "--task", "demo")
 	require.Equal(t, 2, code, "a ledger of an older version is bad input: %s", errOut)
-	require.Contains(t, errOut, "was made by an older riverslot and lacks columns this version records; run riverutil.Migrate")
+	require.Contains(t, errOut, "was made by an older riverslot and lacks columns this version records; run riverslot.Migrate")
 
 	// Accounts per slot, from the seeded ids (slot = last byte / 4).
 	rows, err := pool.Query(ctx, "SELECT id FROM "+pgx.Identifier{schema, "accounts"}.Sanitize())
@@ -437,7 +437,7 @@ func TestDemoJSON(t *testing.T) {
 	// and the syncs it inserts are its own. However late the machine runs
 	// them, this holds; enqueueing a whole cycle at once breaks it.
 	slot := time.Duration(s.SlotDurationSeconds * float64(time.Second))
-	lead := min(riverutil.LeadMax, slot/2)
+	lead := min(riverslot.LeadMax, slot/2)
 	var early int64
 	var earliest float64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE ahead > $2), coalesce(max(ahead), 0) FROM (

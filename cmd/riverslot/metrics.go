@@ -17,7 +17,7 @@ import (
 
 // metricsExport is riverslot's OpenTelemetry metrics (and Go's runtime
 // metrics) exported in Prometheus' format: provider goes to
-// riverutil.Config.MeterProvider, handler serves /metrics.
+// riverslot.Config.MeterProvider, handler serves /metrics.
 type metricsExport struct {
 	provider *sdkmetric.MeterProvider
 	handler  http.Handler

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/taskspec"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -169,12 +169,12 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	var (
-		budgets   []riverutil.UpstreamBudget
+		budgets   []riverslot.UpstreamBudget
 		budgetErr error
 	)
 	if *upstreams != "" {
-		task := riverutil.Task{Name: *task, Cycle: *cycle, Buckets: *buckets, Seed: s, Phase: *phase,
-			Schema: *pinsSchema, Table: *table, Filter: *filter, Upstream: *upstreams, Limits: riverutil.UpstreamLimits{Rate: *upstreamRate}}
+		task := riverslot.Task{Name: *task, Cycle: *cycle, Buckets: *buckets, Seed: s, Phase: *phase,
+			Schema: *pinsSchema, Table: *table, Filter: *filter, Upstream: *upstreams, Limits: riverslot.UpstreamLimits{Rate: *upstreamRate}}
 		if budgets, err = planBudgets(ctx, *databaseURL, *riverSchema, task); err != nil {
 			return err
 		}
@@ -556,9 +556,9 @@ func (l *pinLookup) describeOpposite(plan slotplan.Plan, base, pt planTask, off 
 		clock(time.Duration(slot)*plan.SlotDuration+off))
 }
 
-// planBudgets counts task's accounts per upstream (riverutil's
+// planBudgets counts task's accounts per upstream (riverslot's
 // UpstreamBudgets) in the database at url.
-func planBudgets(ctx context.Context, url, riverSchema string, task riverutil.Task) ([]riverutil.UpstreamBudget, error) {
+func planBudgets(ctx context.Context, url, riverSchema string, task riverslot.Task) ([]riverslot.UpstreamBudget, error) {
 	if riverSchema != "" {
 		if err := checkSchemaName("--river-schema", riverSchema); err != nil {
 			return nil, err
@@ -569,8 +569,8 @@ func planBudgets(ctx context.Context, url, riverSchema string, task riverutil.Ta
 		return nil, err
 	}
 	defer pool.Close()
-	task.Sync = func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
-	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverutil.Task{task}})
+	task.Sync = func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { return nil }
+	scheduler, err := riverslot.New(pool, &riverslot.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverslot.Task{task}})
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}

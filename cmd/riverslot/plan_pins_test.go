@@ -13,8 +13,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/riverutil"
 )
 
 // pinnedCycle is one real cycle of two tasks over the same accounts, fanned
@@ -26,7 +26,7 @@ import (
 type pinnedCycle struct {
 	pool      *pgxpool.Pool
 	schema    string
-	scheduler *riverutil.Scheduler
+	scheduler *riverslot.Scheduler
 	start     time.Time
 }
 
@@ -62,12 +62,12 @@ func newPinnedCycle(t *testing.T) *pinnedCycle {
 		_, err := pool.Exec(ctx, stmt)
 		require.NoError(t, err)
 	}
-	sync := func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
-	transactions := riverutil.Task{Name: "transactions", Cycle: pinnedCycleLength, Schema: schema, Table: "accounts", Filter: "active",
+	sync := func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { return nil }
+	transactions := riverslot.Task{Name: "transactions", Cycle: pinnedCycleLength, Schema: schema, Table: "accounts", Filter: "active",
 		Weight: "weight", Queue: "parked", ControlQueue: river.QueueDefault, Sync: sync}
 	reports := transactions
 	reports.Name, reports.Weight, reports.OppositeOf = "reports", "", "transactions"
-	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: riverslottest.Logger(t), Tasks: []riverutil.Task{transactions, reports}})
+	scheduler, err := riverslot.New(pool, &riverslot.Config{Logger: riverslottest.Logger(t), Tasks: []riverslot.Task{transactions, reports}})
 	require.NoError(t, err)
 	require.NoError(t, scheduler.CreateIndexes(ctx))
 	config := &river.Config{Schema: schema, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}, FetchPollInterval: 200 * time.Millisecond}

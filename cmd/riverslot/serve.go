@@ -12,8 +12,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/riverslot/riverslot/cmd/riverslot/internal/serve"
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/serve"
 )
 
 const serveAbout = `Runs River, riverslot and an HTTP API in one process: periodic HTTP calls
@@ -90,7 +90,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	srv, err := serve.New(serve.Config{
 		Pool: pool, Schema: *schema, Periods: ps, MonthLocation: monthLoc, Guard: &serve.Guard{AllowPrivate: *allowPrivate}, History: *history, Logger: logger,
-		HostLimits: riverutil.UpstreamLimits{Rate: *hostRate, Concurrency: *hostConcurrency, FailureThreshold: *hostFailures},
+		HostLimits: riverslot.UpstreamLimits{Rate: *hostRate, Concurrency: *hostConcurrency, FailureThreshold: *hostFailures},
 	})
 	if err != nil {
 		return usageErr("%v", err)

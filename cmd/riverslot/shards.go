@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/ledger"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -33,7 +33,7 @@ in force at its start.
 --shard names each shard and its database (repeat it for every shard):
 NAME=URL, with River's schema --schema, or NAME@SCHEMA=URL for a shard
 whose River schema differs. set creates the shard-map table (and
-riverslot's ledger) where missing, as riverutil.MigrateLedger does. Buckets are the 65,536 two-byte
+riverslot's ledger) where missing, as riverslot.MigrateLedger does. Buckets are the 65,536 two-byte
 buckets (the last two bytes of an account's UUID, byte 15 high), LO-HI
 inclusive. --at is when the change takes effect: the cycles starting at or
 after it follow it (RFC 3339, at least 30 s ahead, after every shard's
@@ -139,7 +139,7 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	shards := make([]riverutil.Shard, 0, len(parsed))
+	shards := make([]riverslot.Shard, 0, len(parsed))
 	for _, sp := range parsed {
 		pool, err := connectFlag(ctx, "--shard "+sp.name, sp.url, 4)
 		if err != nil {
@@ -147,11 +147,11 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		defer pool.Close()
 		if sub == "set" {
-			if err := riverutil.MigrateLedger(ctx, pool, sp.schema); err != nil {
+			if err := riverslot.MigrateLedger(ctx, pool, sp.schema); err != nil {
 				return fmt.Errorf("shard %q: %w", sp.name, err)
 			}
 		}
-		shards = append(shards, riverutil.Shard{Name: sp.name, Pool: pool, Schema: sp.schema})
+		shards = append(shards, riverslot.Shard{Name: sp.name, Pool: pool, Schema: sp.schema})
 	}
 	switch sub {
 	case "show":
@@ -161,7 +161,7 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return usageErr("--range: %v", err)
 		}
-		cur, ok, err := riverutil.ShardMapOf(ctx, shards[0], *task)
+		cur, ok, err := riverslot.ShardMapOf(ctx, shards[0], *task)
 		if err != nil {
 			return err
 		}
@@ -178,10 +178,10 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	next.Version = 0 // the shards' latest + 1
-	if err := riverutil.SetShardMap(ctx, shards, *task, next, from); err != nil {
+	if err := riverslot.SetShardMap(ctx, shards, *task, next, from); err != nil {
 		return err
 	}
-	m, _, err := riverutil.ShardMapOf(ctx, shards[0], *task)
+	m, _, err := riverslot.ShardMapOf(ctx, shards[0], *task)
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ type shardView struct {
 	Skipped       int64     `json:"skipped"`
 }
 
-func showShards(ctx context.Context, stdout io.Writer, shards []riverutil.Shard, task string, asJSON bool) error {
+func showShards(ctx context.Context, stdout io.Writer, shards []riverslot.Shard, task string, asJSON bool) error {
 	var (
 		views  []shardView
 		latest time.Time
@@ -371,9 +371,9 @@ func showShards(ctx context.Context, stdout io.Writer, shards []riverutil.Shard,
 }
 
 // shardOf reads one shard's latest map and latest cycle of the task.
-func shardOf(ctx context.Context, s riverutil.Shard, task string) (shardView, error) {
+func shardOf(ctx context.Context, s riverslot.Shard, task string) (shardView, error) {
 	v := shardView{Shard: s.Name}
-	m, ok, err := riverutil.ShardMapOf(ctx, s, task)
+	m, ok, err := riverslot.ShardMapOf(ctx, s, task)
 	if err != nil {
 		return v, err
 	}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/sim"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -314,9 +314,9 @@ func printSimulation(w io.Writer, c *sim.Config, results []*sim.Result) {
 	if c.Reciprocal {
 		tasks = 2
 	}
-	if need := riverutil.MaxWorkersFor(tasks*int64(c.Accounts), c.Cycle); c.Workers < need {
+	if need := riverslot.MaxWorkersFor(tasks*int64(c.Accounts), c.Cycle); c.Workers < need {
 		fmt.Fprintf(w, "note: %d workers start at most %d syncs a second (River fetches at most MaxWorkers jobs per 100 ms); the cycle asks %.0f a second: --workers %d or more keeps it under 70%%\n\n",
-			c.Workers, c.Workers*riverutil.FetchRatePerWorker, float64(tasks*int64(c.Accounts))/c.Cycle.Seconds(), need)
+			c.Workers, c.Workers*riverslot.FetchRatePerWorker, float64(tasks*int64(c.Accounts))/c.Cycle.Seconds(), need)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	// No wall time here (stderr has it): the table is the same for the

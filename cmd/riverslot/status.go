@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
 )
 
 const statusAbout = `Shows where a task's cycle stands, read from riverslot's ledger (and
@@ -104,8 +104,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	rt := tf.riverTask()
-	rt.Sync = func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
-	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverutil.Task{rt}})
+	rt.Sync = func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { return nil }
+	scheduler, err := riverslot.New(pool, &riverslot.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverslot.Task{rt}})
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -114,7 +114,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 
 	for {
-		var st *riverutil.TaskStatus
+		var st *riverslot.TaskStatus
 		if at.IsZero() {
 			st, err = scheduler.Status(ctx, *task)
 		} else {
@@ -124,7 +124,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			if ctx.Err() != nil {
 				return &exitError{code: 130, msg: "interrupted"}
 			}
-			if !at.IsZero() && errors.Is(err, riverutil.ErrNoCycle) {
+			if !at.IsZero() && errors.Is(err, riverslot.ErrNoCycle) {
 				return usageErr("--cycle-start: %v", err)
 			}
 			return err
@@ -162,10 +162,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // printStatus draws one bar per slot (enqueued against expected) and the
 // verdict.
-func printStatus(w io.Writer, st *riverutil.TaskStatus) {
+func printStatus(w io.Writer, st *riverslot.TaskStatus) {
 	c := st.Current
 	fmt.Fprintf(w, "task %s, cycle %s: %d slots, plan %s\n", st.Task, c.CycleStart.UTC().Format(time.RFC3339), c.Slots, c.Plan)
-	pinned := c.Placement == riverutil.PlacementPinned
+	pinned := c.Placement == riverslot.PlacementPinned
 	if pinned {
 		follows := "its own pins"
 		if c.PinsTask != st.Task {
@@ -233,7 +233,7 @@ func printStatus(w io.Writer, st *riverutil.TaskStatus) {
 
 // latenessText prints a cycle's lateness percentiles, or says they are
 // unknown (no synced sync counted yet).
-func latenessText(c *riverutil.CycleStatus) string {
+func latenessText(c *riverslot.CycleStatus) string {
 	if !c.LatenessKnown {
 		return "unknown (no synced sync counted yet)"
 	}

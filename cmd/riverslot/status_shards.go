@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
 )
 
 // statusShardsTimeout bounds one reading of every shard: one that has not
@@ -22,9 +22,9 @@ import (
 const statusShardsTimeout = 20 * time.Second
 
 // runStatusShards is riverslot status --shard: the task's latest cycle
-// over all its shards (riverutil.StatusShards).
+// over all its shards (riverslot.StatusShards).
 func runStatusShards(ctx context.Context, tf *taskFlags, accountsSchemaGiven bool, specs []shardSpec, asJSON bool, watch time.Duration, stdout, stderr io.Writer) error {
-	schedulers := make([]*riverutil.Scheduler, 0, len(specs))
+	schedulers := make([]*riverslot.Scheduler, 0, len(specs))
 	for _, sp := range specs {
 		pool, down, err := openShard(ctx, sp, 4, true)
 		if err != nil {
@@ -47,8 +47,8 @@ func runStatusShards(ctx context.Context, tf *taskFlags, accountsSchemaGiven boo
 		if !accountsSchemaGiven {
 			rt.Schema = sp.schema // the shard's accounts beside its River tables
 		}
-		rt.Sync = func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
-		s, err := riverutil.New(pool, &riverutil.Config{Shard: sp.name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverutil.Task{rt}})
+		rt.Sync = func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { return nil }
+		s, err := riverslot.New(pool, &riverslot.Config{Shard: sp.name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverslot.Task{rt}})
 		if err != nil {
 			return usageErr("%v", err)
 		}
@@ -61,7 +61,7 @@ func runStatusShards(ctx context.Context, tf *taskFlags, accountsSchemaGiven boo
 		// Each round within statusShardsTimeout: a shard that answers
 		// the first ping and then hangs is shown as not answering.
 		roundCtx, cancel := context.WithTimeout(ctx, statusShardsTimeout)
-		st, err := riverutil.StatusShards(roundCtx, *tf.task, schedulers...)
+		st, err := riverslot.StatusShards(roundCtx, *tf.task, schedulers...)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -97,11 +97,11 @@ func runStatusShards(ctx context.Context, tf *taskFlags, accountsSchemaGiven boo
 
 // shardsFine: every shard answered and is on track or starting, and
 // every slot has one shard.
-func shardsFine(st *riverutil.ShardsStatus) bool { return st.OnTrack || st.Starting }
+func shardsFine(st *riverslot.ShardsStatus) bool { return st.OnTrack || st.Starting }
 
 // printShardsStatus prints the fleet's cycle: one line per shard, the
 // totals, the shard serving each slot, and the verdict.
-func printShardsStatus(w io.Writer, st *riverutil.ShardsStatus) {
+func printShardsStatus(w io.Writer, st *riverslot.ShardsStatus) {
 	fmt.Fprintf(w, "task %s, cycle %s over %d shards: %d slots served by the shards that answered\n",
 		st.Task, st.CycleStart.UTC().Format(time.RFC3339), len(st.Shards), st.Slots)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -129,7 +129,7 @@ func printShardsStatus(w io.Writer, st *riverutil.ShardsStatus) {
 
 // slotRuns names the shard serving each run of slots ("0-1 a, 2-4 b"),
 // "?" where no answering shard serves it, "a+b" where several do.
-func slotRuns(st *riverutil.ShardsStatus) string {
+func slotRuns(st *riverslot.ShardsStatus) string {
 	owners := st.SlotShards()
 	for i, o := range owners {
 		if o == "" {

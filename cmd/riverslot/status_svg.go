@@ -12,7 +12,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
 )
 
 // slotStateColors are the colours of the slot states in --svg, in legend
@@ -21,11 +21,11 @@ var slotStateColors = []struct {
 	state string
 	color color.RGBA
 }{
-	{riverutil.SlotDone, color.RGBA{R: 0x2e, G: 0x9e, B: 0x44, A: 0xff}},
-	{riverutil.SlotRunning, color.RGBA{R: 0x1f, G: 0x6f, B: 0xd1, A: 0xff}},
-	{riverutil.SlotScheduled, color.RGBA{R: 0xb0, G: 0xb0, B: 0xb0, A: 0xff}},
-	{riverutil.SlotFailed, color.RGBA{R: 0xd1, G: 0x24, B: 0x2f, A: 0xff}},
-	{riverutil.SlotMissing, color.RGBA{R: 0xe3, G: 0x8b, B: 0x00, A: 0xff}},
+	{riverslot.SlotDone, color.RGBA{R: 0x2e, G: 0x9e, B: 0x44, A: 0xff}},
+	{riverslot.SlotRunning, color.RGBA{R: 0x1f, G: 0x6f, B: 0xd1, A: 0xff}},
+	{riverslot.SlotScheduled, color.RGBA{R: 0xb0, G: 0xb0, B: 0xb0, A: 0xff}},
+	{riverslot.SlotFailed, color.RGBA{R: 0xd1, G: 0x24, B: 0x2f, A: 0xff}},
+	{riverslot.SlotMissing, color.RGBA{R: 0xe3, G: 0x8b, B: 0x00, A: 0xff}},
 }
 
 // checkSVGPath refuses, before anything runs, an --svg path whose directory
@@ -49,7 +49,7 @@ func checkSVGPath(path string) error {
 // others the accounts they will select), a mark at each slot's expected
 // accounts (under the cycle's placement), and the verdict, lateness,
 // placement and syncs completed without calling Sync in the title.
-func writeStatusSVG(path string, st *riverutil.TaskStatus) error {
+func writeStatusSVG(path string, st *riverslot.TaskStatus) error {
 	p, err := statusPlot(st)
 	if err != nil {
 		return err
@@ -68,12 +68,12 @@ func savePlot(p *plot.Plot, w, h vg.Length, path string) error {
 	return os.Rename(tmp, path)
 }
 
-func statusPlot(st *riverutil.TaskStatus) (*plot.Plot, error) {
+func statusPlot(st *riverslot.TaskStatus) (*plot.Plot, error) {
 	c := st.Current
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("task %s, cycle %s: %s\nsync start lateness %s; %d of %d accounts enqueued",
 		st.Task, c.CycleStart.UTC().Format(time.RFC3339), c.Verdict, latenessText(c), c.Enqueued, c.AccountsExpected)
-	if c.Placement == riverutil.PlacementPinned {
+	if c.Placement == riverslot.PlacementPinned {
 		p.Title.Text += fmt.Sprintf(" (pinned placement: pins of task %s)", c.PinsTask)
 	}
 	if c.SkippedStale+c.SkippedUpstream > 0 {
@@ -98,7 +98,7 @@ func statusPlot(st *riverutil.TaskStatus) (*plot.Plot, error) {
 			}
 			any = true
 			values[i] = float64(s.Expected)
-			if s.State == riverutil.SlotDone || s.State == riverutil.SlotRunning {
+			if s.State == riverslot.SlotDone || s.State == riverslot.SlotRunning {
 				values[i] = float64(s.Enqueued)
 			}
 		}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
 )
 
 // svgText parses an SVG file (failing the test when it is not well-formed)
@@ -71,15 +71,15 @@ func TestStatusSVG(t *testing.T) {
 	t.Parallel()
 
 	start := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	st := &riverutil.TaskStatus{Task: "transactions", Current: &riverutil.CycleStatus{
+	st := &riverslot.TaskStatus{Task: "transactions", Current: &riverslot.CycleStatus{
 		CycleStart: start, Slots: 4, Verdict: "failed slot 2: upstream table is broken", FailedSlot: 2,
 		LatenessP50: 120 * time.Millisecond, LatenessP99: 480 * time.Millisecond, LatenessSample: 40, LatenessKnown: true,
 		Enqueued: 50, AccountsExpected: 100,
-		PerSlot: []riverutil.SlotStatus{
-			{Slot: 0, State: riverutil.SlotDone, Expected: 25, Enqueued: 25},
-			{Slot: 1, State: riverutil.SlotDone, Expected: 25, Enqueued: 25},
-			{Slot: 2, State: riverutil.SlotFailed, Expected: 25, Error: "upstream table is broken"},
-			{Slot: 3, State: riverutil.SlotScheduled, Expected: 25},
+		PerSlot: []riverslot.SlotStatus{
+			{Slot: 0, State: riverslot.SlotDone, Expected: 25, Enqueued: 25},
+			{Slot: 1, State: riverslot.SlotDone, Expected: 25, Enqueued: 25},
+			{Slot: 2, State: riverslot.SlotFailed, Expected: 25, Error: "upstream table is broken"},
+			{Slot: 3, State: riverslot.SlotScheduled, Expected: 25},
 		},
 	}}
 	dir := t.TempDir()
@@ -95,9 +95,9 @@ func TestStatusSVG(t *testing.T) {
 		require.Contains(t, text, legend)
 	}
 	require.NotContains(t, text, "running")
-	require.True(t, fills[fillOf(t, riverutil.SlotFailed)], "the failed slot's colour is drawn")
-	require.True(t, fills[fillOf(t, riverutil.SlotDone)])
-	require.False(t, fills[fillOf(t, riverutil.SlotRunning)], "no running slot, no running colour")
+	require.True(t, fills[fillOf(t, riverslot.SlotFailed)], "the failed slot's colour is drawn")
+	require.True(t, fills[fillOf(t, riverslot.SlotDone)])
+	require.False(t, fills[fillOf(t, riverslot.SlotRunning)], "no running slot, no running colour")
 }
 
 func TestStatusSVGBadPath(t *testing.T) {

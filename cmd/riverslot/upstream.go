@@ -16,8 +16,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/upstream"
-	"github.com/riverslot/riverslot/riverutil"
 )
 
 const upstreamAbout = `Lists a task's upstreams (Task.Upstream's values) as the limiter holds
@@ -205,9 +205,9 @@ func runUpstreamCheck(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	defer pool.Close()
 	rt := tf.riverTask()
-	rt.Upstream, rt.Limits = *expr, riverutil.UpstreamLimits{Rate: *rate}
-	rt.Sync = func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
-	scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverutil.Task{rt}})
+	rt.Upstream, rt.Limits = *expr, riverslot.UpstreamLimits{Rate: *rate}
+	rt.Sync = func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { return nil }
+	scheduler, err := riverslot.New(pool, &riverslot.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverslot.Task{rt}})
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -223,7 +223,7 @@ func runUpstreamCheck(ctx context.Context, args []string, stdout, stderr io.Writ
 
 // printUpstreamBudgets prints budgets as a table or JSON, and returns an
 // exit 1 error naming the upstreams that cannot fit in a cycle.
-func printUpstreamBudgets(stdout io.Writer, budgets []riverutil.UpstreamBudget, asJSON bool) error {
+func printUpstreamBudgets(stdout io.Writer, budgets []riverslot.UpstreamBudget, asJSON bool) error {
 	var over []string
 	late := 0
 	for _, b := range budgets {
@@ -284,7 +284,7 @@ func yesNo(b bool) string {
 }
 
 // exceptUpstreamBudget returns Check's err without its
-// *riverutil.UpstreamBudgetError parts, which it reports through logf.
+// *riverslot.UpstreamBudgetError parts, which it reports through logf.
 func exceptUpstreamBudget(err error, logf func(format string, args ...any)) error {
 	if err == nil {
 		return nil
@@ -295,7 +295,7 @@ func exceptUpstreamBudget(err error, logf func(format string, args ...any)) erro
 	}
 	var rest []error
 	for _, e := range errs {
-		var be *riverutil.UpstreamBudgetError
+		var be *riverslot.UpstreamBudgetError
 		if errors.As(e, &be) {
 			logf("warning: %v", e)
 			continue

@@ -164,5 +164,5 @@ func TestUpstreamCommand(t *testing.T) {
 	empty := riverslottest.EmptySchema(ctx, t, pool)
 	code, _, stderr = runCmd(t, "upstream", "list", "--database-url", riverslottest.DatabaseURL(), "--schema", empty)
 	require.Equal(t, 2, code)
-	require.Contains(t, stderr, "riverutil.Migrate")
+	require.Contains(t, stderr, "riverslot.Migrate")
 }

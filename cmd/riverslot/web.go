@@ -16,12 +16,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/ledger"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
-const webAbout = `Serves the operator's page and its JSON API (riverutil.Scheduler.Handler)
+const webAbout = `Serves the operator's page and its JSON API (riverslot.Scheduler.Handler)
 for the riverslot tasks whose cycles the ledger of --schema records: each
 task's current cycle (per-slot bars, slot circle, verdict, next slot), the
 coverage and lateness of its last cycles, failures with their last error, and
@@ -43,14 +43,14 @@ It serves no /metrics: it runs no jobs.
 For tasks spread over several databases (docs/shards.md), give every
 shard's as --shard NAME=URL (NAME@SCHEMA=URL when its River schema is not
 --schema) instead of --database-url: / is then the page over all shards
-(riverutil.NewShardsHandler: the fleet's verdict and totals, each shard's
+(riverslot.NewShardsHandler: the fleet's verdict and totals, each shard's
 slots, syncs and lateness, the shard serving each slot, an account's
 shard), /api/status its JSON (as riverslot status --shard --json), and
 /shards/NAME/ each shard's own page and API. A shard whose database does
 not answer is shown as such, at start too; the tasks are read from the
 first shard that answers and has made a cycle. riverslot worker --web-addr serves
 this page and the worker's metrics on one port, as an app does by passing
-its Prometheus exporter's handler as riverutil.HandlerConfig.Metrics.
+its Prometheus exporter's handler as riverslot.HandlerConfig.Metrics.
 
 Exit codes: 0 after SIGINT/SIGTERM, 2 bad input (no task found, address in
 use, unreachable database; with --shard, when no shard answers).
@@ -68,7 +68,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	filter := fs.String("filter", "active", "the tasks' Filter: SQL boolean expression over the accounts table (empty: every row)")
 	only := fs.String("task", "", "serve only these tasks (comma-separated; default: every task found)")
 	addr := fs.String("addr", "127.0.0.1:8080", "host:port to listen on; 127.0.0.1 keeps it on this machine")
-	refresh := fs.Duration("refresh", riverutil.HandlerRefreshDefault, "how often the page reloads itself")
+	refresh := fs.Duration("refresh", riverslot.HandlerRefreshDefault, "how often the page reloads itself")
 	var shardSpecs shardFlag
 	fs.Var(&shardSpecs, "shard", "NAME=URL (or NAME@SCHEMA=URL) of one shard's database, for tasks spread over several (docs/shards.md): repeat it for every shard to serve the page over all of them")
 	if err := parseFlags(fs, args); err != nil {
@@ -83,8 +83,8 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	} else if err := checkSchemaName("--accounts-schema", *accountsSchema); err != nil {
 		return err
 	}
-	if *refresh < riverutil.HandlerRefreshMin {
-		return usageErr("--refresh must be at least %s, got %s", riverutil.HandlerRefreshMin, *refresh)
+	if *refresh < riverslot.HandlerRefreshMin {
+		return usageErr("--refresh must be at least %s, got %s", riverslot.HandlerRefreshMin, *refresh)
 	}
 	var wanted []string
 	for name := range strings.SplitSeq(*only, ",") {
@@ -96,10 +96,10 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 
-	config := &riverutil.HandlerConfig{Refresh: *refresh, Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	config := &riverslot.HandlerConfig{Refresh: *refresh, Logger: slog.New(slog.NewTextHandler(stderr, nil))}
 	var (
 		handler http.Handler
-		tasks   []riverutil.Task
+		tasks   []riverslot.Task
 		where   string
 	)
 	if len(shardSpecs) > 0 {
@@ -107,7 +107,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		var schedulers []*riverutil.Scheduler
+		var schedulers []*riverslot.Scheduler
 		pools := make([]*pgxpool.Pool, len(specs))
 		var downs, noTasks []error
 		for i, sp := range specs {
@@ -158,7 +158,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 					shardTasks[j].Schema = *accountsSchema
 				}
 			}
-			s, err := riverutil.New(pools[i], &riverutil.Config{Shard: sp.name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: shardTasks})
+			s, err := riverslot.New(pools[i], &riverslot.Config{Shard: sp.name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: shardTasks})
 			if err != nil {
 				return usageErr("%v", err)
 			}
@@ -167,7 +167,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			schedulers = append(schedulers, s)
 		}
-		if handler, err = riverutil.NewShardsHandler(config, schedulers...); err != nil {
+		if handler, err = riverslot.NewShardsHandler(config, schedulers...); err != nil {
 			return usageErr("%v", err)
 		}
 		where = fmt.Sprintf("%d shards", len(specs))
@@ -183,7 +183,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		for i := range tasks {
 			tasks[i].Schema, tasks[i].Table, tasks[i].Filter = *accountsSchema, *table, *filter
 		}
-		scheduler, err := riverutil.New(pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: tasks})
+		scheduler, err := riverslot.New(pool, &riverslot.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: tasks})
 		if err != nil {
 			return usageErr("%v", err)
 		}
@@ -254,7 +254,7 @@ func checkRiverSchema(ctx context.Context, pool *pgxpool.Pool, schema string) er
 	case !jobs:
 		return usageErr("--schema %q has no river_job table; give the schema of the app's River tables (river.Config.Schema)", schema)
 	case !led:
-		return usageErr("--schema %q has River's tables but no riverslot ledger (%s); run riverutil.Migrate on it, or give the schema of the app's River tables", schema, ledger.Table)
+		return usageErr("--schema %q has River's tables but no riverslot ledger (%s); run riverslot.Migrate on it, or give the schema of the app's River tables", schema, ledger.Table)
 	}
 	current, err := ledger.New(schema).Current(ctx, pool)
 	if err != nil {
@@ -270,7 +270,7 @@ func checkRiverSchema(ctx context.Context, pool *pgxpool.Pool, schema string) er
 // with the cycle and grid of its latest cycle's plan; the rest of each
 // task (seed, phase, placement) is read from the ledger when shown. It
 // reads the ledger only: River may have deleted every job of the tasks.
-func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]riverutil.Task, error) {
+func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]riverslot.Task, error) {
 	if err := checkRiverSchema(ctx, pool, schema); err != nil {
 		return nil, err
 	}
@@ -280,9 +280,9 @@ func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]riveru
 		return nil, fmt.Errorf("error finding the tasks: %w", err)
 	}
 	var (
-		tasks       []riverutil.Task
+		tasks       []riverslot.Task
 		unreadable  []string
-		noopSyncErr = func(context.Context, uuid.UUID, *river.Job[riverutil.SyncArgs]) error { return nil }
+		noopSyncErr = func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { return nil }
 	)
 	for _, name := range names {
 		latest, plan, ok, err := led.LatestCycle(ctx, pool, name, "")
@@ -300,7 +300,7 @@ func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]riveru
 			continue
 		}
 		offset := time.Duration(latest.UnixNano() % int64(plan.Cycle))
-		tasks = append(tasks, riverutil.Task{Name: name, Cycle: plan.Cycle, TriggerOffset: offset, Seed: plan.Seed, Buckets: plan.Buckets, Sync: noopSyncErr})
+		tasks = append(tasks, riverslot.Task{Name: name, Cycle: plan.Cycle, TriggerOffset: offset, Seed: plan.Seed, Buckets: plan.Buckets, Sync: noopSyncErr})
 	}
 	if len(tasks) == 0 {
 		msg := fmt.Sprintf("no riverslot task in --schema %q: its ledger records no cycle (run the app, or riverslot demo, first)", schema)
@@ -314,14 +314,14 @@ func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]riveru
 
 // wantedTasks returns the tasks findTasks finds in schema, only those of
 // wanted when it names any.
-func wantedTasks(ctx context.Context, pool *pgxpool.Pool, schema string, wanted []string) ([]riverutil.Task, error) {
+func wantedTasks(ctx context.Context, pool *pgxpool.Pool, schema string, wanted []string) ([]riverslot.Task, error) {
 	tasks, err := findTasks(ctx, pool, schema)
 	if err != nil || len(wanted) == 0 {
 		return tasks, err
 	}
-	var kept []riverutil.Task
+	var kept []riverslot.Task
 	for _, name := range wanted {
-		i := slices.IndexFunc(tasks, func(t riverutil.Task) bool { return t.Name == name })
+		i := slices.IndexFunc(tasks, func(t riverslot.Task) bool { return t.Name == name })
 		if i < 0 {
 			return nil, usageErr("--task %q has no cycle in the ledger of --schema %q; tasks found: %s", name, schema, taskList(tasks))
 		}
@@ -330,7 +330,7 @@ func wantedTasks(ctx context.Context, pool *pgxpool.Pool, schema string, wanted 
 	return kept, nil
 }
 
-func taskList(tasks []riverutil.Task) string {
+func taskList(tasks []riverslot.Task) string {
 	names := make([]string, len(tasks))
 	for i, t := range tasks {
 		names[i] = fmt.Sprintf("%q", t.Name)

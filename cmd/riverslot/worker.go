@@ -17,7 +17,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
 )
 
 const workerAbout = `Runs one River client with one riverslot task over a demo's schema until
@@ -68,13 +68,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	schema := tf.schema
 	id := fs.String("id", "", "River client ID (default: River's)")
 	workers := fs.Int("workers", 20, "MaxWorkers per queue")
-	batch := fs.Int("batch-size", riverutil.BatchSizeDefault, "fan-out batch size")
+	batch := fs.Int("batch-size", riverslot.BatchSizeDefault, "fan-out batch size")
 	syncQueue := fs.String("sync-queue", river.QueueDefault, "queue of sync jobs")
 	workSync := fs.Bool("work-sync", true, "work the sync queue (false: sync jobs stay queued)")
 	periodic := fs.Bool("periodic", true, "run the periodic trigger that starts each cycle (RunOnStart); false: this node starts no cycle")
-	latePolicy := fs.String("late-policy", string(riverutil.LatePolicySpread), "spread or skip")
+	latePolicy := fs.String("late-policy", string(riverslot.LatePolicySpread), "spread or skip")
 	punctual := fs.Bool("punctual", false, "Task.Punctual: insert sync jobs available with their future time, so they start within the fetch poll of it instead of at River's next 5 s scheduler tick")
-	firstCycle := fs.String("first-cycle", string(riverutil.FirstCycleLate), "what the task's first cycle does when it started before the app did: late (as any late cycle), all (every account within it) or next (start at the next cycle)")
+	firstCycle := fs.String("first-cycle", string(riverslot.FirstCycleLate), "what the task's first cycle does when it started before the app did: late (as any late cycle), all (every account within it) or next (start at the next cycle)")
 	lateGrace := fs.Duration("late-grace", 0, "the task's LateGrace: how far past its time an account is still synced at its time, not by the late policy (default: the library's, a slot)")
 	completedRetention := fs.Duration("completed-retention", 0, "river.Config.CompletedJobRetentionPeriod: how long River keeps completed jobs (default 0: River's 24h); riverslot's ledger keeps cycles unique whatever it is")
 	rescueAfter := fs.Duration("rescue-after", 0, "river.Config.RescueStuckJobsAfter (default: the longest job timeout + 1m, set by Scheduler.Configure)")
@@ -86,14 +86,14 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	record := fs.Bool("record", true, "record each sync in <--schema>.synced if that table exists (see above)")
 	metricsAddr := fs.String("metrics-addr", "", "serve riverslot's OpenTelemetry metrics in Prometheus' format at http://ADDR/metrics, e.g. :9090 (default: no metrics)")
 	upstreamExpr := fs.String("upstream", "", "the task's Upstream: SQL expression over the accounts table naming each account's upstream, e.g. bank (default: one upstream)")
-	upstreamURL := fs.String("upstream-url", "", "call GET URL/<the account's upstream key> in each sync (before recording it): a 2xx succeeds, a 429 with Retry-After (seconds) is riverutil.Throttled, anything else fails the sync (default: no call)")
+	upstreamURL := fs.String("upstream-url", "", "call GET URL/<the account's upstream key> in each sync (before recording it): a 2xx succeeds, a 429 with Retry-After (seconds) is riverslot.Throttled, anything else fails the sync (default: no call)")
 	upstreamRate := fs.Float64("upstream-rate", 0, "the task's Limits.Rate: syncs started per second per upstream (0: none)")
 	upstreamBurst := fs.Int("upstream-burst", 0, "the task's Limits.Burst (default 1 with --upstream-rate)")
 	upstreamConcurrency := fs.Int("upstream-concurrency", 0, "the task's Limits.Concurrency: syncs in flight per upstream (0: none)")
 	upstreamFailures := fs.Int("upstream-failures", 0, "the task's Limits.FailureThreshold: consecutive failures that open an upstream's breaker (0: no breaker)")
 	upstreamCooldown := fs.Duration("upstream-cooldown", 0, "the task's Limits.Cooldown: how long an open breaker defers syncs before a probe (default 30s)")
 	webAddr := fs.String("web-addr", "", "serve the operator's page (as riverslot web) and /metrics on one port, e.g. 127.0.0.1:8080 (default: no page); it has no authentication: keep it on 127.0.0.1 or behind a proxy that has")
-	shard := fs.String("shard", "", "the shard this database is, for a task spread over several databases (riverutil.Config.Shard; riverslot shards)")
+	shard := fs.String("shard", "", "the shard this database is, for a task spread over several databases (riverslot.Config.Shard; riverslot shards)")
 	riverLogLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -199,16 +199,16 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	insertSynced += ")"
 	task := tf.riverTask()
 	task.BatchSize, task.Queue, task.ControlQueue = *batch, *syncQueue, river.QueueDefault
-	task.LatePolicy, task.LateGrace, task.PerSlotTimeout, task.SyncTimeout = riverutil.LatePolicy(*latePolicy), *lateGrace, *perSlotTimeout, *syncTimeout
-	task.FirstCycle, task.Punctual = riverutil.FirstCycle(*firstCycle), *punctual
+	task.LatePolicy, task.LateGrace, task.PerSlotTimeout, task.SyncTimeout = riverslot.LatePolicy(*latePolicy), *lateGrace, *perSlotTimeout, *syncTimeout
+	task.FirstCycle, task.Punctual = riverslot.FirstCycle(*firstCycle), *punctual
 	if task.Weight != "" {
 		task.PinsTimeout = *pinsTimeout
 	}
 	task.Upstream = *upstreamExpr
-	task.Limits = riverutil.UpstreamLimits{Rate: *upstreamRate, Burst: *upstreamBurst, Concurrency: *upstreamConcurrency,
+	task.Limits = riverslot.UpstreamLimits{Rate: *upstreamRate, Burst: *upstreamBurst, Concurrency: *upstreamConcurrency,
 		FailureThreshold: *upstreamFailures, Cooldown: *upstreamCooldown}
 	callUpstream := upstreamCaller(*upstreamURL)
-	task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+	task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverslot.SyncArgs]) error {
 		if err := callUpstream(ctx, job.Args.Upstream); err != nil {
 			return err
 		}
@@ -227,7 +227,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		_, err := pool.Exec(ctx, insertSynced, args...)
 		return err
 	}
-	tasks := []riverutil.Task{task}
+	tasks := []riverslot.Task{task}
 	if *reciprocal {
 		opposite := task
 		opposite.Name, opposite.OppositeOf = task.Name+"_opposite", task.Name
@@ -236,11 +236,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		opposite.Weight, opposite.PinsTimeout = "", 0
 		tasks = append(tasks, opposite)
 	}
-	schedulerConfig := &riverutil.Config{Logger: logger, Tasks: tasks, AccountsPool: accountsPool, Shard: *shard}
+	schedulerConfig := &riverslot.Config{Logger: logger, Tasks: tasks, AccountsPool: accountsPool, Shard: *shard}
 	if metrics != nil {
 		schedulerConfig.MeterProvider = metrics.provider
 	}
-	scheduler, err := riverutil.New(pool, schedulerConfig)
+	scheduler, err := riverslot.New(pool, schedulerConfig)
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -281,7 +281,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var page http.Handler
 	if webLn != nil {
-		if page, err = scheduler.NewHandler(&riverutil.HandlerConfig{Metrics: metrics.handler, Logger: logger}); err != nil {
+		if page, err = scheduler.NewHandler(&riverslot.HandlerConfig{Metrics: metrics.handler, Logger: logger}); err != nil {
 			return err
 		}
 	}
@@ -346,7 +346,7 @@ func checkWorkerSchema(ctx context.Context, q interface {
 
 // upstreamCaller returns the worker's call of an account's upstream: GET
 // base/<key> (nothing without base). A 2xx succeeds; a 429 is
-// riverutil.Throttled for its Retry-After (seconds, default 1 s); anything
+// riverslot.Throttled for its Retry-After (seconds, default 1 s); anything
 // else is an error that names the status.
 func upstreamCaller(base string) func(ctx context.Context, key string) error {
 	if base == "" {
@@ -373,7 +373,7 @@ func upstreamCaller(base string) func(ctx context.Context, key string) error {
 			if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
 				retry = time.Duration(secs) * time.Second
 			}
-			return riverutil.Throttled(retry, fmt.Errorf("upstream %q answered 429", key))
+			return riverslot.Throttled(retry, fmt.Errorf("upstream %q answered 429", key))
 		case resp.StatusCode < 200 || resp.StatusCode > 299:
 			return fmt.Errorf("upstream %q answered %d", key, resp.StatusCode)
 		}

@@ -13,8 +13,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/riverutil"
 )
 
 // markDemoSchema marks a test's schema as created by riverslot demo, as the
@@ -54,7 +54,7 @@ func TestWorkerRefusesAppSchema(t *testing.T) {
 		start := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
 		params := make([]river.InsertManyParams, len(ids))
 		for i, id := range ids {
-			params[i] = river.InsertManyParams{Args: riverutil.SyncArgs{Task: "demo", AccountID: id, CycleStart: start}}
+			params[i] = river.InsertManyParams{Args: riverslot.SyncArgs{Task: "demo", AccountID: id, CycleStart: start}}
 		}
 		_, err = insertOnly.InsertMany(ctx, params)
 		require.NoError(t, err)

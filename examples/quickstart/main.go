@@ -18,7 +18,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
 )
 
 func main() {
@@ -50,18 +50,18 @@ func run(ctx context.Context, dbPool *pgxpool.Pool, logger *slog.Logger, account
 	cycle time.Duration, sync func(context.Context, uuid.UUID) error,
 ) error {
 	// River's tables (creating riverSchema if needed); safe to run on every start.
-	if err := riverutil.Migrate(ctx, dbPool, riverSchema); err != nil {
+	if err := riverslot.Migrate(ctx, dbPool, riverSchema); err != nil {
 		return err
 	}
-	scheduler, err := riverutil.New(dbPool, &riverutil.Config{
+	scheduler, err := riverslot.New(dbPool, &riverslot.Config{
 		Logger: logger,
-		Tasks: []riverutil.Task{{
+		Tasks: []riverslot.Task{{
 			Name:   "transactions",
 			Cycle:  cycle, // 24 h: 128 slots of 11m15s
 			Schema: accountsSchema,
 			Table:  "accounts", // a uuid column "id"
 			Filter: "active",   // optional SQL condition on the table's rows
-			Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverutil.SyncArgs]) error {
+			Sync: func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverslot.SyncArgs]) error {
 				return sync(ctx, accountID)
 			},
 		}},

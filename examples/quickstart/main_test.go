@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) { riverslottest.RunTests(m) }
 
 // TestQuickStart runs the quick start's run, word for word what README.md
-// shows (riverutil.TestReadmeQuickStart), on a 32 s cycle: River's schema
+// shows (riverslot.TestReadmeQuickStart), on a 32 s cycle: River's schema
 // does not exist yet (Migrate creates it), the accounts table has no bucket
 // index (CreateIndexes creates it), and every active account is synced
 // while the inactive one never is.

@@ -123,11 +123,11 @@ func Horizon(cycle time.Duration) time.Duration { return 4*cycle + time.Hour }
 func Oldest(cycle time.Duration) time.Duration { return Horizon(cycle) - cycle }
 
 // ErrMissing is returned when the ledger table does not exist.
-var ErrMissing = errors.New("riverslot's ledger table " + Table + " does not exist in River's schema; run riverutil.Migrate (or riverutil.MigrateLedger) on River's schema once after upgrading")
+var ErrMissing = errors.New("riverslot's ledger table " + Table + " does not exist in River's schema; run riverslot.Migrate (or riverslot.MigrateLedger) on River's schema once after upgrading")
 
 // ErrOutdated is returned when the ledger table lacks the columns this
 // version records (it was made by an older riverslot).
-var ErrOutdated = errors.New("riverslot's ledger table " + Table + " was made by an older riverslot and lacks columns this version records; run riverutil.Migrate (or riverutil.MigrateLedger) on River's schema once after upgrading")
+var ErrOutdated = errors.New("riverslot's ledger table " + Table + " was made by an older riverslot and lacks columns this version records; run riverslot.Migrate (or riverslot.MigrateLedger) on River's schema once after upgrading")
 
 // Ledger reads and writes the ledger in one schema.
 type Ledger struct {
@@ -144,7 +144,7 @@ func New(schema string) Ledger {
 // QualifiedTable returns the ledger's quoted, qualified table name.
 func (l Ledger) QualifiedTable() string { return l.table }
 
-// Wrap is wrap for riverutil's statements on the ledger.
+// Wrap is wrap for riverslot's statements on the ledger.
 func Wrap(err error, what string) error { return wrap(err, what) }
 
 // wrap turns Postgres' undefined_table into ErrMissing.

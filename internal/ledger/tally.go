@@ -162,7 +162,7 @@ const TallyInterval = 500 * time.Millisecond
 // written when a node is killed are lost (at most TallyInterval's worth
 // per node); a job River runs again after a crash may be counted twice.
 type Tally struct {
-	// Exec runs the update; riverutil sets it to River's pool.
+	// Exec runs the update; riverslot sets it to River's pool.
 	Exec func(ctx context.Context, sql string, args ...any) error
 	// OnError is told of a failed write (its counts are kept for the next,
 	// unless the ledger is missing or outdated: then they are dropped).

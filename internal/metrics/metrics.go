@@ -1,4 +1,4 @@
-// Package metrics holds riverslot's OpenTelemetry instruments. riverutil
+// Package metrics holds riverslot's OpenTelemetry instruments. the riverslot package
 // builds one Instruments from Config.MeterProvider and hands it to the tiers
 // through their task specs; a nil provider gives no-op instruments.
 package metrics
@@ -99,7 +99,7 @@ func New(provider metric.MeterProvider) (*Instruments, error) {
 	return in, nil
 }
 
-// SetShard labels every measurement with the shard (riverutil.Config.Shard)
+// SetShard labels every measurement with the shard (riverslot.Config.Shard)
 // the node serves, "" for none.
 func (in *Instruments) SetShard(shard string) {
 	if in != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/riverslot/riverslot/slotplan"
 )
 
-// Defaults and bounds of a task's fields (riverutil.Task documents each;
-// riverutil exports them under the same names). Build applies a default to
+// Defaults and bounds of a task's fields (riverslot.Task documents each;
+// riverslot exports them under the same names). Build applies a default to
 // a field left at its zero value and refuses a value out of bounds,
 // naming the field.
 const (
@@ -49,10 +49,10 @@ const (
 	ControlPriority = 1
 )
 
-// Config is one task as riverutil.Task describes it (riverutil.Task
+// Config is one task as riverslot.Task describes it (riverslot.Task
 // documents each field), without its SyncFunc: HasSync says whether it has
 // one. Build turns configs into specs, the one place a task is validated
-// and becomes its spec; riverutil.New and riverslot's simulator both call
+// and becomes its spec; riverslot.New and riverslot's simulator both call
 // it.
 type Config struct {
 	Name           string

@@ -4,7 +4,7 @@ import "fmt"
 
 // LatePolicy decides what a per-slot job does with accounts whose target
 // time is more than LateGrace in the past when it enqueues them. The
-// constants and their documentation are re-exported by riverutil.
+// constants and their documentation are re-exported by riverslot.
 type LatePolicy string
 
 const (

@@ -1,6 +1,6 @@
 // Package taskspec holds the validated form of one riverslot task: its slot
 // plan, schedule, seed, quoted table, filter clause, prepared SQL and insert
-// options. riverutil builds one Spec per task, once, and hands the same
+// options. riverslot builds one Spec per task, once, and hands the same
 // pointer to the bootstrap, per-slot and sync tiers and to its own Check, so
 // no two parts can disagree about a task.
 package taskspec
@@ -23,7 +23,7 @@ import (
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
-// Spec is one task, defaulted and validated. Build it with riverutil.New;
+// Spec is one task, defaulted and validated. Build it with riverslot.New;
 // treat it as read-only.
 type Spec struct {
 	Name     string
@@ -109,7 +109,7 @@ type Spec struct {
 	// pins a weighted bootstrap computes directly, scanning the accounts
 	// table in its own transaction; above it the pins come from a weight
 	// census taken in bounded steps ahead of the cycle. 0: always a
-	// census. riverutil sets PinsDirectMax.
+	// census. riverslot sets PinsDirectMax.
 	DirectMax int64
 
 	// ControlQueue and ControlPriority are used for bootstrap and per-slot

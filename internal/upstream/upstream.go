@@ -900,7 +900,7 @@ ORDER BY u.state <> 'closed' DESC, coalesce(u.paused_until > clock_timestamp(), 
 }
 
 // ErrMissing is returned when the limiter's tables do not exist.
-var ErrMissing = errors.New("riverslot's upstream tables are missing: run riverutil.Migrate on River's schema to create them")
+var ErrMissing = errors.New("riverslot's upstream tables are missing: run riverslot.Migrate on River's schema to create them")
 
 func wrap(err error, what string) error {
 	if err == nil {

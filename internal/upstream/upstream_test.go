@@ -418,7 +418,7 @@ func TestMissingTables(t *testing.T) {
 	schema := riverslottest.EmptySchema(ctx, t, pool)
 	_, err := upstream.New(schema).Acquire(ctx, pool, upstream.Request{Task: "t", Key: "k", JobID: 1})
 	require.ErrorIs(t, err, upstream.ErrMissing)
-	require.ErrorContains(t, err, "riverutil.Migrate")
+	require.ErrorContains(t, err, "riverslot.Migrate")
 }
 
 // TestAbandonedPlacesSwept: places and deferrals of jobs not heard of for

@@ -30,11 +30,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/testkit/measure"
 	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // DefaultDatabaseURL is the test database `make test` prepares.
@@ -133,7 +133,7 @@ func AccountsPool(tb testing.TB) (*pgxpool.Pool, string) {
 }
 
 // Schema creates a fresh schema with River's tables migrated into it (and
-// riverslot's ledger and upstream tables, as riverutil.Migrate creates
+// riverslot's ledger and upstream tables, as riverslot.Migrate creates
 // them), and drops it when
 // the test ends. Tests that each use their own schema can run
 // in parallel.
@@ -226,7 +226,7 @@ func (w *tbWriter) Write(p []byte) (int, error) {
 }
 
 // Spec returns a task spec for tier tests, built by hand as a fixture (apps
-// get theirs from riverutil.New): task name over schema.table(id) with
+// get theirs from riverslot.New): task name over schema.table(id) with
 // filter, cycle, no lead, batches of batchSize, syncs in the default queue.
 func Spec(tb testing.TB, name, schema, table, filter string, cycle time.Duration, batchSize int) *taskspec.Spec {
 	tb.Helper()
@@ -441,7 +441,7 @@ func NewPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// Key returns the plan key of planID (riverutil.TaskInfo.PlanID), for job
+// Key returns the plan key of planID (riverslot.TaskInfo.PlanID), for job
 // args a test builds by hand.
 func Key(tb testing.TB, planID string) taskspec.PlanKey {
 	tb.Helper()

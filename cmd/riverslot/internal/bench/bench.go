@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
@@ -172,7 +172,7 @@ func (r *Runner) schema(ctx context.Context, name string) (string, func(), error
 	if _, err := r.cfg.Pool.Exec(ctx, "CREATE SCHEMA "+id); err != nil {
 		return "", nil, err
 	}
-	if err := riverutil.Migrate(ctx, r.cfg.Pool, schema); err != nil {
+	if err := riverslot.Migrate(ctx, r.cfg.Pool, schema); err != nil {
 		return "", nil, err
 	}
 	drop := func() {

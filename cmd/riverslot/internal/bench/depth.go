@@ -17,10 +17,10 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // baselineArgs is the sync job of the two baseline strategies.
@@ -132,7 +132,7 @@ func (d *depthRun) sync(ctx context.Context, schema string, id uuid.UUID) error 
 
 // newClient builds and starts a client for s with workers (and the
 // scheduler's, when given).
-func (d *depthRun) newClient(ctx context.Context, s *strategy, workers *river.Workers, scheduler *riverutil.Scheduler, periodic []*river.PeriodicJob) error {
+func (d *depthRun) newClient(ctx context.Context, s *strategy, workers *river.Workers, scheduler *riverslot.Scheduler, periodic []*river.PeriodicJob) error {
 	config := &river.Config{
 		Logger: d.riverLg, Schema: s.schema, Workers: workers, PeriodicJobs: periodic,
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: depthWorkers}},
@@ -182,7 +182,7 @@ func (d *depthRun) runNaive(ctx context.Context, s *strategy) error {
 // runSlot is riverslot, its cycle enqueued ahead (its per-slot jobs carry
 // their times).
 func (d *depthRun) runSlot(ctx context.Context, s *strategy) error {
-	scheduler, err := riverutil.New(d.r.cfg.Pool, &riverutil.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverutil.Task{{
+	scheduler, err := riverslot.New(d.r.cfg.Pool, &riverslot.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverslot.Task{{
 		Name: "bench", Cycle: d.cycle, TriggerOffset: gridOffset(d.start, d.cycle), Schema: s.schema, Table: "accounts",
 		MaxAttempts: depthMaxAttempts,
 		Sync: func(ctx context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {

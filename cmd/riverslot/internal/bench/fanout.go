@@ -16,11 +16,11 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // fanOut compares one per-slot job's full fan-out of n accounts (select,
@@ -98,9 +98,9 @@ func (r *Runner) fanOutOnce(ctx context.Context, accounts string, n int) (time.D
 	}
 	defer drop()
 
-	scheduler, err := riverutil.New(r.cfg.Pool, &riverutil.Config{
+	scheduler, err := riverslot.New(r.cfg.Pool, &riverslot.Config{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tasks: []riverutil.Task{{
+		Tasks: []riverslot.Task{{
 			Name: "bench", Cycle: 18 * time.Second, Schema: accounts, Table: "accounts",
 			BatchSize: r.cfg.BatchSize, Queue: "parked", ControlQueue: river.QueueDefault, PerSlotTimeout: 30 * time.Minute,
 			Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil },

@@ -18,14 +18,14 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/riverslot/riverslot/bootstrap"
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/bootstrap"
+	"github.com/riverslot/riverslot/internal/perslot"
 	"github.com/riverslot/riverslot/internal/pinning"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/taskspec"
-	"github.com/riverslot/riverslot/perslot"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // ScaleStep is one row of the scale benchmark's table.
@@ -40,7 +40,7 @@ type ScaleStep struct {
 	Notes   string
 }
 
-// Scale names of the tasks the scale benchmark runs through riverutil.
+// Scale names of the tasks the scale benchmark runs through riverslot.
 const (
 	scalePlain    = "scale_plain"    // 24h, 256 buckets: 128 slots
 	scaleWeighted = "scale_weighted" // the same with Weight
@@ -49,7 +49,7 @@ const (
 )
 
 // scale seeds ScaleAccounts accounts and times, through the library's own
-// code (a riverutil Scheduler wired into a River client in this process),
+// code (a riverslot Scheduler wired into a River client in this process),
 // the steps of a fleet of that size: seeding, CreateIndexes, the bootstrap
 // of a 24h cycle plain and weighted, the bootstrap and one slot's fan-out
 // of a 1,024-slot task (Buckets 65536), Status of that cycle, and a
@@ -118,12 +118,12 @@ func (r *Runner) scaleSteps(ctx context.Context, schema string, n int) ([]ScaleS
 	add(ScaleStep{Step: "seed accounts (INSERT ... generate_series, 1M a statement; primary key; VACUUM ANALYZE)", Accounts: n, Time: d, Rows: int64(n), PeakRSS: rss,
 		Notes: "Pareto(1.5) weights"})
 
-	scheduler, err := riverutil.New(r.cfg.Pool, &riverutil.Config{
+	scheduler, err := riverslot.New(r.cfg.Pool, &riverslot.Config{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tasks: []riverutil.Task{
+		Tasks: []riverslot.Task{
 			r.scaleTask(scalePlain, schema, "", 0),
 			r.scaleTask(scaleWeighted, schema, "weight", 0),
-			r.scaleTask(scaleFine, schema, "", riverutil.BucketsTwoByte),
+			r.scaleTask(scaleFine, schema, "", riverslot.BucketsTwoByte),
 		},
 	})
 	if err != nil {
@@ -137,7 +137,7 @@ func (r *Runner) scaleSteps(ctx context.Context, schema string, n int) ([]ScaleS
 	if err != nil {
 		return steps, err
 	}
-	add(ScaleStep{Step: "riverutil CreateIndexes (bucket indexes for 256 and 65,536 buckets, CONCURRENTLY; pins tables)", Accounts: n, Time: d, Rows: -1, PeakRSS: rss,
+	add(ScaleStep{Step: "riverslot CreateIndexes (bucket indexes for 256 and 65,536 buckets, CONCURRENTLY; pins tables)", Accounts: n, Time: d, Rows: -1, PeakRSS: rss,
 		Notes: "2 indexes"})
 	if _, err := r.cfg.Pool.Exec(ctx, "ANALYZE "+table); err != nil {
 		return steps, err
@@ -226,8 +226,8 @@ func (r *Runner) scaleSteps(ctx context.Context, schema string, n int) ([]ScaleS
 				return steps, err
 			}
 			s.Step = "bootstrap, weighted (24h, 128 slots; computes the cycle's pins from the weight census)"
-			if n <= riverutil.PinsDirectMax {
-				s.Step = fmt.Sprintf("bootstrap, weighted (24h, 128 slots; computes the cycle's pins over every account: at most %d)", riverutil.PinsDirectMax)
+			if n <= riverslot.PinsDirectMax {
+				s.Step = fmt.Sprintf("bootstrap, weighted (24h, 128 slots; computes the cycle's pins over every account: at most %d)", riverslot.PinsDirectMax)
 			}
 			s.Notes = fmt.Sprintf("rows: per-slot jobs; %d accounts pinned", pinned)
 		}
@@ -249,7 +249,7 @@ func (r *Runner) scaleSteps(ctx context.Context, schema string, n int) ([]ScaleS
 	slot := info.Plan.Slots / 2
 	lo, hi := info.Plan.BucketRange(slot)
 	var expected int64
-	if err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE "+sqlbucket.ExprFor("id", riverutil.BucketsTwoByte)+" BETWEEN $1 AND $2", lo, hi).Scan(&expected); err != nil {
+	if err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE "+sqlbucket.ExprFor("id", riverslot.BucketsTwoByte)+" BETWEEN $1 AND $2", lo, hi).Scan(&expected); err != nil {
 		return steps, err
 	}
 	var perSlotID int64
@@ -289,7 +289,7 @@ func (r *Runner) scaleSteps(ctx context.Context, schema string, n int) ([]ScaleS
 	// Status of that cycle, twice: the first counts the accounts per slot
 	// (the plan's first cycle), the second reads the cached counts.
 	for _, what := range []string{"first call: counts accounts per slot through the bucket index", "second call: per-slot counts cached"} {
-		var st *riverutil.TaskStatus
+		var st *riverslot.TaskStatus
 		d, rss, err := measureStep(func() (err error) {
 			st, err = scheduler.StatusAt(ctx, scaleFine, cycleStart)
 			return err
@@ -301,7 +301,7 @@ func (r *Runner) scaleSteps(ctx context.Context, schema string, n int) ([]ScaleS
 		if c == nil || c.Slots != info.Plan.Slots || c.SlotsDone != 1 || c.Enqueued != inserted || c.AccountsExpected != int64(n) {
 			return steps, fmt.Errorf("status of the 1,024-slot cycle: %+v; want %d slots, 1 done, %d enqueued, %d expected", c, info.Plan.Slots, inserted, n)
 		}
-		add(ScaleStep{Step: fmt.Sprintf("riverutil StatusAt of the 1,024-slot cycle (%s)", what), Accounts: n, Time: d, Rows: -1, PeakRSS: rss,
+		add(ScaleStep{Step: fmt.Sprintf("riverslot StatusAt of the 1,024-slot cycle (%s)", what), Accounts: n, Time: d, Rows: -1, PeakRSS: rss,
 			Notes: fmt.Sprintf("%d slots, %d done, %d enqueued, %d expected", c.Slots, c.SlotsDone, c.Enqueued, c.AccountsExpected)})
 	}
 	return steps, nil
@@ -310,7 +310,7 @@ func (r *Runner) scaleSteps(ctx context.Context, schema string, n int) ([]ScaleS
 // scaleCensus times the weight census of the weighted task for the cycle
 // starting at cycleStart (pinning.Run: what its census job does ahead of
 // the cycle), on the task's own plan.
-func (r *Runner) scaleCensus(ctx context.Context, scheduler *riverutil.Scheduler, schema string, cycleStart time.Time, n int) (ScaleStep, error) {
+func (r *Runner) scaleCensus(ctx context.Context, scheduler *riverslot.Scheduler, schema string, cycleStart time.Time, n int) (ScaleStep, error) {
 	info, err := scheduler.Task(scaleWeighted)
 	if err != nil {
 		return ScaleStep{}, err
@@ -361,8 +361,8 @@ func cancelCensusJobs(ctx context.Context, pool *pgxpool.Pool, client *river.Cli
 	return nil
 }
 
-func (r *Runner) scaleTask(name, schema, weight string, buckets int) riverutil.Task {
-	return riverutil.Task{
+func (r *Runner) scaleTask(name, schema, weight string, buckets int) riverslot.Task {
+	return riverslot.Task{
 		Name: name, Cycle: 24 * time.Hour, Schema: schema, Table: "accounts", Weight: weight, Buckets: buckets,
 		BatchSize: r.cfg.BatchSize, Queue: "parked", ControlQueue: river.QueueDefault, PerSlotTimeout: time.Hour,
 		Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil },
@@ -429,9 +429,9 @@ func (r *Runner) scaleRun(ctx context.Context, accountsSchema string) ([]ScaleSt
 		synced = make(map[uuid.UUID]int, k)
 		syncs  atomic.Int64
 	)
-	scheduler, err := riverutil.New(r.cfg.Pool, &riverutil.Config{
+	scheduler, err := riverslot.New(r.cfg.Pool, &riverslot.Config{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tasks: []riverutil.Task{{
+		Tasks: []riverslot.Task{{
 			// LateGrace the whole cycle: a sync River starts late on a busy
 			// machine still runs (and is counted) instead of completing
 			// as stale.
@@ -539,7 +539,7 @@ func (r *Runner) scaleRun(ctx context.Context, accountsSchema string) ([]ScaleSt
 	if distinct != k {
 		syncedNote = fmt.Sprintf("%d accounts synced once, %d not synced (skipped as stale: started more than LateGrace late)", distinct, k-distinct)
 	}
-	budget := riverutil.RowBudget(int64(k), info, retention)
+	budget := riverslot.RowBudget(int64(k), info, retention)
 	step := ScaleStep{
 		Step: fmt.Sprintf("compressed run: one %s cycle (%d slots), River CompletedJobRetentionPeriod %s; rows = max river_job rows (sampled every 0.5 s)",
 			cycle, info.Plan.Slots, retention),

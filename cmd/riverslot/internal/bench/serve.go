@@ -24,7 +24,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/riverslot/riverslot/cmd/riverslot/internal/serve"
+	"github.com/riverslot/riverslot/serve"
 )
 
 // serveBench measures riverslot serve: the API's latency over

@@ -12,9 +12,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/taskspec"
-	"github.com/riverslot/riverslot/riverutil"
-	"github.com/riverslot/riverslot/syncjob"
 )
 
 // noopArgs are River job args with the four fields a sync job carries, for
@@ -123,17 +123,17 @@ func (r *Runner) syncTierOnce(ctx context.Context, accounts string, ids []uuid.U
 	start := time.Now().Truncate(time.Second)
 	params := make([]river.InsertManyParams, len(ids))
 	if run != tierRiver {
-		task := riverutil.Task{Name: "synctier", Cycle: 24 * time.Hour, Schema: accounts, Table: "accounts", Queue: "synctier",
+		task := riverslot.Task{Name: "synctier", Cycle: 24 * time.Hour, Schema: accounts, Table: "accounts", Queue: "synctier",
 			Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil }}
 		if run == tierLimited {
 			// Limits no run reaches: what deciding and recording each
 			// sync costs, not waiting.
 			task.Upstream = fmt.Sprintf("'bank-' || get_byte(uuid_send(id), 0) %% %d", limiterKeys)
-			task.Limits = riverutil.UpstreamLimits{Rate: 1e6, Burst: 100_000, Concurrency: 100_000, FailureThreshold: 1000}
+			task.Limits = riverslot.UpstreamLimits{Rate: 1e6, Burst: 100_000, Concurrency: 100_000, FailureThreshold: 1000}
 		}
-		scheduler, err := riverutil.New(r.cfg.Pool, &riverutil.Config{
+		scheduler, err := riverslot.New(r.cfg.Pool, &riverslot.Config{
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Tasks:  []riverutil.Task{task},
+			Tasks:  []riverslot.Task{task},
 		})
 		if err != nil {
 			return 0, err

@@ -11,9 +11,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/pinning"
 	"github.com/riverslot/riverslot/internal/taskspec"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -124,7 +124,7 @@ func (r *Runner) weightedSelection(ctx context.Context, plan slotplan.Plan, acco
 
 	spec := func(weight string) *taskspec.Spec {
 		s := &taskspec.Spec{Name: "bench", Plan: plan, Seed: 1, Key: taskspec.KeyOf(plan, 1, 0), PlanID: taskspec.PlanID(plan, 1, 0),
-			Schema: schema, Table: "accounts", IDColumn: "id", Weight: weight, WeightEpsilon: eps, BatchSize: r.cfg.BatchSize, DirectMax: riverutil.PinsDirectMax}
+			Schema: schema, Table: "accounts", IDColumn: "id", Weight: weight, WeightEpsilon: eps, BatchSize: r.cfg.BatchSize, DirectMax: riverslot.PinsDirectMax}
 		s.BuildSQL()
 		return s
 	}

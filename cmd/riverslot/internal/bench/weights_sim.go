@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/pinning"
 	"github.com/riverslot/riverslot/internal/taskspec"
-	"github.com/riverslot/riverslot/riverutil"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -319,7 +319,7 @@ func seedWeighted(ctx context.Context, pool *pgxpool.Pool, schema string, plan s
 		}
 	}
 	spec := &taskspec.Spec{Name: "bench", Plan: plan, Seed: 1, Key: taskspec.KeyOf(plan, 1, 0), PlanID: taskspec.PlanID(plan, 1, 0),
-		Schema: schema, Table: "accounts", IDColumn: "id", Weight: "weight", WeightEpsilon: epsilon, BatchSize: 2000, DirectMax: riverutil.PinsDirectMax}
+		Schema: schema, Table: "accounts", IDColumn: "id", Weight: "weight", WeightEpsilon: epsilon, BatchSize: 2000, DirectMax: riverslot.PinsDirectMax}
 	spec.BuildSQL()
 	return spec, nil
 }

@@ -4,7 +4,7 @@
 // recently synced first poller, without a database.
 //
 // It runs riverslot through the same code the tiers run: the task is
-// validated by riverutil (taskspec.FromTask) into the spec the bootstrap,
+// validated by riverslot (taskspec.FromTask) into the spec the bootstrap,
 // per-slot and sync workers use, and every sync time, slot, lead and late
 // placement comes from that spec and slotplan. What it models of River is
 // what shapes timing: the leader's scheduler promoting scheduled and
@@ -175,7 +175,7 @@ type Config struct {
 
 	SyncDuration Dist    // default fixed 0 (the demo's sync does nothing)
 	FailRate     float64 // fraction of sync attempts that fail, in [0, 1)
-	MaxAttempts  int     // sync MaxAttempts; default riverutil's (5)
+	MaxAttempts  int     // sync MaxAttempts; default riverslot's (5)
 
 	// InsertRate is how many sync jobs a fan-out inserts per second.
 	// Default 32000, measured by `make bench` (README, fan-out throughput).
@@ -191,7 +191,7 @@ type Config struct {
 	Upstreams Upstreams
 
 	// RescueStuckJobsAfter is River's rescue delay for jobs running when
-	// an outage began. Default: what riverutil's Configure sets (the
+	// an outage began. Default: what riverslot's Configure sets (the
 	// longest timeout + 1m = 2m).
 	RescueStuckJobsAfter time.Duration
 

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
-	"github.com/riverslot/riverslot/riverutil"
 )
 
 // TestFidelity runs a real cycle (riverslot demo: 10,000 accounts, 60 s:
@@ -108,7 +108,7 @@ func TestFidelity(t *testing.T) {
 	// The README's queue-depth formula for this plan and the default lead.
 	slot := time.Duration(real.SlotDuration * float64(time.Second))
 	require.Equal(t, 15*time.Second, slot)
-	lead := min(riverutil.LeadMax, slot/2)
+	lead := min(riverslot.LeadMax, slot/2)
 	perSlot := float64(accounts) / float64(real.Slots)
 	ahead := (1 + lead.Seconds()/slot.Seconds()) * perSlot // a slot, plus the lead's share of the one before
 	tick := 5 / slot.Seconds() * perSlot                   // 5 s of a slot: River's scheduler tick

@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 }
 
 // Specs validates the simulated riverslot tasks with taskspec.Build, as
-// riverutil.New does for an app: the spec every tier runs.
+// riverslot.New does for an app: the spec every tier runs.
 func Specs(cfg Config) ([]*taskspec.Spec, error) {
 	cfg.setDefaults()
 	task := taskspec.Config{

@@ -218,7 +218,7 @@ func TestConfigErrors(t *testing.T) {
 	require.ErrorContains(t, err, "Accounts must be between 1")
 	require.ErrorContains(t, err, "FailRate must be in [0, 1)")
 	_, err = Run(context.Background(), Config{Accounts: 10, Cycle: 7 * time.Second})
-	require.ErrorContains(t, err, "Cycle") // riverutil's own validation
+	require.ErrorContains(t, err, "Cycle") // riverslot's own validation
 }
 
 func TestHistQuantiles(t *testing.T) {

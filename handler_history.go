@@ -1,0 +1,249 @@
+package riverslot
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/syncjob"
+	"github.com/riverslot/riverslot/internal/taskspec"
+)
+
+// Bounds of Cycles' limit.
+const (
+	CyclesLimitDefault = 24
+	CyclesLimitMax     = 200
+)
+
+// CycleSummary is how one cycle of a task went, from what its jobs carry.
+type CycleSummary struct {
+	CycleStart time.Time
+	Plan       string
+	Slots      int
+	SlotsDone  int
+	// FailedSlots are the slots whose fan-out failed for good (discarded
+	// or cancelled); MissingSlots those without a per-slot job.
+	FailedSlots, MissingSlots []int
+	// Selected is the accounts the cycle's fan-outs selected (Enqueued plus
+	// SkippedLate); Enqueued the sync jobs they inserted; SkippedLate the
+	// late accounts they skipped (the next cycle covers them).
+	Selected, Enqueued, SkippedLate int64
+	// Sync jobs of the cycle: Unfinished (pending, running or retryable,
+	// from River's job table), and how the others ended, as the nodes that
+	// ran them counted them in the cycle's ledger row: Failed (their last
+	// attempt failed, or cancelled), SkippedStale (started past their
+	// NotAfter) and SkippedUpstream (no room with their upstream before
+	// their NotAfter), completed without calling Sync.
+	Unfinished, Failed, SkippedStale, SkippedUpstream int64
+	// Synced is the sync jobs that called Sync, or found their account
+	// gone or filtered out (nothing to sync).
+	Synced int64
+	// Uncounted is the sync jobs that ended without being counted: Enqueued
+	// less Unfinished and every counted end (a cycle run before the ledger
+	// counted ends, or counts lost with a killed node). They are neither
+	// synced nor missed: Coverage leaves them out.
+	Uncounted int64
+	// NotSelected estimates the accounts of failed or missing slots that
+	// their fan-out never reached: the accounts the same slot selected in
+	// the nearest listed cycle where its fan-out finished, less what it
+	// enqueued here.
+	NotSelected int64
+	// Covered is the accounts the cycle's fan-outs left to an overlapping
+	// cycle (of another plan or grid, after a plan change) that syncs
+	// them less than half a cycle away: not missed.
+	Covered int64
+	// Missed is SkippedLate + SkippedStale + SkippedUpstream + Failed +
+	// NotSelected: accounts
+	// the cycle did not sync. Coverage is (Synced + Covered) / (Selected +
+	// NotSelected - Uncounted), at most 1: the share of the accounts whose
+	// end is known that were synced within their cycle, by it or by the
+	// cycle it left them to (1 for a cycle with no such account).
+	Missed   int64
+	Coverage float64
+	// Duplicates is the sync jobs the fan-outs enqueued beyond the accounts
+	// they selected (0 when every batch committed once).
+	Duplicates int64
+	// Lateness of the cycle's synced syncs (started after their scheduled
+	// time), from the histogram of its ledger row (buckets 26% wide,
+	// interpolated). LatenessKnown is false when the row counts none (a
+	// cycle before the ledger counted outcomes, or with no sync yet): the
+	// lateness is unknown, not zero.
+	LatenessP50, LatenessP99 time.Duration
+	LatenessSample           int64
+	LatenessKnown            bool
+	// Finished: the cycle has ended and none of its slots or sync jobs is
+	// still to run.
+	Finished bool
+}
+
+// Cycles returns the named task's most recent cycles, newest first, at most
+// limit (CyclesLimitDefault when 0, at most CyclesLimitMax), as riverslot's
+// ledger records them (for 4 cycles + 1 h of each cycle's plan), whatever
+// River has deleted: every plan's cycle, its slots' states, what each
+// fan-out did and how the cycle's sync jobs ended. It reads the ledger by
+// key, River's job table only for the cycles' unfinished sync jobs (River's
+// fetching index) and per-slot jobs (by id), and never the accounts table.
+func (s *Scheduler) Cycles(ctx context.Context, taskName string, limit int) ([]CycleSummary, error) {
+	spec, err := s.spec(taskName)
+	if err != nil {
+		return nil, err
+	}
+	if !s.configured {
+		return nil, errNoRiverSchema
+	}
+	switch {
+	case limit == 0:
+		limit = CyclesLimitDefault
+	case limit < 0 || limit > CyclesLimitMax:
+		return nil, fmt.Errorf("limit must be between 1 and %d, got %d", CyclesLimitMax, limit)
+	}
+	return s.cycleHistory(ctx, spec, limit, time.Now())
+}
+
+// historyUnfinishedSQL counts, up to $4, a cycle's ($2 task, $3 cycle
+// start) unfinished sync jobs, through River's fetching index.
+const historyUnfinishedSQL = `SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE state IN ('scheduled', 'available', 'pending', 'running', 'retryable')
+		AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $4) u`
+
+// historyUnfinishedMax bounds the count of a cycle's unfinished sync jobs.
+const historyUnfinishedMax = 1_000_000
+
+// cycleHistory returns the task's last limit cycles, newest first, as of
+// now. It is the one place history is read: from River's job table and
+// riverslot's ledger (cycles and slots whose jobs River deleted).
+func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit int, now time.Time) ([]CycleSummary, error) {
+	table := s.riverTable(spec)
+	led := s.ledger()
+	// The cycles, from the ledger alone: every plan's cycle is listed
+	// (after a plan change, two start together; each says what it did).
+	recorded, err := led.Cycles(ctx, s.pool, spec.Name, time.Time{}, now.Add(100*365*24*time.Hour), limit)
+	if err != nil {
+		return nil, err
+	}
+	type cycleRef struct {
+		plan     string
+		start    time.Time
+		spec     *taskspec.Spec
+		outcomes ledger.Outcomes
+	}
+	cycles := make([]cycleRef, len(recorded))
+	out := make([]CycleSummary, len(recorded))
+	for i, r := range recorded {
+		cs, err := planSpec(spec, r.Plan, r.Start)
+		if err != nil {
+			return nil, err
+		}
+		cycles[i] = cycleRef{plan: r.Plan.String(), start: r.Start, spec: cs, outcomes: r.Outcomes}
+		out[i] = CycleSummary{CycleStart: r.Start, Plan: r.Plan.String(), Slots: cs.Slots(r.Start)}
+	}
+
+	// Per-slot results of every listed cycle, from the ledger; River's job
+	// table only says whether a slot not finished can still run.
+	selected := make([][]int64, len(out)) // per cycle and slot, -1 when unknown
+	states := make([][]string, len(out))
+	for i := range out {
+		c := &out[i]
+		selected[i] = slices.Repeat([]int64{-1}, c.Slots)
+		states[i] = slices.Repeat([]string{SlotMissing}, c.Slots)
+		slots, err := led.Slots(ctx, s.pool, spec.Name, c.Plan, c.CycleStart)
+		if err != nil {
+			return nil, err
+		}
+		var pending []int64
+		for _, r := range slots {
+			if r.Finished == nil && r.FailedAt == nil && r.JobID != 0 {
+				pending = append(pending, r.JobID)
+			}
+		}
+		jobStates, err := led.JobStates(ctx, s.pool, pending)
+		if err != nil {
+			return nil, err
+		}
+		for slot, r := range slots {
+			if slot < 0 || slot >= c.Slots {
+				continue
+			}
+			if r.Finished == nil {
+				switch jobStates[r.JobID] {
+				case "", "cancelled", "discarded":
+					// Recorded as failed, or its job is gone or ended
+					// without finishing the fan-out.
+					c.FailedSlots = append(c.FailedSlots, slot)
+					states[i][slot] = SlotFailed
+				default:
+					states[i][slot] = SlotScheduled
+				}
+				// What its committed batches did, as they recorded it (as
+				// Status counts it): their sync jobs exist.
+				c.Enqueued += r.Inserted
+				c.SkippedLate += r.LateSkipped
+				c.Covered += max(r.Skipped-r.LateSkipped, 0)
+				c.Selected += r.Accounts
+				selected[i][slot] = r.Accounts
+				continue
+			}
+			sel := max(r.Accounts, r.Inserted+r.Skipped)
+			if r.Accounts > 0 && r.Inserted+r.Skipped > r.Accounts {
+				c.Duplicates += r.Inserted + r.Skipped - r.Accounts
+				sel = r.Accounts
+			}
+			c.SlotsDone++
+			c.Enqueued += r.Inserted
+			c.SkippedLate += r.LateSkipped
+			c.Covered += max(r.Skipped-r.LateSkipped, 0)
+			c.Selected += sel
+			states[i][slot], selected[i][slot] = SlotDone, sel
+		}
+	}
+
+	for i := range out {
+		c, cs := &out[i], cycles[i].spec
+		key := c.CycleStart.Format(time.RFC3339Nano)
+		slices.Sort(c.FailedSlots)
+		for slot, st := range states[i] {
+			if st == SlotMissing {
+				c.MissingSlots = append(c.MissingSlots, slot)
+			}
+			if st != SlotMissing && st != SlotFailed {
+				continue
+			}
+			// The nearest listed cycle of the same plan where the slot
+			// finished.
+			for d := 1; d < len(out); d++ {
+				j := -1
+				for _, k := range []int{i - d, i + d} {
+					if k >= 0 && k < len(out) && out[k].Plan == c.Plan && states[k][slot] == SlotDone {
+						j = k
+						break
+					}
+				}
+				if j >= 0 {
+					c.NotSelected += max(selected[j][slot]-max(selected[i][slot], 0), 0)
+					break
+				}
+			}
+		}
+		if err := s.pool.QueryRow(ctx, fmt.Sprintf(historyUnfinishedSQL, table), syncjob.Kind, spec.Name, key, historyUnfinishedMax).
+			Scan(&c.Unfinished); err != nil {
+			return nil, fmt.Errorf("error counting the unfinished sync jobs of cycle %s: %w", key, err)
+		}
+		o := &cycles[i].outcomes
+		c.Failed = o.Failed() + o.Cancelled()
+		c.SkippedStale, c.SkippedUpstream = o.Stale(), o.Upstream()
+		c.Synced = o.Synced() + o.Gone()
+		c.Missed = c.SkippedLate + c.SkippedStale + c.SkippedUpstream + c.Failed + c.NotSelected
+		c.Uncounted = max(c.Enqueued-c.Unfinished-o.Ended(), 0)
+		c.Coverage = 1
+		if all := c.Selected + c.NotSelected - c.Uncounted; all > 0 {
+			c.Coverage = min(float64(c.Synced+c.Covered)/float64(all), 1)
+		}
+		end := cs.CycleEnd(c.CycleStart)
+		c.Finished = now.After(end) && c.Unfinished == 0 && c.SlotsDone+len(c.FailedSlots) == c.Slots
+		c.LatenessSample = o.Lateness.Count()
+		c.LatenessP50, c.LatenessKnown = o.Lateness.Quantile(0.5)
+		c.LatenessP99, _ = o.Lateness.Quantile(0.99)
+	}
+	return out, nil
+}

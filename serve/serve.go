@@ -1,0 +1,481 @@
+// Package serve is riverslot serve: periodic HTTP calls as a service. A
+// schedule (a URL to call every period) is an account of a riverslot task
+// per period, in the table riverslot_schedule: its id gives it a fixed
+// place in the period, the same second of every period, spread evenly with
+// every other schedule of that period, and adding or deleting schedules
+// moves no one. The call is the task's sync.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/slotplan"
+)
+
+// Tables of the service, in its schema (River's).
+const (
+	SchedulesTable = "riverslot_schedule"
+	CallsTable     = "riverslot_call"
+	TokensTable    = "riverslot_token"
+)
+
+// Limits of what a schedule and a call may carry.
+const (
+	MaxBody         = 64 << 10 // a schedule's body, and a call's answer read
+	MaxHeaders      = 32
+	MaxHeaderBytes  = 8 << 10
+	MaxRequestBytes = 128 << 10 // an API request
+	MaxRetries      = 10
+	MaxTimeout      = time.Minute
+	DefaultTimeout  = 10 * time.Second
+	DefaultRetries  = 3
+	DefaultHistory  = 7 * 24 * time.Hour
+	// MinPeriod is the shortest period: riverslot's shortest cycle.
+	MinPeriod = 16 * time.Second
+
+	// Monthly is the period "monthly": calendar months in the server's
+	// MonthLocation (stored as period_ms -1). A monthly schedule's place
+	// is a fixed fraction of every month (riverslot.Task.Monthly).
+	Monthly = -time.Millisecond
+)
+
+// Config configures a Server.
+type Config struct {
+	// Pool is the database of River's tables and the service's.
+	Pool *pgxpool.Pool
+	// Schema holds them (required).
+	Schema string
+	// Periods are the periods schedules may have, one riverslot task each
+	// (default 1m, 1h, 24h); Monthly for calendar months.
+	Periods []time.Duration
+	// MonthLocation is the time zone of the Monthly period's months
+	// (default UTC).
+	MonthLocation *time.Location
+	// Guard checks targets (default: private targets refused).
+	Guard *Guard
+	// History is how long calls, and deleted schedules, stay readable
+	// (default 7 days).
+	History time.Duration
+	// HostLimits are each upstream's limits (an upstream is a schedule's
+	// upstream, by default its URL's host).
+	HostLimits riverslot.UpstreamLimits
+	// Logger (default: discard).
+	Logger *slog.Logger
+}
+
+// Server is the service's state: its tasks and its HTTP API.
+type Server struct {
+	cfg       Config
+	authMu    sync.Mutex
+	authOK    map[string]time.Time // token hash to when its check expires
+	lookups   lookupBudget
+	scheduler *riverslot.Scheduler
+	tasks     map[time.Duration]riverslot.TaskInfo
+	http      *http.Client
+	schedules string // qualified table names
+	calls     string
+	tokens    string
+}
+
+// TaskName is the riverslot task of period.
+func TaskName(period time.Duration) string {
+	return "http-" + FormatPeriod(period)
+}
+
+// FormatPeriod writes a period as the API does: "32s", "1m", "1h", "24h",
+// "1h30m".
+func FormatPeriod(d time.Duration) string {
+	if d == Monthly {
+		return "monthly"
+	}
+	s := d.String() // 1h0m0s, 1m0s, 32s, 1h30m0s
+	s, _ = strings.CutSuffix(s, "m0s")
+	if strings.HasSuffix(d.String(), "m0s") {
+		s += "m"
+	}
+	if before, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = before + "h"
+	}
+	return s
+}
+
+// ParsePeriod reads a period: a Go duration such as "32s", "1h" or "24h",
+// "daily", "hourly", or "monthly" (Monthly). It returns an error that names the nearest
+// periods the service can spread.
+func ParsePeriod(s string) (time.Duration, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "hourly":
+		return time.Hour, nil
+	case "daily":
+		return 24 * time.Hour, nil
+	case "monthly":
+		return Monthly, nil
+	case "":
+		return 0, errors.New(`is required: a duration such as "32s", "1h" or "24h", or "monthly"`)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf(`must be a duration such as "32s", "1h" or "24h", or "monthly", got %q`, s)
+	}
+	if _, err := slotplan.NewBuckets(d, slotplan.BucketsTwoByte); err != nil || d < MinPeriod {
+		lo := max(d.Truncate(2*time.Second), MinPeriod)
+		hi := lo + 2*time.Second
+		if d <= MinPeriod {
+			return 0, fmt.Errorf("%s is too short: a period is at least %s (River starts scheduled jobs every 5 s)", d, FormatPeriod(MinPeriod))
+		}
+		return 0, fmt.Errorf("%s cannot be spread evenly (a period must be a whole number of seconds, a multiple of 2 s, at least %s); the nearest are %s and %s",
+			d, FormatPeriod(MinPeriod), FormatPeriod(lo), FormatPeriod(hi))
+	}
+	return d, nil
+}
+
+// New returns a server; Migrate must have run on cfg.Schema.
+func New(cfg Config) (*Server, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("serve: Config.Pool is required")
+	}
+	if cfg.Schema == "" {
+		return nil, errors.New("serve: Config.Schema is required: the schema of River's tables and the service's")
+	}
+	if len(cfg.Periods) == 0 {
+		cfg.Periods = []time.Duration{time.Minute, time.Hour, 24 * time.Hour}
+	}
+	if cfg.Guard == nil {
+		cfg.Guard = &Guard{}
+	}
+	if cfg.History == 0 {
+		cfg.History = DefaultHistory
+	}
+	if cfg.History < time.Hour {
+		return nil, fmt.Errorf("serve: Config.History must be at least 1h (how long calls stay readable), got %s", cfg.History)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, tasks: map[time.Duration]riverslot.TaskInfo{},
+		schedules: pgx.Identifier{cfg.Schema, SchedulesTable}.Sanitize(),
+		calls:     pgx.Identifier{cfg.Schema, CallsTable}.Sanitize(),
+		tokens:    pgx.Identifier{cfg.Schema, TokensTable}.Sanitize(),
+	}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, Control: cfg.Guard.Control}
+	s.http = &http.Client{
+		Transport: &http.Transport{
+			Proxy:                  nil, // never through a proxy the environment names
+			DialContext:            dialer.DialContext,
+			MaxResponseHeaderBytes: 64 << 10,
+			MaxIdleConnsPerHost:    8,
+			IdleConnTimeout:        90 * time.Second,
+			TLSHandshakeTimeout:    10 * time.Second,
+		},
+		// A redirect is the target's answer, not a new target.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	if s.cfg.MonthLocation == nil {
+		s.cfg.MonthLocation = time.UTC
+	}
+	seen := map[time.Duration]bool{}
+	var (
+		tasks    []riverslot.Task
+		periodOf []time.Duration // each task's period
+	)
+	for _, p := range cfg.Periods {
+		if _, err := ParsePeriod(FormatPeriod(p)); err != nil {
+			return nil, fmt.Errorf("serve: period %s: %w", p, err)
+		}
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		periodOf = append(periodOf, p)
+		if p == Monthly {
+			tasks = append(tasks, s.task(p, riverslot.Task{Monthly: true, Location: s.cfg.MonthLocation}))
+			continue
+		}
+		buckets := slotplan.BucketsTwoByte // 24h: 1,024 slots
+		if p < time.Hour {
+			// 16 slots of 1 s for 16 s, not 128 fan-outs of 125 ms.
+			buckets = slotplan.Buckets
+		}
+		tasks = append(tasks, s.task(p, riverslot.Task{Cycle: p, Buckets: buckets}))
+	}
+	// The server's own sorted list, each period once (the caller's slice
+	// is left as it was).
+	s.cfg.Periods = slices.Sorted(maps.Keys(seen))
+	scheduler, err := riverslot.New(cfg.Pool, &riverslot.Config{Logger: cfg.Logger, Tasks: tasks})
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	s.scheduler = scheduler
+	for i, t := range tasks {
+		info, err := scheduler.Task(t.Name)
+		if err != nil {
+			return nil, err
+		}
+		s.tasks[periodOf[i]] = info
+	}
+	return s, nil
+}
+
+// task returns the riverslot task of period p: t (its cycle: Cycle and
+// Buckets, or Monthly and Location) with the settings every period
+// shares.
+func (s *Server) task(p time.Duration, t riverslot.Task) riverslot.Task {
+	t.Name = TaskName(p)
+	// A server started mid-period calls from the next period on, as a
+	// schedule created mid-period does: every call at its place.
+	t.FirstCycle = riverslot.FirstCycleNext
+	// Calls start within the client's fetch poll of their place, not at
+	// River's next 5 s scheduler tick.
+	t.Punctual = true
+	t.Schema, t.Table = s.cfg.Schema, SchedulesTable
+	t.Filter = "deleted_at IS NULL AND NOT paused AND period_ms = " + strconv.FormatInt(p.Milliseconds(), 10)
+	t.Queue = "riverslot_calls"
+	t.MaxAttempts = MaxRetries + 1
+	t.SyncTimeout = MaxTimeout + 5*time.Second
+	t.Upstream, t.Limits = "upstream", s.cfg.HostLimits
+	t.Sync = s.call
+	return t
+}
+
+// CreateIndexes creates the schedules' bucket indexes (one per bucket
+// count of the server's periods).
+func (s *Server) CreateIndexes(ctx context.Context) error {
+	return s.scheduler.CreateIndexes(ctx)
+}
+
+// Schema is the schema of River's tables and the service's.
+func (s *Server) Schema() string { return s.cfg.Schema }
+
+// Pool is the server's database pool.
+func (s *Server) Pool() *pgxpool.Pool { return s.cfg.Pool }
+
+// Scheduler is the server's riverslot scheduler (its tasks, one per
+// period).
+func (s *Server) Scheduler() *riverslot.Scheduler { return s.scheduler }
+
+// Configure adds the server's workers, periodic triggers and queues to a
+// River config (workers MaxWorkers per queue).
+func (s *Server) Configure(config *river.Config, workers int) error {
+	if config.Queues == nil {
+		config.Queues = map[string]river.QueueConfig{}
+	}
+	config.Queues["riverslot_calls"] = river.QueueConfig{MaxWorkers: workers}
+	if _, ok := config.Queues[river.QueueDefault]; !ok {
+		config.Queues[river.QueueDefault] = river.QueueConfig{MaxWorkers: 10}
+	}
+	return s.scheduler.Configure(config)
+}
+
+// FlushOutcomes writes the call outcomes counted and not yet written to
+// the ledger: call it after River's client stopped.
+func (s *Server) FlushOutcomes(ctx context.Context) error { return s.scheduler.FlushOutcomes(ctx) }
+
+// Migrate creates River's tables, riverslot's, and the service's in schema;
+// Server.CreateIndexes the schedules' bucket indexes.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if err := riverslot.Migrate(ctx, pool, schema); err != nil {
+		return err
+	}
+	t := pgx.Identifier{schema, SchedulesTable}.Sanitize()
+	c := pgx.Identifier{schema, CallsTable}.Sanitize()
+	k := pgx.Identifier{schema, TokensTable}.Sanitize()
+	for _, q := range []string{
+		`CREATE TABLE IF NOT EXISTS ` + t + ` (
+	id uuid PRIMARY KEY,
+	url text NOT NULL,
+	method text NOT NULL,
+	headers jsonb NOT NULL DEFAULT '{}',
+	body text NOT NULL DEFAULT '',
+	period_ms bigint NOT NULL,
+	timeout_ms int NOT NULL,
+	retries int NOT NULL,
+	upstream text NOT NULL,
+	paused boolean NOT NULL DEFAULT false,
+	created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	deleted_at timestamptz
+)`,
+		`CREATE TABLE IF NOT EXISTS ` + c + ` (
+	schedule_id uuid NOT NULL,
+	period_ms bigint NOT NULL,
+	job_id bigint,
+	attempt int NOT NULL,
+	due_at timestamptz,
+	started_at timestamptz NOT NULL,
+	lateness_ms double precision,
+	status int,
+	latency_ms double precision NOT NULL,
+	error text,
+	ok boolean NOT NULL
+)`,
+		`CREATE INDEX IF NOT EXISTS riverslot_call_schedule ON ` + c + ` (schedule_id, started_at DESC)`,
+		`CREATE INDEX IF NOT EXISTS riverslot_call_started ON ` + c + ` (started_at)`,
+		`CREATE TABLE IF NOT EXISTS ` + k + ` (
+	id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+	hash bytea PRIMARY KEY,
+	name text NOT NULL DEFAULT '',
+	created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("error creating the service's tables in schema %q: %w", schema, err)
+		}
+	}
+	return nil
+}
+
+// pruneBatch is how many rows one pruning statement deletes: a server
+// back from a long stop, or with a shorter History, prunes in many short
+// transactions, not one that grows with the fleet.
+const pruneBatch = 10_000
+
+// Prune deletes calls, and schedules deleted, longer ago than History.
+func (s *Server) Prune(ctx context.Context) (calls, schedules int64, err error) {
+	prune := func(table, column, what string) (int64, error) {
+		var total int64
+		for {
+			tag, err := s.cfg.Pool.Exec(ctx, `DELETE FROM `+table+` WHERE ctid = ANY (ARRAY(SELECT ctid FROM `+table+`
+	WHERE `+column+` < clock_timestamp() - $1 * interval '1 millisecond' LIMIT $2))`, s.cfg.History.Milliseconds(), pruneBatch)
+			if err != nil {
+				return total, fmt.Errorf("error pruning %s: %w", what, err)
+			}
+			total += tag.RowsAffected()
+			if tag.RowsAffected() < pruneBatch {
+				return total, nil
+			}
+		}
+	}
+	if calls, err = prune(s.calls, "started_at", "calls"); err != nil {
+		return calls, 0, err
+	}
+	schedules, err = prune(s.schedules, "deleted_at", "deleted schedules")
+	return calls, schedules, err
+}
+
+// target is what a call needs of its schedule.
+type target struct {
+	url, method, body string
+	headers           map[string]string
+	timeout           time.Duration
+	retries           int
+}
+
+// call is the tasks' sync: one call of the schedule id.
+func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslot.SyncArgs]) error {
+	var (
+		t         target
+		timeoutMS int
+		periodMS  int64
+		live      bool
+	)
+	err := s.cfg.Pool.QueryRow(ctx, `SELECT url, method, headers, body, timeout_ms, retries, period_ms, deleted_at IS NULL AND NOT paused FROM `+s.schedules+` WHERE id = $1`, id).
+		Scan(&t.url, &t.method, &t.headers, &t.body, &timeoutMS, &t.retries, &periodMS, &live)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && !live {
+		return nil // deleted or paused since its fan-out: never called
+	}
+	if err == nil && job.Args.Task != TaskName(time.Duration(periodMS)*time.Millisecond) {
+		return nil // moved to another period since its fan-out: that period's task calls it
+	}
+	if err != nil {
+		return riverslot.NotUpstream(fmt.Errorf("error reading schedule %s: %w", id, err))
+	}
+	t.timeout = time.Duration(timeoutMS) * time.Millisecond
+	var due *time.Time
+	if info, ok := s.tasks[time.Duration(periodMS)*time.Millisecond]; ok && info.Name == job.Args.Task {
+		d := info.Due(job.Args.CycleStart, id)
+		due = &d
+	}
+
+	started := time.Now()
+	status, wait, callErr := s.do(ctx, t)
+	latency := time.Since(started)
+	var lateness *float64
+	if due != nil && job.Attempt == 1 {
+		l := float64(started.Sub(*due)) / float64(time.Millisecond)
+		lateness = &l
+	}
+	ok := callErr == nil && status >= 200 && status < 300
+	var errText *string
+	if callErr != nil {
+		e := callErr.Error()
+		errText = &e
+	}
+	var statusCol *int
+	if status != 0 {
+		statusCol = &status
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := s.cfg.Pool.Exec(rctx, `INSERT INTO `+s.calls+` (schedule_id, period_ms, job_id, attempt, due_at, started_at, lateness_ms, status, latency_ms, error, ok)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, id, periodMS, job.ID, job.Attempt, due, started, lateness, statusCol, float64(latency)/float64(time.Millisecond), errText, ok); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "riverslot serve: could not record a call", slog.String("schedule", id.String()), slog.String("error", err.Error()))
+	}
+	switch {
+	case ok:
+		return nil
+	case status == http.StatusTooManyRequests:
+		return riverslot.Throttled(wait, fmt.Errorf("%s %s answered 429", t.method, t.url))
+	}
+	failure := callErr
+	if failure == nil {
+		failure = fmt.Errorf("%s answered %d", t.url, status)
+	}
+	if job.Attempt > t.retries {
+		// The schedule's retries are spent: the next period calls again.
+		return river.JobCancel(fmt.Errorf("giving up after %d attempts: %w", job.Attempt, failure))
+	}
+	return failure
+}
+
+// do makes the call and returns its status (0 when none came) and, for a
+// 429, how long its Retry-After asks to wait (1 s without one, at most an
+// hour).
+func (s *Server) do(ctx context.Context, t target) (int, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	var body io.Reader
+	if t.body != "" {
+		body = strings.NewReader(t.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, t.method, t.url, body)
+	if err != nil {
+		return 0, 0, err
+	}
+	for k, v := range t.headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("User-Agent", "riverslot-serve")
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxBody))
+	wait := time.Second
+	if v := resp.Header.Get("Retry-After"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			wait = time.Duration(min(n, 3600)) * time.Second
+		} else if at, err := http.ParseTime(v); err == nil && time.Until(at) > 0 {
+			wait = time.Until(at)
+		}
+	}
+	return resp.StatusCode, min(wait, time.Hour), nil
+}

@@ -1,0 +1,284 @@
+package riverslot
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/internal/upstream"
+	"github.com/riverslot/riverslot/sqlbucket"
+)
+
+// UpstreamOverride changes one upstream's limits at run time: a nil field
+// keeps the current override, Clear drops them all (the task's Limits
+// apply again). Rate 0 or Concurrency 0 lifts that limit for the key.
+type UpstreamOverride = upstream.Override
+
+// UpstreamState is one upstream of a task as the limiter holds it: the
+// operator's overrides, the breaker, syncs in flight and waiting in line,
+// and counters since the upstream's first sync.
+type UpstreamState = upstream.State
+
+// SetUpstreamLimits overrides the limits of the task's upstream key, in
+// River's database: every node's next decision for a sync of that
+// upstream reads it, no deploy needed. The key need not have synced yet.
+// Call it after Configure (it needs River's schema).
+func (s *Scheduler) SetUpstreamLimits(ctx context.Context, taskName, key string, o UpstreamOverride) error {
+	if _, err := s.spec(taskName); err != nil {
+		return err
+	}
+	return upstream.New(s.riverSchema).Set(ctx, s.pool, taskName, key, o)
+}
+
+// Upstreams returns the task's upstreams that synced or were given limits,
+// by key, at most limit (1,000 when below 2) after the key after ("" for
+// the first page, which starts with the default upstream ""): a
+// page of a list that may hold thousands.
+func (s *Scheduler) Upstreams(ctx context.Context, taskName, after string, limit int) ([]UpstreamState, error) {
+	if _, err := s.spec(taskName); err != nil {
+		return nil, err
+	}
+	if limit < 2 {
+		limit = 1000
+	}
+	return upstream.New(s.riverSchema).List(ctx, s.pool, taskName, after, limit)
+}
+
+// UpstreamBudget is one upstream's accounts per cycle against its rate
+// limit, as UpstreamBudgets counts them.
+type UpstreamBudget struct {
+	// Key is the upstream ("" the task's default).
+	Key string
+	// Accounts is how many accounts matching Filter it has (with Sampled,
+	// an estimate scaled up from a sample of the table).
+	Accounts int64
+	// AverageRate is the rate the cycle needs of it: its accounts over the
+	// cycle, in syncs a second. NeedRate is what its most crowded slot
+	// needs: the slot's accounts over the slot's length (hash placement).
+	NeedRate, AverageRate float64
+	// Rate is its limit (an operator's override, else Task.Limits.Rate;
+	// 0: none).
+	Rate float64
+	// Fits: its accounts fit in a cycle at its rate (AverageRate within
+	// Rate). An upstream that does not fit has syncs skipped as
+	// upstream_throttled every cycle.
+	Fits bool
+	// OnTime: its busiest slot fits too (NeedRate within Rate). An
+	// upstream that fits but is not on time has syncs waiting in line, up
+	// to their NotAfter (half a cycle), later than their place.
+	OnTime bool
+	// Sampled: Accounts and the rates are estimates from a sample of the
+	// table (Check on a large table), not a count.
+	Sampled bool
+}
+
+// UpstreamBudgetError is the error Check returns for a task whose
+// upstreams do not all fit in a cycle at their rate (errors.As finds it
+// in Check's joined error, for an app that would rather start anyway).
+type UpstreamBudgetError struct {
+	Task string
+	// Over are the upstreams that do not fit, most needed first.
+	Over []UpstreamBudget
+}
+
+func (e *UpstreamBudgetError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d upstream(s) of task %q cannot sync their accounts in a cycle at their rate limit:", len(e.Over), e.Task)
+	for i, u := range e.Over {
+		if i == 5 {
+			fmt.Fprintf(&b, "; and %d more", len(e.Over)-5)
+			break
+		}
+		about := ""
+		if u.Sampled {
+			about = "about "
+		}
+		fmt.Fprintf(&b, " upstream %q has %s%d accounts, which need %.3g syncs/s, its rate limit is %.3g/s;", u.Key, about, u.Accounts, u.AverageRate, u.Rate)
+	}
+	b.WriteString(" raise their rate (riverslot upstream set --key K --rate R, or Task.Limits.Rate), lengthen Cycle, or accept that the excess is skipped as upstream_throttled every cycle")
+	return b.String()
+}
+
+// UpstreamBudgets counts the task's accounts per upstream and slot (one
+// scan of the accounts table matching Filter: run it ahead of a deploy,
+// not on every start) and compares the rate each upstream needs with its
+// limit: the cycle's average (Fits) and its busiest slot's (OnTime).
+// Most needed first. Call it after Configure (the overrides live in
+// River's schema). Check runs it for a task with rate limits, on a sample
+// of a large table.
+func (s *Scheduler) UpstreamBudgets(ctx context.Context, taskName string) ([]UpstreamBudget, error) {
+	spec, err := s.spec(taskName)
+	if err != nil {
+		return nil, err
+	}
+	return s.upstreamBudgets(ctx, spec, 100)
+}
+
+// sampledMargin: from a sample, Check fails only for an upstream that needs
+// more than this times its rate; closer, it warns.
+const sampledMargin = 1.25
+
+// budgetSampleRows is the table size (pg_class.reltuples) above which
+// Check counts upstreams on a sample of about that many rows.
+var budgetSampleRows float64 = 2_000_000 // a var for the sampling test
+
+// upstreamBudgets is UpstreamBudgets over percent of the table's pages
+// (TABLESAMPLE SYSTEM), scaled up; 100: every row.
+func (s *Scheduler) upstreamBudgets(ctx context.Context, spec *taskspec.Spec, percent float64) ([]UpstreamBudget, error) {
+	plan := spec.Plan
+	from := spec.QualifiedTable
+	args := []any{plan.BucketsPerSlot}
+	if percent < 100 {
+		// The same pages every time: Check answers the same on an
+		// unchanged table.
+		from += " TABLESAMPLE SYSTEM ($2) REPEATABLE (0)"
+		args = append(args, percent)
+	}
+	rows, err := spec.AccountsDB(s.pool).Query(ctx, "SELECT "+spec.UpstreamExpr()+", ("+spec.BucketExpr()+") / $1, count(*) FROM "+from+
+		" WHERE true"+spec.FilterClause+" GROUP BY 1, 2", args...)
+	if err != nil {
+		return nil, fmt.Errorf("error counting task %q's accounts per upstream: %w", spec.Name, err)
+	}
+	type agg struct{ total, most int64 }
+	byKey := map[string]*agg{}
+	var (
+		key  string
+		slot int
+		n    int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&key, &slot, &n}, func() error {
+		a := byKey[key]
+		if a == nil {
+			a = &agg{}
+			byKey[key] = a
+		}
+		a.total += n
+		a.most = max(a.most, n)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("error counting task %q's accounts per upstream: %w", spec.Name, err)
+	}
+	overrides := map[string]float64{}
+	lim := upstream.New(s.riverSchema)
+	for after := ""; ; {
+		page, err := lim.List(ctx, s.pool, spec.Name, after, 1000)
+		if err != nil && !errors.Is(err, upstream.ErrMissing) {
+			return nil, err
+		}
+		for _, st := range page {
+			if st.Rate != nil {
+				overrides[st.Key] = *st.Rate
+			}
+		}
+		if len(page) < 1000 {
+			break
+		}
+		after = page[len(page)-1].Key
+	}
+	scale := 100 / percent
+	out := make([]UpstreamBudget, 0, len(byKey))
+	for k, a := range byKey {
+		total := int64(math.Round(float64(a.total) * scale))
+		b := UpstreamBudget{Key: k, Accounts: total, Rate: spec.Limits.Rate, Sampled: percent < 100,
+			NeedRate: float64(a.most) / plan.SlotDuration.Seconds(), AverageRate: float64(total) / plan.Cycle.Seconds()}
+		if b.Sampled {
+			// A sample's busiest slot is mostly its noise: the slot a
+			// hash spreads evenly, plus three standard deviations.
+			mean := float64(total) / float64(plan.Slots)
+			b.NeedRate = (mean + 3*math.Sqrt(mean)) / plan.SlotDuration.Seconds()
+		}
+		if r, ok := overrides[k]; ok {
+			b.Rate = r
+		}
+		b.Fits = b.Rate == 0 || b.AverageRate <= b.Rate
+		b.OnTime = b.Rate == 0 || b.NeedRate <= b.Rate
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b UpstreamBudget) int {
+		return cmp.Or(cmp.Compare(b.AverageRate, a.AverageRate), cmp.Compare(b.NeedRate, a.NeedRate), cmp.Compare(a.Key, b.Key))
+	})
+	return out, nil
+}
+
+// checkUpstreamBudget returns an *UpstreamBudgetError when one of a rate
+// limited task's upstreams cannot fit its accounts in a cycle: counted,
+// or on a table above budgetSampleRows estimated from a sample of about
+// that many rows. Tasks without a rate (Limits.Rate and every override
+// 0) are not scanned.
+func (s *Scheduler) checkUpstreamBudget(ctx context.Context, spec *taskspec.Spec) error {
+	if !s.configured || !spec.Limited() {
+		return nil
+	}
+	if spec.Limits.Rate == 0 {
+		var anyRate bool
+		err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+sqlbucket.QualifiedTable(s.riverSchema, upstream.LimitsTable)+
+			" WHERE task = $1 AND rate > 0)", spec.Name).Scan(&anyRate)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+			return nil // no overrides table: Check reports the missing ledger, Migrate creates both
+		}
+		if err != nil {
+			return fmt.Errorf("error reading the upstream overrides of task %q: %w", spec.Name, err)
+		}
+		if !anyRate {
+			return nil
+		}
+	}
+	// The table's size: pg_class.reltuples, summed over the partitions of
+	// a partitioned table; -1 when it was never analyzed.
+	var estimate float64
+	if err := spec.AccountsDB(s.pool).QueryRow(ctx, `SELECT coalesce(
+		(SELECT CASE WHEN c.relkind = 'p' THEN (SELECT CASE WHEN bool_and(p.reltuples >= 0) THEN sum(p.reltuples) ELSE -1 END
+			FROM pg_partition_tree(c.oid) t JOIN pg_class p ON p.oid = t.relid WHERE t.isleaf) ELSE c.reltuples END
+		FROM pg_class c WHERE c.oid = to_regclass($1)), -1)::float8`, spec.QualifiedTable).Scan(&estimate); err != nil {
+		return fmt.Errorf("error estimating the accounts of Table %s: %w", spec.QualifiedTable, err)
+	}
+	if estimate < 0 {
+		s.log().WarnContext(ctx, "riverslot: the accounts table was never analyzed, so Check does not count its upstreams (a whole-table scan); run ANALYZE on it, or riverslot upstream check before a deploy",
+			slog.String("task", spec.Name), slog.String("table", spec.QualifiedTable))
+		return nil
+	}
+	percent := 100.0
+	if estimate > budgetSampleRows {
+		percent = 100 * budgetSampleRows / estimate
+	}
+	budgets, err := s.upstreamBudgets(ctx, spec, percent)
+	if err != nil {
+		return err
+	}
+	be := &UpstreamBudgetError{Task: spec.Name}
+	late, near := 0, 0
+	for _, b := range budgets {
+		switch {
+		case !b.Fits && b.Sampled && b.AverageRate <= sampledMargin*b.Rate:
+			// A sample of pages can be this far off on a table whose
+			// rows were loaded one upstream at a time.
+			near++
+		case !b.Fits:
+			be.Over = append(be.Over, b)
+		case !b.OnTime:
+			late++
+		}
+	}
+	if near > 0 {
+		s.log().WarnContext(ctx, "riverslot: upstreams that may not fit in a cycle at their rate limit (a sample's estimate within 25% of it); count them with riverslot upstream check",
+			slog.String("task", spec.Name), slog.Int("upstreams", near))
+	}
+	if late > 0 {
+		s.log().WarnContext(ctx, "riverslot: upstreams whose busiest slot needs more than their rate limit: their syncs wait in line, later than their place (riverslot upstream check lists them)",
+			slog.String("task", spec.Name), slog.Int("upstreams", late))
+	}
+	if len(be.Over) > 0 {
+		return be
+	}
+	return nil
+}
