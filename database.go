@@ -18,6 +18,7 @@ import (
 	"github.com/riverslot/riverslot/internal/bootstrap"
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/slotplan"
@@ -142,7 +143,7 @@ func MigrateLedger(ctx context.Context, pool *pgxpool.Pool, schema string) error
 func migrateUpstream(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	var missing bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NULL OR to_regclass($2) IS NULL OR to_regclass($3) IS NULL",
-		sqlbucket.QualifiedTable(schema, upstream.Table), sqlbucket.QualifiedTable(schema, upstream.JobsTable),
+		sqlbucket.QualifiedTable(schema, upstream.Table), sqlbucket.QualifiedTable(schema, upstream.PlacesTable),
 		sqlbucket.QualifiedTable(schema, upstream.LimitsTable)).Scan(&missing); err != nil {
 		return fmt.Errorf("error looking up the upstream tables in schema %q: %w", schema, err)
 	}
@@ -474,7 +475,7 @@ func (s *Scheduler) CreateIndexes(ctx context.Context) error {
 // It returns the rows added and the cycles completed. What River already
 // deleted cannot be recovered: docs/scale.md says what to do then.
 func backfillLedger(ctx context.Context, tx pgx.Tx, schema string) (added, completed int64, err error) {
-	l := struct{ table, jobs string }{ledger.New(schema).QualifiedTable(), sqlbucket.QualifiedTable(schema, "river_job")}
+	l := struct{ table, jobs string }{ledger.New(schema).QualifiedTable(), riverjob.QualifiedTable(schema)}
 	bootstrapKind, perSlotKind := bootstrap.Kind, perslot.Kind
 	tag, err := tx.Exec(ctx, "INSERT INTO "+l.table+" (task, cycle_start, plan, slot, job_id, created_at)"+
 		" SELECT DISTINCT ON (1, 2, 3) b.args->>'task', (b.args->>'cycle_start')::timestamptz, b.args->>'plan', $2::int, b.id, b.created_at FROM "+l.jobs+" b"+
@@ -485,7 +486,7 @@ func backfillLedger(ctx context.Context, tx pgx.Tx, schema string) (added, compl
 		" AND EXISTS (SELECT 1 FROM "+l.jobs+" p WHERE p.args @> jsonb_build_object('task', b.args->'task', 'cycle_start', b.args->'cycle_start', 'plan', b.args->'plan') AND p.kind = $3)"+
 		" ORDER BY 1, 2, 3, b.id ON CONFLICT DO NOTHING", bootstrapKind, ledger.BootstrapSlot, perSlotKind)
 	if err != nil {
-		return 0, 0, ledger.Wrap(err, "recording River's bootstrapped cycles in the ledger")
+		return 0, 0, ledger.StatementError(err, "recording River's bootstrapped cycles in the ledger")
 	}
 	added = tag.RowsAffected()
 	tag, err = tx.Exec(ctx, "INSERT INTO "+l.table+" (task, cycle_start, plan, slot, job_id, created_at, accounts, inserted, skipped, batches, finished_at)"+
@@ -498,7 +499,7 @@ func backfillLedger(ctx context.Context, tx pgx.Tx, schema string) (added, compl
 		" FROM "+l.jobs+" WHERE kind = $1 AND coalesce(args->>'plan', '') <> '' AND coalesce(args->>'task', '') <> '' AND args ? 'slot'"+
 		" ORDER BY 1, 2, 3, 4, (state = 'completed') DESC, id ON CONFLICT DO NOTHING", perSlotKind)
 	if err != nil {
-		return 0, 0, ledger.Wrap(err, "recording River's per-slot jobs in the ledger")
+		return 0, 0, ledger.StatementError(err, "recording River's per-slot jobs in the ledger")
 	}
 	added += tag.RowsAffected()
 	tag, err = tx.Exec(ctx, "UPDATE "+l.table+" c SET placement = coalesce(j.args->>'placement', 'hash'), pins = j.args->'pins',"+
@@ -508,7 +509,7 @@ func backfillLedger(ctx context.Context, tx pgx.Tx, schema string) (added, compl
 		" WHERE c.slot = $2 AND c.placement IS NULL AND c.task = j.args->>'task' AND c.cycle_start = (j.args->>'cycle_start')::timestamptz AND c.plan = j.args->>'plan'",
 		perSlotKind, ledger.BootstrapSlot)
 	if err != nil {
-		return 0, 0, ledger.Wrap(err, "recording the cycles' placements in the ledger")
+		return 0, 0, ledger.StatementError(err, "recording the cycles' placements in the ledger")
 	}
 	return added, tag.RowsAffected(), nil
 }

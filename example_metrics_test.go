@@ -89,6 +89,9 @@ func Example_prometheus() {
 	if err := client.Stop(ctx); err != nil {
 		panic(err)
 	}
+	if err := scheduler.FlushOutcomes(ctx); err != nil { // the syncs' outcomes, before the schema goes
+		panic(err)
+	}
 
 	resp, err := http.Get(server.URL)
 	if err != nil {

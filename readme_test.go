@@ -19,14 +19,14 @@ import (
 func TestReadmeQuickStart(t *testing.T) {
 	t.Parallel()
 
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	_, after, ok := strings.Cut(string(readme), "```go\n")
 	require.True(t, ok, "README.md has no Go block")
 	block, _, ok := strings.Cut(after, "```")
 	require.True(t, ok)
 
-	program, err := os.ReadFile("../examples/quickstart/main.go")
+	program, err := os.ReadFile("examples/quickstart/main.go")
 	require.NoError(t, err)
 	require.Equal(t, string(program), block, "README.md's quick start must be examples/quickstart/main.go word for word")
 }
@@ -41,9 +41,9 @@ var pendingDocs = map[string]bool{}
 func TestDocsLinks(t *testing.T) {
 	t.Parallel()
 
-	files, err := filepath.Glob("../docs/*.md")
+	files, err := filepath.Glob("docs/*.md")
 	require.NoError(t, err)
-	files = append([]string{"../README.md"}, files...)
+	files = append([]string{"README.md"}, files...)
 	anchors := map[string]map[string]bool{}
 	checked := 0
 	for _, file := range files {
@@ -58,7 +58,7 @@ func TestDocsLinks(t *testing.T) {
 			if path != "" {
 				target = filepath.Join(filepath.Dir(file), path)
 			}
-			rel, err := filepath.Rel("..", target)
+			rel, err := filepath.Rel(".", target)
 			require.NoError(t, err)
 			if _, err := os.Stat(target); err != nil {
 				if pendingDocs[filepath.ToSlash(rel)] {

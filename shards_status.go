@@ -57,15 +57,56 @@ type ShardCycle struct {
 // does not answer is reported in its ShardCycle and left out of the
 // totals: the others' cycles go on without it.
 func StatusShards(ctx context.Context, task string, shards ...*Scheduler) (*ShardsStatus, error) {
-	return statusShards(ctx, task, shards, error.Error, func(ctx context.Context, s *Scheduler, at time.Time) (*TaskStatus, error) {
-		return s.StatusAt(ctx, task, at)
-	})
+	return StatusShardsWithOpts(ctx, task, nil, shards...)
 }
 
-// statusShards is StatusShards with describe saying what a shard's
-// ShardCycle.Error (and the verdict) tells of its database's error: the
-// error itself, or on a page open to more people than the databases are,
-// only a request id; and status reading one shard's cycle.
+// StatusShardsOpts are the options of StatusShardsWithOpts. A nil or zero
+// StatusShardsOpts is StatusShards.
+type StatusShardsOpts struct {
+	// DescribeError says what a shard's ShardCycle.Error, the verdict and
+	// the error returned tell of the error of a shard whose database did
+	// not answer. Defaults to the error's own text; a page open to more
+	// people than the databases are gives a request id instead, and logs
+	// the error under it.
+	DescribeError func(error) string
+
+	// FromLedger reads each shard's cycle with StatusFromLedger, which never
+	// counts the accounts tables, instead of StatusAt: for a page or a
+	// health check polled often. A shard that has not made the fleet's
+	// latest cycle yet (its trigger a moment later, or a restart) is still
+	// read with StatusAt: the cycle as it stands there. Defaults to false.
+	FromLedger bool
+}
+
+// StatusShardsWithOpts is StatusShards with opts.
+func StatusShardsWithOpts(ctx context.Context, task string, opts *StatusShardsOpts, shards ...*Scheduler) (*ShardsStatus, error) {
+	if opts == nil {
+		opts = &StatusShardsOpts{}
+	}
+	describe := opts.DescribeError
+	if describe == nil {
+		describe = error.Error
+	}
+	status := func(ctx context.Context, s *Scheduler, at time.Time) (*TaskStatus, error) {
+		return s.StatusAt(ctx, task, at)
+	}
+	if opts.FromLedger {
+		status = func(ctx context.Context, s *Scheduler, at time.Time) (*TaskStatus, error) {
+			st, err := s.StatusFromLedger(ctx, task, at)
+			if errors.Is(err, ErrNoCycle) {
+				// Not made on this shard yet: the cycle as it stands
+				// there, as Status shows a cycle not bootstrapped.
+				return s.StatusAt(ctx, task, at)
+			}
+			return st, err
+		}
+	}
+	return statusShards(ctx, task, shards, describe, status)
+}
+
+// statusShards is StatusShardsWithOpts with describe saying what a shard's
+// ShardCycle.Error (and the verdict) tells of its database's error, and
+// status reading one shard's cycle.
 func statusShards(ctx context.Context, task string, shards []*Scheduler, describe func(error) string,
 	status func(ctx context.Context, s *Scheduler, at time.Time) (*TaskStatus, error),
 ) (*ShardsStatus, error) {
@@ -105,17 +146,21 @@ func statusShards(ctx context.Context, task string, shards []*Scheduler, describ
 		}
 	}
 	if out.CycleStart.IsZero() {
-		var down []string
+		var (
+			down   []string
+			causes []error
+		)
 		for i, err := range failed {
 			if err != nil {
 				down = append(down, shards[i].shard+": "+describe(err))
+				causes = append(causes, err)
 			}
 		}
 		if len(down) == 0 {
 			return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle on any of its %d shards", task, len(shards))}
 		}
-		return nil, fmt.Errorf("task %q has no cycle on the shards that answered, and %d of %d did not (%s): %w",
-			task, len(down), len(shards), strings.Join(down, "; "), errors.Join(append(failed, ErrNoCycle)...))
+		return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle on the shards that answered, and %d of %d did not (%s)",
+			task, len(down), len(shards), strings.Join(down, "; ")), causes: causes}
 	}
 	// Each shard's status of that cycle, all at once.
 	cycles := make([]*CycleStatus, len(shards))

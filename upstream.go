@@ -215,7 +215,7 @@ func (s *Scheduler) upstreamBudgets(ctx context.Context, spec *taskspec.Spec, pe
 // that many rows. Tasks without a rate (Limits.Rate and every override
 // 0) are not scanned.
 func (s *Scheduler) checkUpstreamBudget(ctx context.Context, spec *taskspec.Spec) error {
-	if !s.configured || !spec.Limited() {
+	if !s.configured || !spec.UsesUpstreamLimiter() {
 		return nil
 	}
 	if spec.Limits.Rate == 0 {

@@ -174,11 +174,6 @@ func killBetweenSlots(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sch
 	return int(done), running > 0
 }
 
-// gridOffset is start's offset on the absolute grid of cycle.
-func gridOffset(start time.Time, cycle time.Duration) time.Duration {
-	return time.Duration(start.UnixNano() % int64(cycle))
-}
-
 // runningSyncs returns the ids of the cycle's sync jobs left running by a
 // killed node: orphans, which River's rescuer retries (and which may have
 // called Sync already).
@@ -293,7 +288,7 @@ func TestDemoWeightedCycleFinishedByUnweightedWorker(t *testing.T) {
 	require.Less(t, fanned, plan.Slots, "killed mid-cycle")
 
 	riverslottest.CreateSyncedTable(ctx, t, pool, schema)
-	startWorker(t, schema, "finisher", finisherArgs(cycle, gridOffset(start, cycle), "demo")...)
+	startWorker(t, schema, "finisher", finisherArgs(cycle, slotplan.GridOffset(start, cycle), "demo")...)
 	waitCycleDone(ctx, t, pool, schema, start, cycle)
 
 	var (
@@ -478,7 +473,7 @@ func TestLateSlotsOfAnotherGridsCycleAreSpread(t *testing.T) {
 	restart := start.Add(time.Duration(fanned+1)*plan.SlotDuration + 2*plan.SlotDuration + time.Second)
 	time.Sleep(time.Until(restart))
 
-	offset := (gridOffset(start, cycle) + 5*time.Second) % cycle
+	offset := (slotplan.GridOffset(start, cycle) + 5*time.Second) % cycle
 	riverslottest.CreateSyncedTable(ctx, t, pool, schema)
 	startWorker(t, schema, "finisher", finisherArgs(cycle, offset, "demo")...)
 

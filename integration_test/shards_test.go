@@ -19,6 +19,7 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/riverslotweb"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
@@ -167,7 +168,7 @@ func TestShardsThreeDatabases(t *testing.T) {
 	for _, sh := range shards {
 		scheds = append(scheds, sh.s)
 	}
-	fleet, err := riverslot.NewShardsHandler(&riverslot.HandlerConfig{Timeout: 5 * time.Second, Logger: riverslottest.Logger(t)}, scheds...)
+	fleet, err := riverslotweb.NewShards(&riverslotweb.Config{Timeout: 5 * time.Second, Logger: riverslottest.Logger(t)}, scheds...)
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
 	fleet.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/status?task="+task, nil))

@@ -24,6 +24,7 @@ import (
 	"github.com/riverslot/riverslot/internal/metrics"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/riverslotweb"
 )
 
 // fakeBanks is an HTTP server on loopback, one path per bank, that records
@@ -344,7 +345,7 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 	js, err := json.Marshal(st)
 	require.NoError(t, err)
 	require.Contains(t, string(js), `"upstreams":{"keys":3,"not_closed":0,"top":[{"key":"`+worst+`"`)
-	handler, err := scheduler.NewHandler(&riverslot.HandlerConfig{})
+	handler, err := riverslotweb.New(scheduler, &riverslotweb.Config{})
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
 	handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?task=transactions", nil))

@@ -12,7 +12,7 @@
 # WORKERS is each shard's River MaxWorkers in the three-shard run; the
 # one-shard run gets WORKERS_ONE, by default three times as many, so both
 # fleets have as many workers (a River client starts at most MaxWorkers x
-# 10 jobs a second, riverutil.MaxWorkersFor: with fewer, the one-shard run
+# 10 jobs a second, riverslot.MaxWorkersFor: with fewer, the one-shard run
 # measures River's fetch limit, not the server).
 #
 # OUT (default: a temporary directory, printed) keeps the JSON reports and

@@ -80,11 +80,12 @@ func Fraction(seed uint64, id [16]byte) uint64 {
 // monthStart: its start plus the account's fraction of the month's
 // length, truncated to whole microseconds.
 func (m Monthly) Target(monthStart time.Time, seed uint64, id [16]byte) time.Time {
-	return monthStart.Add(at(Fraction(seed, id), m.NextMonth(monthStart).Sub(monthStart)))
+	return monthStart.Add(fractionOf(Fraction(seed, id), m.NextMonth(monthStart).Sub(monthStart)))
 }
 
-// at is fraction f of length, truncated to whole microseconds.
-func at(f uint64, length time.Duration) time.Duration {
+// fractionOf is fraction f (of 2^64) of length, truncated to whole
+// microseconds.
+func fractionOf(f uint64, length time.Duration) time.Duration {
 	hi, _ := bits.Mul64(f, uint64(length/time.Microsecond))
 	return time.Duration(hi) * time.Microsecond
 }
@@ -119,10 +120,10 @@ func (m Monthly) DayBuckets(monthStart time.Time, day int) (lo, hi int) {
 	length := m.NextMonth(monthStart).Sub(monthStart)
 	from, to := m.DayStart(monthStart, day).Sub(monthStart), m.DayStart(monthStart, day+1).Sub(monthStart)
 	// The first bucket whose span ends after from, the last whose span
-	// starts before to: bucket b spans [at(b<<48), at((b+1)<<48)).
+	// starts before to: bucket b spans [fractionOf(b<<48), fractionOf((b+1)<<48)).
 	lo = bucketAt(from, length)
 	hi = bucketAt(to, length)
-	if hi > lo && at(uint64(hi)<<48, length) >= to {
+	if hi > lo && fractionOf(uint64(hi)<<48, length) >= to {
 		hi-- // to is on the bucket's first microsecond: the next day's
 	}
 	return lo, min(hi, BucketsTwoByte-1)
@@ -137,7 +138,7 @@ func bucketAt(d, length time.Duration) int {
 	lo, hi := 0, BucketsTwoByte-1
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if at(uint64(mid)<<48, length) > d {
+		if fractionOf(uint64(mid)<<48, length) > d {
 			hi = mid - 1
 		} else {
 			lo = mid
@@ -152,5 +153,5 @@ func bucketAt(d, length time.Duration) int {
 // are due the next (DayOf tells each account's).
 func (m Monthly) BucketDay(monthStart time.Time, bucket int) int {
 	length := m.NextMonth(monthStart).Sub(monthStart)
-	return m.dayAt(monthStart, monthStart.Add(at(uint64(bucket)<<48, length)))
+	return m.dayAt(monthStart, monthStart.Add(fractionOf(uint64(bucket)<<48, length)))
 }

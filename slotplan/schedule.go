@@ -69,6 +69,20 @@ func NewSchedule(cycle, offset time.Duration, loc *time.Location) (Schedule, err
 	return Schedule{Cycle: cycle, Offset: offset, Location: loc}, nil
 }
 
+// GridOffset returns the Offset (in [0, cycle)) of the absolute grid of
+// cycle (nil Location) that has a cycle start at t: the TriggerOffset that
+// makes a task's cycles start at t, t+cycle, ... It returns 0 for a cycle
+// that is not positive.
+//
+//	offset := slotplan.GridOffset(start, cycle)
+//	s, _ := slotplan.NewSchedule(cycle, offset, nil) // s.Start(start) == start
+func GridOffset(t time.Time, cycle time.Duration) time.Duration {
+	if cycle <= 0 {
+		return 0
+	}
+	return time.Duration(((t.UnixNano() % int64(cycle)) + int64(cycle)) % int64(cycle))
+}
+
 // Start returns the start of the cycle that contains t: the latest cycle
 // start at or before t.
 func (s Schedule) Start(t time.Time) time.Time {

@@ -149,6 +149,39 @@ func checkScheduleAt(t *testing.T, s Schedule, at time.Time) {
 	}
 }
 
+func TestGridOffset(t *testing.T) {
+	t.Parallel()
+
+	t.Run("StartsACycleAtT", func(t *testing.T) {
+		t.Parallel()
+
+		for _, cycle := range []time.Duration{2 * time.Second, 90 * time.Second, 8 * time.Hour, 24 * time.Hour} {
+			for _, at := range []time.Time{
+				time.Date(2026, 11, 22, 10, 3, 59, 123456789, time.UTC),
+				time.Unix(0, 0),
+				time.Date(1969, 7, 20, 20, 17, 40, 5, time.UTC), // before the epoch: UnixNano is negative
+			} {
+				offset := GridOffset(at, cycle)
+				require.GreaterOrEqual(t, offset, time.Duration(0), "cycle %s, t %s", cycle, at)
+				require.Less(t, offset, cycle, "cycle %s, t %s", cycle, at)
+
+				s, err := NewSchedule(cycle, offset, nil)
+				require.NoError(t, err)
+				require.True(t, s.Start(at).Equal(at), "cycle %s: Start(%s) = %s", cycle, at, s.Start(at))
+				require.True(t, s.Next(at).Equal(at.Add(cycle)), "cycle %s: Next(%s) = %s", cycle, at, s.Next(at))
+			}
+		}
+	})
+
+	t.Run("KnownValues", func(t *testing.T) {
+		t.Parallel()
+
+		require.Equal(t, 3*time.Second+500*time.Millisecond, GridOffset(time.Unix(63, 5e8), 60*time.Second))
+		require.Equal(t, 59*time.Second, GridOffset(time.Unix(-1, 0), 60*time.Second))
+		require.Zero(t, GridOffset(time.Unix(63, 0), 0))
+	})
+}
+
 // TestScheduleEveryZone sweeps every zone of Go's tz database over
 // 2000-2040: around every zone transition, for 24h (two offsets) and 1h
 // cycles, Start(t) <= t < Next(t), both are cycle starts, and neither is ever

@@ -309,7 +309,7 @@ func (d *demo) run(ctx context.Context) error {
 	// The path real apps use: the periodic trigger bootstraps each cycle a
 	// trigger lead before it starts; RunOnStart bootstraps the first one
 	// (or, with --keep, the unfinished one) when the client becomes leader.
-	task.TriggerOffset = gridOffset(first, d.opts.cycle)
+	task.TriggerOffset = slotplan.GridOffset(first, d.opts.cycle)
 	if o := &d.opts.upstreams; o.count > 0 {
 		cycle := d.opts.cycle
 		down := func(key string, at time.Time) bool {
@@ -424,9 +424,4 @@ func (d *demo) run(ctx context.Context) error {
 		printStatus(d.stdout, st)
 	}
 	return nil
-}
-
-// gridOffset is start's position on the absolute cycle grid.
-func gridOffset(start time.Time, cycle time.Duration) time.Duration {
-	return time.Duration(((start.UnixNano() % int64(cycle)) + int64(cycle)) % int64(cycle))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 )
 
@@ -53,8 +54,8 @@ func (d *demo) progress(ctx context.Context, cycleStart time.Time, starts []time
 			count(*) FILTER (WHERE (args->>'cycle_start')::timestamptz = ANY($4) AND state NOT IN ('completed', 'cancelled', 'discarded')),
 			(SELECT count(*) FROM `+pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+`
 				WHERE task = ANY($1) AND cycle_start = $5 AND slot >= 0 AND finished_at IS NOT NULL),
-			(SELECT count(*) FROM `+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+`)
-		FROM `+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+` WHERE args->>'task' = ANY($1)`,
+			(SELECT count(*) FROM `+riverjob.QualifiedTable(d.opts.schema)+`)
+		FROM `+riverjob.QualifiedTable(d.opts.schema)+` WHERE args->>'task' = ANY($1)`,
 		d.opts.tasks(), cycleStart, syncjob.Kind, starts, starts[len(starts)-1]).Scan(
 		&p.inserted, &p.pending, &p.running, &p.completed, &p.unfinished, &p.perSlotDone, &p.riverJobRows)
 	d.maxRiverJobRows = max(d.maxRiverJobRows, p.riverJobRows)

@@ -16,6 +16,7 @@ import (
 	"github.com/riverslot/riverslot/internal/bootstrap"
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/measure"
 )
@@ -112,7 +113,7 @@ type demoCycleRow struct {
 }
 
 func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary, error) {
-	jobs := pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()
+	jobs := riverjob.QualifiedTable(d.opts.schema)
 
 	// The run's cycle starts, as riverslot's ledger records their
 	// bootstraps (River may have deleted the jobs), and sync kind.
@@ -239,7 +240,7 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 // measureWeights fills the summary's weight figures for the first task's
 // cycle starting at start, from the sync jobs enqueued and the accounts.
 func (d *demo) measureWeights(ctx context.Context, s *demoSummary, start time.Time, syncKind string) error {
-	jobs := pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()
+	jobs := riverjob.QualifiedTable(d.opts.schema)
 	var balanced, hash, heaviest float64
 	var pinned int64
 	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(w) / nullif(sum(w) / $4, 0), 0) FROM (

@@ -17,6 +17,7 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/measure"
 	"github.com/riverslot/riverslot/slotplan"
@@ -174,7 +175,7 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 				first = o.cycleStart.UTC()
 			}
 		}
-		task.TriggerOffset = gridOffset(first, o.cycle)
+		task.TriggerOffset = slotplan.GridOffset(first, o.cycle)
 		sched, err := riverslot.New(pool, &riverslot.Config{Shard: s.name, Tasks: []riverslot.Task{task},
 			Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
@@ -332,11 +333,12 @@ func (s *demoShard) prepare(ctx context.Context) error {
 // cycle it serves and has no sync job of it left to run.
 func (s *demoShard) cycleDone(ctx context.Context, start time.Time) (bool, error) {
 	d := s.d
-	var open, unfinished int64
-	err := d.pool.QueryRow(ctx, `SELECT
-	(SELECT count(*) FROM `+ledger.New(d.opts.schema).QualifiedTable()+` WHERE task = $1 AND cycle_start = $2 AND slot >= 0 AND finished_at IS NULL),
-	(SELECT count(*) FROM `+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()+` WHERE kind = $3 AND state NOT IN ('completed', 'cancelled', 'discarded') AND args->>'cycle_start' = $4)`,
-		d.opts.task, start, syncjob.Kind, start.UTC().Format(time.RFC3339Nano)).Scan(&unfinished, &open)
+	var unfinished int64
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+ledger.New(d.opts.schema).QualifiedTable()+" WHERE task = $1 AND cycle_start = $2 AND slot >= 0 AND finished_at IS NULL",
+		d.opts.task, start).Scan(&unfinished); err != nil {
+		return false, err
+	}
+	syncs, err := syncjob.CountUnfinished(ctx, d.pool, d.opts.schema, d.opts.task, start, 0)
 	if err != nil {
 		return false, err
 	}
@@ -345,7 +347,7 @@ func (s *demoShard) cycleDone(ctx context.Context, start time.Time) (bool, error
 		d.opts.task, start).Scan(&made); err != nil {
 		return false, err
 	}
-	return made && unfinished == 0 && open == 0, nil
+	return made && unfinished == 0 && syncs.Total() == 0, nil
 }
 
 // report measures the shard over the cycles from its synced table (each
@@ -381,7 +383,7 @@ FROM (SELECT extract(epoch FROM synced_at - scheduled_at)::float8 l FROM `+d.syn
 	if p50 != nil && p99 != nil {
 		r.LatenessP50Seconds, r.LatenessP99Seconds = *p50, *p99
 	}
-	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{d.opts.schema, "river_job"}.Sanitize()).Scan(&r.RiverJobRows); err != nil {
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+riverjob.QualifiedTable(d.opts.schema)).Scan(&r.RiverJobRows); err != nil {
 		return r, err
 	}
 	var mean *float64

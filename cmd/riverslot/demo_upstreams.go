@@ -19,6 +19,7 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/sim"
+	"github.com/riverslot/riverslot/internal/testkit/measure"
 )
 
 // demoUpstreamOptions are the demo's --upstream* flags.
@@ -126,8 +127,8 @@ type demoBanks struct {
 type demoBank struct {
 	inFlight atomic.Int64
 	mu       sync.Mutex
-	received []time.Time
-	sent     []time.Time
+	received []int64 // Unix nanoseconds
+	sent     []int64 // Unix nanoseconds
 	maxIn    int64
 	ok, fail int64
 	lateness []time.Duration // of synced calls, after their regular time
@@ -172,9 +173,9 @@ func (d *demoBanks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer b.inFlight.Add(-1)
 	down := d.down(key, now)
 	b.mu.Lock()
-	b.received = append(b.received, now)
+	b.received = append(b.received, now.UnixNano())
 	if at, err := time.Parse(time.RFC3339Nano, r.Header.Get("X-Riverslot-Sent-At")); err == nil {
-		b.sent = append(b.sent, at)
+		b.sent = append(b.sent, at.UnixNano())
 	}
 	b.maxIn = max(b.maxIn, n)
 	if down {
@@ -243,8 +244,8 @@ func (d *demoBanks) report(ctx context.Context, scheduler *riverslot.Scheduler, 
 		b := d.banks[key]
 		b.mu.Lock()
 		u := demoUpstream{UpstreamResult: sim.UpstreamResult{Key: key, Accounts: accounts[key], RateLimit: limits.Rate, Burst: burst, ConcurrencyLimit: limits.Concurrency,
-			MaxPerSecond: mostInASecond(b.received), MaxInFlight: b.maxIn,
-			Calls: int64(len(b.received)), Synced: b.ok, LatenessP99Seconds: quantile(b.lateness, 0.99).Seconds()}, MaxSentPerSecond: mostInASecond(b.sent)}
+			MaxPerSecond: measure.PeakPerSecond(b.received), MaxInFlight: b.maxIn,
+			Calls: int64(len(b.received)), Synced: b.ok, LatenessP99Seconds: quantile(b.lateness, 0.99).Seconds()}, MaxSentPerSecond: measure.PeakPerSecond(b.sent)}
 		b.mu.Unlock()
 		s := byKey[key]
 		u.Throttled, u.Probes, u.Deferred, u.Skipped = s.Throttled, s.Probes, s.Deferred, s.Skipped
@@ -261,20 +262,6 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	ds = slices.Clone(ds)
 	slices.Sort(ds)
 	return ds[min(max(int(math.Ceil(q*float64(len(ds))))-1, 0), len(ds)-1)]
-}
-
-// mostInASecond is the most times in any one second.
-func mostInASecond(at []time.Time) int {
-	at = slices.Clone(at)
-	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
-	most, j := 0, 0
-	for i := range at {
-		for j < len(at) && at[j].Sub(at[i]) < time.Second {
-			j++
-		}
-		most = max(most, j-i)
-	}
-	return most
 }
 
 func printDemoUpstreams(w io.Writer, ups []demoUpstream) {

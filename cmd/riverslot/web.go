@@ -18,10 +18,11 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/ledger"
-	"github.com/riverslot/riverslot/sqlbucket"
+	"github.com/riverslot/riverslot/internal/riverjob"
+	"github.com/riverslot/riverslot/riverslotweb"
 )
 
-const webAbout = `Serves the operator's page and its JSON API (riverslot.Scheduler.Handler)
+const webAbout = `Serves the operator's page and its JSON API (package riverslotweb)
 for the riverslot tasks whose cycles the ledger of --schema records: each
 task's current cycle (per-slot bars, slot circle, verdict, next slot), the
 coverage and lateness of its last cycles, failures with their last error, and
@@ -35,7 +36,7 @@ beyond this server.
 
 It only reads: its database sessions are read-only. It binds 127.0.0.1
 unless --addr says otherwise and has no authentication of its own; to open
-it to others, mount Scheduler.Handler in the app behind its own auth.
+it to others, mount riverslotweb.New in the app behind its own auth.
 --table and --filter name the accounts table as the app configures it (the
 page never counts it; an account's pin is read from the pins tables).
 It serves no /metrics: it runs no jobs.
@@ -43,14 +44,14 @@ It serves no /metrics: it runs no jobs.
 For tasks spread over several databases (docs/shards.md), give every
 shard's as --shard NAME=URL (NAME@SCHEMA=URL when its River schema is not
 --schema) instead of --database-url: / is then the page over all shards
-(riverslot.NewShardsHandler: the fleet's verdict and totals, each shard's
+(riverslotweb.NewShards: the fleet's verdict and totals, each shard's
 slots, syncs and lateness, the shard serving each slot, an account's
 shard), /api/status its JSON (as riverslot status --shard --json), and
 /shards/NAME/ each shard's own page and API. A shard whose database does
 not answer is shown as such, at start too; the tasks are read from the
 first shard that answers and has made a cycle. riverslot worker --web-addr serves
 this page and the worker's metrics on one port, as an app does by passing
-its Prometheus exporter's handler as riverslot.HandlerConfig.Metrics.
+its Prometheus exporter's handler as riverslotweb.Config.Metrics.
 
 Exit codes: 0 after SIGINT/SIGTERM, 2 bad input (no task found, address in
 use, unreachable database; with --shard, when no shard answers).
@@ -68,7 +69,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	filter := fs.String("filter", "active", "the tasks' Filter: SQL boolean expression over the accounts table (empty: every row)")
 	only := fs.String("task", "", "serve only these tasks (comma-separated; default: every task found)")
 	addr := fs.String("addr", "127.0.0.1:8080", "host:port to listen on; 127.0.0.1 keeps it on this machine")
-	refresh := fs.Duration("refresh", riverslot.HandlerRefreshDefault, "how often the page reloads itself")
+	refresh := fs.Duration("refresh", riverslotweb.RefreshDefault, "how often the page reloads itself")
 	var shardSpecs shardFlag
 	fs.Var(&shardSpecs, "shard", "NAME=URL (or NAME@SCHEMA=URL) of one shard's database, for tasks spread over several (docs/shards.md): repeat it for every shard to serve the page over all of them")
 	if err := parseFlags(fs, args); err != nil {
@@ -83,8 +84,8 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	} else if err := checkSchemaName("--accounts-schema", *accountsSchema); err != nil {
 		return err
 	}
-	if *refresh < riverslot.HandlerRefreshMin {
-		return usageErr("--refresh must be at least %s, got %s", riverslot.HandlerRefreshMin, *refresh)
+	if *refresh < riverslotweb.RefreshMin {
+		return usageErr("--refresh must be at least %s, got %s", riverslotweb.RefreshMin, *refresh)
 	}
 	var wanted []string
 	for name := range strings.SplitSeq(*only, ",") {
@@ -96,7 +97,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 
-	config := &riverslot.HandlerConfig{Refresh: *refresh, Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	config := &riverslotweb.Config{Refresh: *refresh, Logger: slog.New(slog.NewTextHandler(stderr, nil))}
 	var (
 		handler http.Handler
 		tasks   []riverslot.Task
@@ -167,7 +168,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			schedulers = append(schedulers, s)
 		}
-		if handler, err = riverslot.NewShardsHandler(config, schedulers...); err != nil {
+		if handler, err = riverslotweb.NewShards(config, schedulers...); err != nil {
 			return usageErr("%v", err)
 		}
 		where = fmt.Sprintf("%d shards", len(specs))
@@ -190,7 +191,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err := scheduler.Configure(&river.Config{Schema: *schema}); err != nil {
 			return usageErr("%v", err)
 		}
-		if handler, err = scheduler.NewHandler(config); err != nil {
+		if handler, err = riverslotweb.New(scheduler, config); err != nil {
 			return usageErr("%v", err)
 		}
 		where = "schema " + *schema
@@ -247,7 +248,7 @@ func connectReadOnly(ctx context.Context, url string, maxConns int32) (*pgxpool.
 func checkRiverSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	var jobs, led bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
-		sqlbucket.QualifiedTable(schema, "river_job"), ledger.New(schema).QualifiedTable()).Scan(&jobs, &led); err != nil {
+		riverjob.QualifiedTable(schema), ledger.New(schema).QualifiedTable()).Scan(&jobs, &led); err != nil {
 		return fmt.Errorf("error looking for River's tables: %w", err)
 	}
 	switch {

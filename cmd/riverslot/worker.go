@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/riverslotweb"
 )
 
 const workerAbout = `Runs one River client with one riverslot task over a demo's schema until
@@ -281,7 +282,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var page http.Handler
 	if webLn != nil {
-		if page, err = scheduler.NewHandler(&riverslot.HandlerConfig{Metrics: metrics.handler, Logger: logger}); err != nil {
+		if page, err = riverslotweb.New(scheduler, &riverslotweb.Config{Metrics: metrics.handler, Logger: logger}); err != nil {
 			return err
 		}
 	}

@@ -132,20 +132,22 @@ var ErrOutdated = errors.New("riverslot's ledger table " + Table + " was made by
 // Ledger reads and writes the ledger in one schema.
 type Ledger struct {
 	table  string // quoted and qualified
-	jobs   string // River's job table beside it, quoted and qualified
 	shards string // the shard maps' table beside it, quoted and qualified
 }
 
 // New returns the ledger of River's schema ("" for the search path).
 func New(schema string) Ledger {
-	return Ledger{table: sqlbucket.QualifiedTable(schema, Table), jobs: sqlbucket.QualifiedTable(schema, "river_job"), shards: sqlbucket.QualifiedTable(schema, ShardsTable)}
+	return Ledger{table: sqlbucket.QualifiedTable(schema, Table), shards: sqlbucket.QualifiedTable(schema, ShardsTable)}
 }
 
 // QualifiedTable returns the ledger's quoted, qualified table name.
 func (l Ledger) QualifiedTable() string { return l.table }
 
-// Wrap is wrap for riverslot's statements on the ledger.
-func Wrap(err error, what string) error { return wrap(err, what) }
+// StatementError returns the error of a statement on the ledger made
+// outside this package as the ledger's own methods return theirs: nil for
+// nil, else "error <what>: " and ErrMissing when the ledger's table does not
+// exist, ErrOutdated when it lacks a column (Migrate fixes both), or err.
+func StatementError(err error, what string) error { return wrap(err, what) }
 
 // wrap turns Postgres' undefined_table into ErrMissing.
 func wrap(err error, what string) error {

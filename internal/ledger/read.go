@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -284,32 +283,6 @@ func (l Ledger) OtherSlots(ctx context.Context, q Queryer, task, plan string, cy
 		out = append(out, o)
 	}
 	return out, wrap(rows.Err(), "reading the task's other cycles in the ledger")
-}
-
-// JobStates returns the River state of each of ids still in River's job
-// table (in schema, the ledger's): a job absent from the map was deleted.
-// A primary-key lookup per id; the ledger reads River's table only for
-// jobs it records as not finished.
-func (l Ledger) JobStates(ctx context.Context, q Queryer, ids []int64) (map[int64]string, error) {
-	out := make(map[int64]string, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	rows, err := q.Query(ctx, "SELECT id, state::text FROM "+l.jobs+" WHERE id = ANY($1)", ids)
-	if err != nil {
-		return nil, fmt.Errorf("error reading the states of %d per-slot jobs: %w", len(ids), err)
-	}
-	var (
-		id    int64
-		state string
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error {
-		out[id] = state
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("error reading the states of %d per-slot jobs: %w", len(ids), err)
-	}
-	return out, nil
 }
 
 // Tasks returns the names of the tasks the ledger records cycles of, in

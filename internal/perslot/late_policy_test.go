@@ -299,13 +299,13 @@ func TestSyncedByOlderCycleLateSpread(t *testing.T) {
 	require.True(t, ok, "a finished fan-out that recorded spread accounts spread them, whatever this node's policy")
 }
 
-// TestSyncedByOlderCycleDecided: what an older cycle's slot did is read
+// TestSyncedByOlderCycleInsertedAllOrNone: what an older cycle's slot did is read
 // from the ledger's counts where they tell (it inserted every account it
 // selected, or none), not replayed from the cycles still in view. Here Y's
 // replay, seeing W's sync 5 s before Y's, would say Y left the account to
 // W; the cycle W itself left it to (out of view, older) is what made Y
 // sync it. Judged by the replay, Z synced the account 8 s after Y.
-func TestSyncedByOlderCycleDecided(t *testing.T) {
+func TestSyncedByOlderCycleInsertedAllOrNone(t *testing.T) {
 	t.Parallel()
 
 	spec := riverslottest.Spec(t, "transactions", "s", "accounts", "", 24*time.Second, 100) // 8 slots of 3 s
@@ -319,9 +319,9 @@ func TestSyncedByOlderCycleDecided(t *testing.T) {
 	zStart, zTarget := t0.Add(12*time.Second), ySync.Add(8*time.Second)
 
 	require.False(t, syncedByOlderCycle([]*overlap{w, y}, id, zTarget, zStart, spec.Plan.Cycle), "replayed: Y left it to W, W is 13 s away")
-	y.decided = map[int]bool{2: true}
+	y.insertedAll = map[int]bool{2: true}
 	require.True(t, syncedByOlderCycle([]*overlap{w, y}, id, zTarget, zStart, spec.Plan.Cycle), "Y's slot inserted every account: Y synced it 8 s before")
-	y.decided = map[int]bool{2: false}
+	y.insertedAll = map[int]bool{2: false}
 	require.False(t, syncedByOlderCycle([]*overlap{y}, id, zTarget, zStart, spec.Plan.Cycle), "Y's slot inserted none: only this cycle syncs it")
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
 )
@@ -44,10 +45,11 @@ type overlap struct {
 	runs map[int]fanOut
 	late *lateRules
 	seen time.Time // when the overlaps were read: a pending fan-out runs after it
-	// decided: slots whose finished fan-out inserted every account it
+	// insertedAll: slots whose finished fan-out inserted every account it
 	// selected (true) or none (false), as the ledger counts them: what
-	// the slot did with an account is known, not replayed.
-	decided map[int]bool
+	// the slot did with an account is known, not replayed. A slot that
+	// inserted some has no entry.
+	insertedAll map[int]bool
 	// pins is what the other cycle follows (nil: hash placement), and
 	// pinned the slots (in the pins' own task) of the current page's
 	// accounts pinned there.
@@ -85,7 +87,8 @@ type lateRules struct {
 // [lo, hi] that the ledger does not record.
 type span struct{ lo, hi time.Time }
 
-func at(t time.Time) span { return span{t, t} }
+// instant is the span of a sync known to run at t.
+func instant(t time.Time) span { return span{t, t} }
 
 // overlaps loads the other cycles that may sync this job's accounts within
 // half a cycle of it, from the ledger: the cycles of the task, of any plan,
@@ -118,7 +121,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			pending = append(pending, r.JobID)
 		}
 	}
-	states, err := led.JobStates(ctx, w.pool, pending)
+	jobs, err := riverjob.ByID(ctx, w.pool, client.Schema(), pending)
 	if err != nil {
 		return nil, fmt.Errorf("error looking up overlapping cycles: %w", err)
 	}
@@ -136,7 +139,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			// A slot not finished syncs its accounts only while its job
 			// can still run: one River deleted, cancelled or discarded
 			// without finishing does not.
-			switch states[r.JobID] {
+			switch jobs[r.JobID].State {
 			case "", "cancelled", "discarded":
 				continue
 			}
@@ -162,7 +165,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			}
 			o = &overlap{plan: other.Plan, month: other.Month, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, createdAt: c.CreatedAt, planID: c.Plan.String(),
 				replayOnly: neighbour, slots: map[int]bool{}, pins: pins,
-				runs: map[int]fanOut{}, decided: map[int]bool{}, late: &lateRules{spec: other, cycleEnd: end, first: c.First}, seen: seen}
+				runs: map[int]fanOut{}, insertedAll: map[int]bool{}, late: &lateRules{spec: other, cycleEnd: end, first: c.First}, seen: seen}
 			if pins != nil {
 				o.pinRead = spec.PinRead(pins.Schema)
 			}
@@ -186,9 +189,9 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 		if r.Done && r.Accounts >= 0 && r.Inserted >= 0 {
 			switch r.Inserted {
 			case 0:
-				o.decided[r.Slot] = false
+				o.insertedAll[r.Slot] = false
 			case r.Accounts:
-				o.decided[r.Slot] = true
+				o.insertedAll[r.Slot] = true
 			}
 		}
 	}
@@ -260,7 +263,7 @@ func (o *overlap) target(id uuid.UUID) (span, bool) {
 	if !o.slots[slot] {
 		return span{}, false
 	}
-	if synced, ok := o.decided[slot]; ok && !synced {
+	if all, ok := o.insertedAll[slot]; ok && !all {
 		return span{}, false // its fan-out inserted none of the slot's accounts
 	}
 	slotStart, slotLen, cycleLen := o.plan.SlotStart(o.cycleStart, slot), o.plan.SlotDuration, o.plan.Cycle
@@ -271,12 +274,12 @@ func (o *overlap) target(id uuid.UUID) (span, bool) {
 	}
 	run, ok := o.runs[slot]
 	if !ok || o.late == nil {
-		return at(regular), true
+		return instant(regular), true
 	}
 	spec := o.late.spec
 	lateAfter := regular.Add(spec.LateGrace)
 	if run.pending && lateAfter.After(o.seen) || !run.pending && !lateAfter.Before(run.to) {
-		return at(regular), true // placed on time whenever its batch ran (or will run, on time)
+		return instant(regular), true // placed on time whenever its batch ran (or will run, on time)
 	}
 	surelyLate := lateAfter.Before(run.from)
 	deadline := spec.LateDeadline(o.cycleStart, o.late.cycleEnd, slotStart)
@@ -294,7 +297,7 @@ func (o *overlap) target(id uuid.UUID) (span, bool) {
 		if surelyLate && run.skipped {
 			return span{}, false
 		}
-		return at(regular), true // on time, or skipped
+		return instant(regular), true // on time, or skipped
 	}
 	// A finished fan-out that recorded spread accounts spread them,
 	// whatever this node's late policy; a pending one follows it.
@@ -302,7 +305,7 @@ func (o *overlap) target(id uuid.UUID) (span, bool) {
 		if surelyLate {
 			return span{}, false // skipped until the next cycle
 		}
-		return at(regular), true // on time, or skipped
+		return instant(regular), true // on time, or skipped
 	}
 	hi := deadline
 	if !run.pending && !o.late.first {
@@ -363,7 +366,7 @@ func syncedByOlderCycle(overlaps []*overlap, id uuid.UUID, target, cycleStart ti
 		}
 		// A slot that inserted every account synced this one, whatever a
 		// replay from the cycles still in view would say.
-		if !o.decided[o.slotOf(id)] && surelyCovered(synced, old, o.cycleStart, o.cycleLen()) {
+		if !o.insertedAll[o.slotOf(id)] && surelyCovered(synced, old, o.cycleStart, o.cycleLen()) {
 			continue // it left the account to an older cycle
 		}
 		synced = append(synced, old)
@@ -371,7 +374,7 @@ func syncedByOlderCycle(overlaps []*overlap, id uuid.UUID, target, cycleStart ti
 			others = append(others, old)
 		}
 	}
-	return covered(others, at(target), cycleStart, cycle)
+	return covered(others, instant(target), cycleStart, cycle)
 }
 
 // covered reports whether one of synced may fall inside the cycle

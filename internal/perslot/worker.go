@@ -16,10 +16,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 // stepFanOut is the name of the resumable step that holds the cursor.
@@ -265,7 +265,7 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 		split:      spec.Monthly(),
 		pins:       pins,
 		ledger:     ledger.New(client.Schema()),
-		fenceSQL:   "SELECT attempt, state FROM " + sqlbucket.QualifiedTable(client.Schema(), "river_job") + " WHERE id = $1 FOR UPDATE",
+		fenceSQL:   "SELECT attempt, state FROM " + riverjob.QualifiedTable(client.Schema()) + " WHERE id = $1 FOR UPDATE",
 		params:     make([]river.InsertManyParams, 0, spec.BatchSize),
 		opts:       make([]river.InsertOpts, spec.BatchSize),
 		syncTags:   append(slices.Clip(spec.SyncOpts.Tags), taskspec.PlanTag(spec.PlanID)),

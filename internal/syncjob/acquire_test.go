@@ -47,8 +47,8 @@ func TestAcquireWaitsForALeaseInProcess(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(began), 900*time.Millisecond, "it asked again in process, for the retries' whole budget")
 
 	// The lease is given back as soon as job 4's first decision is
-	// recorded (its place in riverslot_upstream_job): it runs.
-	jobs := pgx.Identifier{schema, upstream.JobsTable}.Sanitize()
+	// recorded (its place in riverslot_upstream_place): it runs.
+	jobs := pgx.Identifier{schema, upstream.PlacesTable}.Sanitize()
 	released := make(chan error, 1)
 	go func() {
 		for {

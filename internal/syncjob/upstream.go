@@ -64,7 +64,7 @@ func Throttled(retryAfter time.Duration, err error) error {
 // upstream_down when the breaker had deferred it, upstream_throttled when
 // it waited in the rate limiter's line.
 func (w *Worker) staleByUpstream(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args]) (string, error) {
-	if !spec.Limited() {
+	if !spec.UsesUpstreamLimiter() {
 		return "", nil
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
@@ -86,7 +86,7 @@ func (w *Worker) staleByUpstream(ctx context.Context, spec *taskspec.Spec, job *
 // forget drops the job's place with its upstream when it ends without
 // asking again (account gone), for a task with limits.
 func (w *Worker) forget(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args]) error {
-	if !spec.Limited() {
+	if !spec.UsesUpstreamLimiter() {
 		return nil
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
@@ -188,7 +188,7 @@ func (w *Worker) acquire(ctx context.Context, spec *taskspec.Spec, lim *upstream
 // and breaker when the task has any.
 func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[Args], notAfter time.Time, e *ending) error {
 	spec := t.spec
-	if !spec.Limited() {
+	if !spec.UsesUpstreamLimiter() {
 		err := t.sync(ctx, job.Args.AccountID, job)
 		var throttled *ThrottledError
 		if errors.As(err, &throttled) {

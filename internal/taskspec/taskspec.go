@@ -263,10 +263,10 @@ func (s *Spec) UpstreamExpr() string {
 	return fmt.Sprintf("coalesce(convert_from(substring(convert_to((%s)::text, 'UTF8') from 1 for %d), 'UTF8'), '')", s.Upstream, upstream.MaxKeyLen)
 }
 
-// Limited reports whether the task's syncs go through the upstream
-// limiter: Upstream or a limit is set. A task with neither costs its syncs
-// nothing.
-func (s *Spec) Limited() bool {
+// UsesUpstreamLimiter reports whether the task's syncs go through the
+// upstream limiter: Upstream or a limit is set. A task with neither costs
+// its syncs nothing.
+func (s *Spec) UsesUpstreamLimiter() bool {
 	return s.Upstream != "" || s.Limits.Rate > 0 || s.Limits.Concurrency > 0 || s.Limits.FailureThreshold > 0
 }
 

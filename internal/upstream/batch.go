@@ -234,7 +234,7 @@ w AS (
 			AND greatest(coalesce(start_tat, clock_timestamp()), clock_timestamp())
 				+ (g.k - greatest(coalesce(burst, $5), 1)) * (1e6 / coalesce(rate, $4)) * interval '1 microsecond' <= clock_timestamp() END
 		AND (coalesce(concurrency, $7) = 0 OR in_flight + g.k <= coalesce(concurrency, $7))
-		AND NOT EXISTS (SELECT 1 FROM `+l.jobs+` j WHERE j.task = $1 AND j.key = g.key AND j.job_id = ANY(g.ids))
+		AND NOT EXISTS (SELECT 1 FROM `+l.places+` j WHERE j.task = $1 AND j.key = g.key AND j.job_id = ANY(g.ids))
 	RETURNING u.key)
 SELECT key FROM w`, r.Task, keys, ids, r.Limits.Rate, r.Limits.Burst, r.Limits.FailureThreshold, r.Limits.Concurrency, r.Hold.Microseconds())
 	if err != nil {
@@ -272,7 +272,7 @@ func (l *Limiter) releaseSucceeded(ctx context.Context, db DB, rs []Request) ([]
 	SELECT key, count(*)::int AS k, array_agg(id) AS ids, array_agg(id::text) AS tids
 	FROM unnest($2::text[], $3::bigint[]) AS x(key, id) GROUP BY key),
 l AS (SELECT u.key FROM `+l.table+` u WHERE u.task = $1 AND u.key IN (SELECT key FROM g) ORDER BY u.key FOR UPDATE),
-j AS (DELETE FROM `+l.jobs+` x USING g WHERE x.task = $1 AND x.key = g.key AND x.job_id = ANY(g.ids))
+j AS (DELETE FROM `+l.places+` x USING g WHERE x.task = $1 AND x.key = g.key AND x.job_id = ANY(g.ids))
 UPDATE `+l.table+` u SET
 	calls = calls + g.k,
 	win_calls = CASE WHEN win_start IS NULL OR clock_timestamp() - win_start >= interval '10 seconds' THEN g.k ELSE win_calls + g.k END,

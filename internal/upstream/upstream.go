@@ -8,8 +8,9 @@
 //     the rate limiter's state (GCRA: the theoretical arrival time), a
 //     pause an upstream asked for (429 Retry-After), the breaker's state
 //     and counters.
-//   - riverslot_upstream_job: one row per sync job that holds a place in
-//     the rate limiter's line (reserved_at) or waits for the breaker.
+//   - riverslot_upstream_place: the places in each key's line, one row per
+//     sync job that holds a place in the rate limiter's line (reserved_at)
+//     or waits for the breaker.
 //
 // A sync in flight holds a lease in its key's row (leases: job id to
 // expiry; in_flight counts them), which expires, so a node killed mid-sync
@@ -42,12 +43,17 @@ import (
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
-// Table and JobsTable are the limiter's tables, in River's schema.
+// Table, PlacesTable and LimitsTable are the limiter's tables, in River's
+// schema.
 const (
 	Table       = "riverslot_upstream"
-	JobsTable   = "riverslot_upstream_job"
+	PlacesTable = "riverslot_upstream_place"
 	LimitsTable = "riverslot_upstream_limits"
 )
+
+// placesTableBefore is PlacesTable's earlier name (it holds places in
+// line, not jobs); DDL renames a table of that name.
+const placesTableBefore = "riverslot_upstream_job"
 
 // MaxKeyLen is the longest upstream key, in bytes: the fan-out cuts longer
 // values of Task.Upstream to it.
@@ -107,12 +113,19 @@ func (l Limits) WithDefaults() Limits {
 }
 
 // DDL returns the statements that create the limiter's tables in schema
-// ("" for the search path), idempotently.
+// ("" for the search path), idempotently. It first renames the places'
+// table of an earlier version (riverslot_upstream_job) and its primary key,
+// keeping its rows; the renames do nothing where the old names are gone:
+//
+//	ALTER TABLE IF EXISTS "schema"."riverslot_upstream_job" RENAME TO "riverslot_upstream_place"
+//	ALTER INDEX IF EXISTS "schema"."riverslot_upstream_job_pkey" RENAME TO "riverslot_upstream_place_pkey"
 func DDL(schema string) []string {
 	t := sqlbucket.QualifiedTable(schema, Table)
-	j := sqlbucket.QualifiedTable(schema, JobsTable)
+	j := sqlbucket.QualifiedTable(schema, PlacesTable)
 	o := sqlbucket.QualifiedTable(schema, LimitsTable)
 	return []string{
+		`ALTER TABLE IF EXISTS ` + sqlbucket.QualifiedTable(schema, placesTableBefore) + ` RENAME TO ` + pgx.Identifier{PlacesTable}.Sanitize(),
+		`ALTER INDEX IF EXISTS ` + sqlbucket.QualifiedTable(schema, placesTableBefore+"_pkey") + ` RENAME TO ` + pgx.Identifier{PlacesTable + "_pkey"}.Sanitize(),
 		`CREATE TABLE IF NOT EXISTS ` + o + ` (
 	task text NOT NULL,
 	key text NOT NULL,
@@ -163,7 +176,7 @@ func DDL(schema string) []string {
 	updated_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (task, key, job_id)
 )`,
-		`COMMENT ON TABLE ` + j + ` IS 'riverslot: sync jobs holding a place in an upstream''s rate limit (reserved_at), or waiting for its breaker (deferred)'`,
+		`COMMENT ON TABLE ` + j + ` IS 'riverslot: places in an upstream''s line: sync jobs holding a place in its rate limit (reserved_at), or waiting for its breaker (deferred)'`,
 	}
 }
 
@@ -272,13 +285,13 @@ type DB interface {
 
 // Limiter decides and records syncs of the upstreams of River's schema.
 type Limiter struct {
-	table, jobs, limits string
+	table, places, limits string
 }
 
 // New returns the limiter over the tables of schema ("" for the search
 // path).
 func New(schema string) *Limiter {
-	return &Limiter{table: sqlbucket.QualifiedTable(schema, Table), jobs: sqlbucket.QualifiedTable(schema, JobsTable),
+	return &Limiter{table: sqlbucket.QualifiedTable(schema, Table), places: sqlbucket.QualifiedTable(schema, PlacesTable),
 		limits: sqlbucket.QualifiedTable(schema, LimitsTable)}
 }
 
@@ -346,7 +359,7 @@ SELECT u.rate, u.burst, u.concurrency, u.line_tat, u.start_tat, u.paused_until, 
 	clock_timestamp(),
 	(SELECT count(*) FROM jsonb_each_text(u.leases) e WHERE e.key <> $3::text AND e.value::float8 > extract(epoch FROM clock_timestamp())),
 	j.job_id IS NOT NULL, j.reserved_at, coalesce(j.throttled, false), coalesce(j.deferred, false)
-FROM u LEFT JOIN `+l.jobs+` j ON j.task = $1 AND j.key = $2 AND j.job_id = $3`, r.Task, r.Key, r.JobID).
+FROM u LEFT JOIN `+l.places+` j ON j.task = $1 AND j.key = $2 AND j.job_id = $3`, r.Task, r.Key, r.JobID).
 		Scan(&s.overrideRate, &s.overrideBurst, &s.overrideConcur, &s.lineTAT, &s.startTAT, &s.pausedUntil, &s.breaker, &s.failures, &s.openUntil, &s.probeJob, &s.probeUntil,
 			&s.now, &s.inFlight, &s.hasJob, &s.reservedAt, &s.throttled, &s.deferred)
 	if err != nil {
@@ -400,7 +413,7 @@ func (l *Limiter) fast(ctx context.Context, db DB, r Request) (bool, error) {
 			AND greatest(coalesce(start_tat, clock_timestamp()), clock_timestamp())
 				- (greatest(coalesce(burst, $5), 1) - 1) * (1e6 / coalesce(rate, $4)) * interval '1 microsecond' <= clock_timestamp() END
 		AND (coalesce(concurrency, $7) = 0 OR in_flight < coalesce(concurrency, $7))
-		AND NOT EXISTS (SELECT 1 FROM `+l.jobs+` j WHERE j.task = $1 AND j.key = $2 AND j.job_id = $3)
+		AND NOT EXISTS (SELECT 1 FROM `+l.places+` j WHERE j.task = $1 AND j.key = $2 AND j.job_id = $3)
 	RETURNING 1)
 SELECT count(*) FROM u`, r.Task, r.Key, r.JobID, r.Limits.Rate, r.Limits.Burst, r.Limits.FailureThreshold, r.Limits.Concurrency, r.Hold.Microseconds()).Scan(&n)
 	if err != nil {
@@ -646,7 +659,7 @@ WHERE task = $1 AND key = $2`, r.Task, r.Key, s.newLineTAT, s.newStartTAT, probe
 	// A job that waits asks again at least every cooldown or at its
 	// place; one not heard of for an hour past both was cancelled or
 	// deleted while it waited.
-	if _, err := tx.Exec(ctx, `DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id <> $3
+	if _, err := tx.Exec(ctx, `DELETE FROM `+l.places+` WHERE task = $1 AND key = $2 AND job_id <> $3
 	AND greatest(coalesce(reserved_at, updated_at), updated_at) < $4::timestamptz - interval '1 hour'`,
 		r.Task, r.Key, r.JobID, s.now); err != nil {
 		return wrap(err, "clearing the upstream's abandoned places")
@@ -654,15 +667,15 @@ WHERE task = $1 AND key = $2`, r.Task, r.Key, s.newLineTAT, s.newStartTAT, probe
 	switch {
 	case s.dropJob || s.leaseRun:
 		if s.hasJob {
-			if _, err := tx.Exec(ctx, `DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3`, r.Task, r.Key, r.JobID); err != nil {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+l.places+` WHERE task = $1 AND key = $2 AND job_id = $3`, r.Task, r.Key, r.JobID); err != nil {
 				return wrap(err, "recording the upstream's decision")
 			}
 		}
 	case s.reserve != nil || s.markThrottled || s.markDeferred:
-		if _, err := tx.Exec(ctx, `INSERT INTO `+l.jobs+` (task, key, job_id, reserved_at, throttled, deferred)
+		if _, err := tx.Exec(ctx, `INSERT INTO `+l.places+` (task, key, job_id, reserved_at, throttled, deferred)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (task, key, job_id) DO UPDATE SET reserved_at = EXCLUDED.reserved_at, updated_at = now(),
-	throttled = `+l.jobs+`.throttled OR EXCLUDED.throttled, deferred = `+l.jobs+`.deferred OR EXCLUDED.deferred`,
+	throttled = `+l.places+`.throttled OR EXCLUDED.throttled, deferred = `+l.places+`.deferred OR EXCLUDED.deferred`,
 			r.Task, r.Key, r.JobID, s.reserve, s.markThrottled || s.throttled, s.markDeferred || s.deferred); err != nil {
 			return wrap(err, "recording the upstream's decision")
 		}
@@ -677,7 +690,7 @@ ON CONFLICT (task, key, job_id) DO UPDATE SET reserved_at = EXCLUDED.reserved_at
 // node. One statement.
 func (l *Limiter) Release(ctx context.Context, db DB, r Request, outcome Outcome, retryAfter time.Duration) (Released, error) {
 	var rel Released
-	err := db.QueryRow(ctx, `WITH j AS (DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3)
+	err := db.QueryRow(ctx, `WITH j AS (DELETE FROM `+l.places+` WHERE task = $1 AND key = $2 AND job_id = $3)
 UPDATE `+l.table+` u SET
 	calls = calls + CASE WHEN $4 = 3 THEN 0 ELSE 1 END,
 	win_calls = CASE WHEN win_start IS NULL OR clock_timestamp() - win_start >= interval '10 seconds' THEN 1 ELSE win_calls + 1 END,
@@ -715,7 +728,7 @@ RETURNING state = 'open', open_until, clock_timestamp()`, r.Task, r.Key, r.JobID
 // breaker after it failed (Released.DeferFor): it holds no place in line,
 // and should it run out of time it is skipped as upstream_down.
 func (l *Limiter) MarkDeferred(ctx context.Context, db DB, r Request) error {
-	_, err := db.Exec(ctx, `WITH j AS (INSERT INTO `+l.jobs+` (task, key, job_id, deferred) VALUES ($1, $2, $3, true)
+	_, err := db.Exec(ctx, `WITH j AS (INSERT INTO `+l.places+` (task, key, job_id, deferred) VALUES ($1, $2, $3, true)
 	ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, reserved_at = NULL, updated_at = now() RETURNING 1)
 UPDATE `+l.table+` SET deferred = deferred + 1 WHERE task = $1 AND key = $2 AND EXISTS (SELECT 1 FROM j)`, r.Task, r.Key, r.JobID)
 	return wrap(err, "recording the deferred sync")
@@ -727,7 +740,7 @@ UPDATE `+l.table+` SET deferred = deferred + 1 WHERE task = $1 AND key = $2 AND 
 // waited in the rate limiter's line. Such a sync counts as skipped by the
 // upstream.
 func (l *Limiter) Stale(ctx context.Context, db DB, r Request) (deferred, throttled bool, err error) {
-	err = db.QueryRow(ctx, `WITH d AS (DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3 RETURNING deferred, throttled),
+	err = db.QueryRow(ctx, `WITH d AS (DELETE FROM `+l.places+` WHERE task = $1 AND key = $2 AND job_id = $3 RETURNING deferred, throttled),
 u AS (UPDATE `+l.table+` SET skipped = skipped + 1 WHERE task = $1 AND key = $2 AND EXISTS (SELECT 1 FROM d WHERE deferred OR throttled) RETURNING 1)
 SELECT coalesce((SELECT deferred FROM d), false), coalesce((SELECT throttled FROM d), false), EXISTS (SELECT 1 FROM u)`, r.Task, r.Key, r.JobID).Scan(&deferred, &throttled, new(bool))
 	return deferred, throttled, wrap(err, "recording the stale sync")
@@ -736,7 +749,7 @@ SELECT coalesce((SELECT deferred FROM d), false), coalesce((SELECT throttled FRO
 // Forget drops the sync of r's place in line or deferral, for a sync that
 // ends before it asks again (its account is gone, another sync of it ran).
 func (l *Limiter) Forget(ctx context.Context, db DB, r Request) error {
-	_, err := db.Exec(ctx, `DELETE FROM `+l.jobs+` WHERE task = $1 AND key = $2 AND job_id = $3`, r.Task, r.Key, r.JobID)
+	_, err := db.Exec(ctx, `DELETE FROM `+l.places+` WHERE task = $1 AND key = $2 AND job_id = $3`, r.Task, r.Key, r.JobID)
 	return wrap(err, "forgetting the sync's place")
 }
 
@@ -873,7 +886,7 @@ func (l *Limiter) List(ctx context.Context, db DB, task, after string, limit int
 		// continued (after "" is the first page).
 		return nil, fmt.Errorf("limit must be at least 2, got %d", limit)
 	}
-	rows, err := db.Query(ctx, `SELECT `+fmt.Sprintf(stateColumns, l.jobs)+`
+	rows, err := db.Query(ctx, `SELECT `+fmt.Sprintf(stateColumns, l.places)+`
 FROM `+l.table+` u WHERE ($1 = '' OR u.task = $1) AND ($2 = '' OR u.key > $2) ORDER BY u.task, u.key LIMIT $3`, task, after, limit)
 	if err != nil {
 		return nil, wrap(err, "listing the upstreams")
@@ -889,7 +902,7 @@ func (l *Limiter) Summary(ctx context.Context, db DB, task string, n int) (keys,
 	if err := db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state <> 'closed') FROM `+l.table+` WHERE task = $1`, task).Scan(&keys, &notClosed); err != nil {
 		return 0, 0, nil, wrap(err, "summing up the upstreams")
 	}
-	rows, err := db.Query(ctx, `SELECT `+fmt.Sprintf(stateColumns, l.jobs)+`
+	rows, err := db.Query(ctx, `SELECT `+fmt.Sprintf(stateColumns, l.places)+`
 FROM `+l.table+` u WHERE u.task = $1
 ORDER BY u.state <> 'closed' DESC, coalesce(u.paused_until > clock_timestamp(), false) DESC, u.skipped DESC, u.throttled DESC, u.key LIMIT $2`, task, n)
 	if err != nil {

@@ -427,7 +427,7 @@ func TestMissingTables(t *testing.T) {
 func TestAbandonedPlacesSwept(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	jobs := pgx.Identifier{b.schema, upstream.JobsTable}.Sanitize()
+	jobs := pgx.Identifier{b.schema, upstream.PlacesTable}.Sanitize()
 	_, err := b.pool.Exec(b.ctx, `INSERT INTO `+jobs+` (task, key, job_id, reserved_at, deferred, updated_at) VALUES
 		('transactions', 'bank-1', 9001, NULL, true, now() - interval '2 hours'),
 		('transactions', 'bank-1', 9002, now() - interval '2 hours', false, now() - interval '2 hours'),

@@ -2,7 +2,9 @@
 // accounts were synced once, missed or duplicated, the peak number of pending
 // sync jobs (inserted, not yet started) and start lateness. The integration
 // tests and the riverslot demo share it, so both report the same numbers the
-// same way, measured from the database.
+// same way, measured from the database. PeakPerSecond is an upstream's
+// busiest second, from the times of its calls, for the demo and the
+// simulator alike.
 package measure
 
 import (
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -84,7 +87,7 @@ type Target struct {
 
 // MeasureCycle computes the figures of one cycle.
 func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleStart time.Time) (*Cycle, error) {
-	jobs := pgx.Identifier{target.RiverSchema, "river_job"}.Sanitize()
+	jobs := riverjob.QualifiedTable(target.RiverSchema)
 	id := pgx.Identifier{target.IDColumn}.Sanitize()
 	filter := "true"
 	if target.Filter != "" {
@@ -171,7 +174,7 @@ func MeasureRun(ctx context.Context, pool *pgxpool.Pool, target Target, perSlotK
 		run.Cycles = append(run.Cycles, c)
 	}
 
-	jobs := pgx.Identifier{target.RiverSchema, "river_job"}.Sanitize()
+	jobs := riverjob.QualifiedTable(target.RiverSchema)
 	err := pool.QueryRow(ctx, `WITH s AS (
 		SELECT created_at, attempted_at, scheduled_at FROM `+jobs+`
 		WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = ANY($3)

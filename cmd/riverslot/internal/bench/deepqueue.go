@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/slotplan"
 )
@@ -102,7 +102,7 @@ func (r *Runner) deepQueue(ctx context.Context) error {
 		if err := flush(); err != nil {
 			return nil, err
 		}
-		if _, err := r.cfg.Pool.Exec(ctx, "VACUUM ANALYZE "+pgx.Identifier{schema, "river_job"}.Sanitize()); err != nil {
+		if _, err := r.cfg.Pool.Exec(ctx, "VACUUM ANALYZE "+riverjob.QualifiedTable(schema)); err != nil {
 			return nil, err
 		}
 		r.logf("%s queue: %d jobs", name, total)

@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -183,7 +184,7 @@ func (d *depthRun) runNaive(ctx context.Context, s *strategy) error {
 // their times).
 func (d *depthRun) runSlot(ctx context.Context, s *strategy) error {
 	scheduler, err := riverslot.New(d.r.cfg.Pool, &riverslot.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverslot.Task{{
-		Name: "bench", Cycle: d.cycle, TriggerOffset: gridOffset(d.start, d.cycle), Schema: s.schema, Table: "accounts",
+		Name: "bench", Cycle: d.cycle, TriggerOffset: slotplan.GridOffset(d.start, d.cycle), Schema: s.schema, Table: "accounts",
 		MaxAttempts: depthMaxAttempts,
 		Sync: func(ctx context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
 			return d.sync(ctx, s.schema, id)
@@ -406,7 +407,7 @@ func (r *Runner) depthRound(ctx context.Context, ids []uuid.UUID, failing map[uu
 		}
 		// A healthy account's sync succeeds on its first attempt, so its
 		// attempted_at is that attempt's start.
-		jobs := pgx.Identifier{s.schema, "river_job"}.Sanitize()
+		jobs := riverjob.QualifiedTable(s.schema)
 		var p50, p99 float64
 		if err := r.cfg.Pool.QueryRow(ctx, `WITH healthy AS (
 				SELECT extract(epoch FROM attempted_at - scheduled_at) AS lateness FROM `+jobs+`
@@ -437,12 +438,8 @@ func sqlIndex(schema string) string {
 	return "CREATE INDEX ON " + pgx.Identifier{schema, "accounts"}.Sanitize() + " ((" + sqlbucket.Expr("id") + "), id)"
 }
 
-func gridOffset(start time.Time, cycle time.Duration) time.Duration {
-	return time.Duration(((start.UnixNano() % int64(cycle)) + int64(cycle)) % int64(cycle))
-}
-
 func (r *Runner) series(ctx context.Context, s *strategy, start time.Time, cycle time.Duration) error {
-	jobs := pgx.Identifier{s.schema, "river_job"}.Sanitize()
+	jobs := riverjob.QualifiedTable(s.schema)
 	rows, err := r.cfg.Pool.Query(ctx, `
 		SELECT g.sec,
 		       (SELECT count(*) FROM `+jobs+` j WHERE j.kind = $1 AND j.created_at <= $2::timestamptz + make_interval(secs => g.sec)

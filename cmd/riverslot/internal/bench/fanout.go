@@ -18,6 +18,7 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/perslot"
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -178,7 +179,7 @@ func (r *Runner) fanOutOnce(ctx context.Context, accounts string, n int) (time.D
 	<-sampled
 
 	var inserted int64
-	if err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+" WHERE kind = $1", syncjob.Kind).Scan(&inserted); err != nil {
+	if err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+riverjob.QualifiedTable(schema)+" WHERE kind = $1", syncjob.Kind).Scan(&inserted); err != nil {
 		return 0, 0, 0, err
 	}
 	if inserted != int64(n) {

@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/riverslot/riverslot/internal/riverjob"
 )
 
 // rawQueue is the queue RawInsert's jobs go to; no client works it.
@@ -33,7 +34,7 @@ func RawInsert(ctx context.Context, pool *pgxpool.Pool, schema string, n, batchS
 		id := uuid.New()
 		params[i] = river.InsertManyParams{Args: noopArgs{Task: "bench", AccountID: id, CycleStart: start, Slot: int(id[15]) / 2}, InsertOpts: opts}
 	}
-	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
+	jobs := riverjob.QualifiedTable(schema)
 	// An earlier run killed before its cleanup left its jobs: no client
 	// works their queue.
 	if _, err := pool.Exec(ctx, "DELETE FROM "+jobs+" WHERE queue = $1", rawQueue); err != nil {

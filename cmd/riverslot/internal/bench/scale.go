@@ -22,6 +22,7 @@ import (
 	"github.com/riverslot/riverslot/internal/bootstrap"
 	"github.com/riverslot/riverslot/internal/perslot"
 	"github.com/riverslot/riverslot/internal/pinning"
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
@@ -167,7 +168,7 @@ func (r *Runner) scaleSteps(ctx context.Context, schema string, n int) ([]ScaleS
 	// Tomorrow's cycle (on the 24h UTC grid): its per-slot jobs are
 	// scheduled at their slot times, so none runs by itself here.
 	cycleStart := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
-	jobTable := pgx.Identifier{schema, "river_job"}.Sanitize()
+	jobTable := riverjob.QualifiedTable(schema)
 	countPerSlot := func(task string) (int64, error) {
 		var k int64
 		err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+jobTable+" WHERE kind = $1 AND args->>'task' = $2", perslot.Kind, task).Scan(&k)
@@ -423,7 +424,7 @@ func (r *Runner) scaleRun(ctx context.Context, accountsSchema string) ([]ScaleSt
 	// The next cycle starts about 20 s from now: the grid's offset is
 	// chosen so.
 	start := time.Now().Add(20 * time.Second).Truncate(time.Second)
-	offset := time.Duration(start.UnixNano() % int64(cycle))
+	offset := slotplan.GridOffset(start, cycle)
 	var (
 		mu     sync.Mutex
 		synced = make(map[uuid.UUID]int, k)
@@ -484,7 +485,7 @@ func (r *Runner) scaleRun(ctx context.Context, accountsSchema string) ([]ScaleSt
 	}
 	r.logf("scale: compressed run of %d accounts, cycle %s (%d slots) from %s, retention %s", k, cycle, info.Plan.Slots, start.Format(time.TimeOnly), retention)
 
-	jobTable := pgx.Identifier{schema, "river_job"}.Sanitize()
+	jobTable := riverjob.QualifiedTable(schema)
 	end := start.Add(cycle)
 	deadline := end.Add(cycle + 2*time.Minute)
 	var maxRows, lastRows int64

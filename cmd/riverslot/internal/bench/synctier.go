@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/taskspec"
 )
@@ -171,7 +172,7 @@ func (r *Runner) syncTierOnce(ctx context.Context, accounts string, ids []uuid.U
 			return 0, err
 		}
 	}
-	if _, err := r.cfg.Pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, "river_job"}.Sanitize()); err != nil {
+	if _, err := r.cfg.Pool.Exec(ctx, "ANALYZE "+riverjob.QualifiedTable(schema)); err != nil {
 		return 0, err
 	}
 	begun := time.Now()
@@ -182,7 +183,7 @@ func (r *Runner) syncTierOnce(ctx context.Context, accounts string, ids []uuid.U
 	for {
 		var left, failed int
 		if err := r.cfg.Pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE state <> 'completed'), count(*) FILTER (WHERE state IN ('retryable', 'discarded', 'cancelled')) FROM "+
-			pgx.Identifier{schema, "river_job"}.Sanitize()).Scan(&left, &failed); err != nil {
+			riverjob.QualifiedTable(schema)).Scan(&left, &failed); err != nil {
 			return 0, err
 		}
 		if failed > 0 {

@@ -105,7 +105,7 @@ func Specs(cfg Config) ([]*taskspec.Spec, error) {
 	cfg.setDefaults()
 	task := taskspec.Config{
 		Name: cfg.Task, Cycle: cfg.Cycle, Buckets: cfg.Buckets, Table: "accounts", MaxAttempts: cfg.MaxAttempts,
-		TriggerOffset: time.Duration(Base.UnixNano() % int64(max(cfg.Cycle, 1))),
+		TriggerOffset: slotplan.GridOffset(Base, cfg.Cycle),
 		HasSync:       true,
 	}
 	tasks := []taskspec.Config{task}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/riverslot/riverslot/internal/testkit/measure"
 )
 
 // Upstreams spreads the simulated accounts over Count upstreams of uneven
@@ -150,7 +152,8 @@ func newUpstreamModel(cfg Upstreams, cycle, syncTimeout time.Duration) *upstream
 	return u
 }
 
-// Job flags of the limiter (riverslot_upstream_job).
+// A job's flags in the limiter: what its row in riverslot_upstream_place
+// (its place in line) records.
 const (
 	upReserved uint8 = 1 << iota // holds a place in line (job.reserved)
 	upThrottled
@@ -369,7 +372,7 @@ func (u *upstreamModel) results(accounts []account) []UpstreamResult {
 	for k := range u.banks {
 		b := &u.banks[k]
 		r := b.res
-		r.MaxPerSecond = mostInASecond(b.calls)
+		r.MaxPerSecond = measure.PeakPerSecond(b.calls)
 		r.MaxInFlight = mostAtOnce(b.calls, b.ends)
 		r.Throttled, r.Skipped = b.throttled, b.skipped
 		r.LatenessP99Seconds = b.lateness.quantile(0.99)
@@ -393,20 +396,6 @@ func mostAtOnce(starts, ends []int64) int64 {
 		}
 		now++
 		most = max(most, now)
-	}
-	return most
-}
-
-// mostInASecond is the most times in any one second.
-func mostInASecond(at []int64) int {
-	at = slices.Clone(at)
-	slices.Sort(at)
-	most, j := 0, 0
-	for i := range at {
-		for j < len(at) && at[j]-at[i] < int64(time.Second) {
-			j++
-		}
-		most = max(most, j-i)
 	}
 	return most
 }

@@ -235,13 +235,6 @@ func (s *Scheduler) accountSync(ctx context.Context, table string, spec *taskspe
 		return nil, fmt.Errorf("error reading the account's sync job: %w", err)
 	}
 	j.ScheduledAt = j.ScheduledAt.UTC()
-	if len(errs) > 0 {
-		var last struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(errs[len(errs)-1], &last) == nil {
-			j.LastError = last.Error
-		}
-	}
+	j.LastError = lastError(errs)
 	return j, nil
 }

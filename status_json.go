@@ -6,7 +6,7 @@ import (
 )
 
 // statusJSON is the JSON form of a TaskStatus: riverslot status --json and
-// Handler's /api/status.
+// the operator's page's /api/status (package riverslotweb).
 type statusJSON struct {
 	Task         string `json:"task"`
 	CycleStart   string `json:"cycle_start"`
@@ -101,8 +101,8 @@ type statusSlotJSON struct {
 }
 
 // MarshalJSON encodes the current cycle as riverslot status --json prints
-// it (and Handler's /api/status serves it): snake_case fields, times in
-// RFC 3339, durations in seconds.
+// it (and the operator's page's /api/status serves it): snake_case fields,
+// times in RFC 3339, durations in seconds.
 func (st TaskStatus) MarshalJSON() ([]byte, error) {
 	c := st.Current
 	if c == nil {
@@ -159,7 +159,7 @@ func cycleToJSON(task string, c *CycleStatus) *statusJSON {
 }
 
 // shardsJSON is the JSON form of a ShardsStatus: riverslot status --shard
-// --json and NewShardsHandler's /api/status.
+// --json and the fleet's page's /api/status (riverslotweb.NewShards).
 type shardsJSON struct {
 	Task                string           `json:"task"`
 	CycleStart          string           `json:"cycle_start"`
@@ -212,7 +212,9 @@ func (st ShardsStatus) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// ShardAccount's JSON: snake_case like the rest of the API.
+// MarshalJSON encodes the account's shard as the fleet's page's
+// /api/accounts/{id} serves it: snake_case like the rest of the API, the
+// account as AccountStatus encodes it.
 func (a ShardAccount) MarshalJSON() ([]byte, error) {
 	out := struct {
 		Shard      string       `json:"shard"`
@@ -225,13 +227,8 @@ func (a ShardAccount) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// cyclesJSON is /api/cycles.
-type cyclesJSON struct {
-	Task   string      `json:"task"`
-	Source string      `json:"source"`
-	Cycles []cycleJSON `json:"cycles"`
-}
-
+// cycleJSON is the JSON form of a CycleSummary: one of the cycles of the
+// operator's page's /api/cycles.
 type cycleJSON struct {
 	CycleStart          string  `json:"cycle_start"`
 	Plan                string  `json:"plan"`
@@ -260,28 +257,28 @@ type cycleJSON struct {
 	Finished           bool     `json:"finished"`
 }
 
-func toCyclesJSON(task string, cycles []CycleSummary) *cyclesJSON {
-	out := &cyclesJSON{Task: task, Source: "ledger", Cycles: make([]cycleJSON, 0, len(cycles))}
-	for _, c := range cycles {
-		var p50, p99 *float64
-		if c.LatenessKnown {
-			a, b := c.LatenessP50.Seconds(), c.LatenessP99.Seconds()
-			p50, p99 = &a, &b
-		}
-		out.Cycles = append(out.Cycles, cycleJSON{
-			CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Plan: c.Plan, Slots: c.Slots, SlotsDone: c.SlotsDone,
-			FailedSlots: nonNil(c.FailedSlots), MissingSlots: nonNil(c.MissingSlots),
-			AccountsSelected: c.Selected, SyncEnqueued: c.Enqueued, SyncSkippedLate: c.SkippedLate,
-			SyncUnfinished: c.Unfinished, SyncFailed: c.Failed, SyncSkippedStale: c.SkippedStale, SyncSkippedUpstream: c.SkippedUpstream,
-			Synced: c.Synced, Uncounted: c.Uncounted, NotSelected: c.NotSelected, Covered: c.Covered, Missed: c.Missed, Coverage: c.Coverage, Duplicates: c.Duplicates,
-			LatenessP50Seconds: p50, LatenessP99Seconds: p99, LatenessSample: c.LatenessSample,
-			Finished: c.Finished,
-		})
+// MarshalJSON encodes the cycle as the operator's page's /api/cycles lists
+// it: snake_case fields, times in RFC 3339, durations in seconds, lists
+// empty rather than null.
+func (c CycleSummary) MarshalJSON() ([]byte, error) {
+	var p50, p99 *float64
+	if c.LatenessKnown {
+		a, b := c.LatenessP50.Seconds(), c.LatenessP99.Seconds()
+		p50, p99 = &a, &b
 	}
-	return out
+	return json.Marshal(cycleJSON{
+		CycleStart: c.CycleStart.UTC().Format(time.RFC3339), Plan: c.Plan, Slots: c.Slots, SlotsDone: c.SlotsDone,
+		FailedSlots: nonNil(c.FailedSlots), MissingSlots: nonNil(c.MissingSlots),
+		AccountsSelected: c.Selected, SyncEnqueued: c.Enqueued, SyncSkippedLate: c.SkippedLate,
+		SyncUnfinished: c.Unfinished, SyncFailed: c.Failed, SyncSkippedStale: c.SkippedStale, SyncSkippedUpstream: c.SkippedUpstream,
+		Synced: c.Synced, Uncounted: c.Uncounted, NotSelected: c.NotSelected, Covered: c.Covered, Missed: c.Missed, Coverage: c.Coverage, Duplicates: c.Duplicates,
+		LatenessP50Seconds: p50, LatenessP99Seconds: p99, LatenessSample: c.LatenessSample,
+		Finished: c.Finished,
+	})
 }
 
-// accountJSON is /api/accounts/{id}.
+// accountJSON is the JSON form of an AccountStatus: the operator's page's
+// /api/accounts/{id}.
 type accountJSON struct {
 	Task              string           `json:"task"`
 	AccountID         string           `json:"account_id"`
@@ -318,6 +315,13 @@ func rfc3339(t *time.Time) *string {
 	}
 	s := t.UTC().Format(time.RFC3339Nano)
 	return &s
+}
+
+// MarshalJSON encodes the account as the operator's page's
+// /api/accounts/{id} serves it: snake_case fields, times in RFC 3339,
+// durations in seconds, null for what is not known.
+func (a AccountStatus) MarshalJSON() ([]byte, error) {
+	return json.Marshal(toAccountJSON(&a))
 }
 
 func toAccountJSON(a *AccountStatus) *accountJSON {

@@ -1,10 +1,11 @@
-package riverslot_test
+package riverslotweb_test
 
 import (
 	"context"
 	"log/slog"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/riverslotweb"
 )
 
 // brokenHandler returns the handler of a configured scheduler over a
@@ -51,13 +53,12 @@ func brokenHandler(t *testing.T, table string) (h http.Handler, records *riversl
 	require.NoError(t, err)
 	t.Cleanup(webPool.Close) // before the role is dropped
 
-	task := validTask()
-	task.Schema = schema
+	task := riverslot.Task{Name: "transactions", Cycle: 24 * time.Hour, Schema: schema, Table: "accounts", Sync: noopSync}
 	s, err := riverslot.New(webPool, &riverslot.Config{Tasks: []riverslot.Task{task}, Logger: riverslottest.Logger(t)})
 	require.NoError(t, err)
 	require.NoError(t, s.Configure(&river.Config{Schema: schema}))
 	logger, records := riverslottest.RecordingLogger(slog.LevelError)
-	h, err = s.NewHandler(&riverslot.HandlerConfig{Logger: logger})
+	h, err = riverslotweb.New(s, &riverslotweb.Config{Logger: logger})
 	require.NoError(t, err)
 
 	breakDB = func() {
@@ -78,7 +79,7 @@ func requireNoLeak(t *testing.T, path, body string, leaks []string, msg string) 
 // TestHandlerAccountHidesTheDatabase: with SELECT on riverslot's ledger
 // revoked, /api/accounts/{id} answers a 500 with a request id only,
 // never the database's error (TestHandler covers /api/status and
-// /api/cycles); the cause goes to HandlerConfig.Logger under that id. The
+// /api/cycles); the cause goes to riverslotweb.Config.Logger under that id. The
 // words checked for are first shown absent while the database works.
 func TestHandlerAccountHidesTheDatabase(t *testing.T) {
 	t.Parallel()

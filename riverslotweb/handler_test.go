@@ -1,4 +1,4 @@
-package riverslot_test
+package riverslotweb_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/riverslotweb"
 )
 
 const (
@@ -114,30 +115,7 @@ func newWebCycles(t *testing.T) *webCycles {
 	return &webCycles{pool: pool, schema: schema, scheduler: scheduler, starts: starts, ids: ids, jobs: jobs}
 }
 
-// get requests path from h and returns the status code and body.
-func get(t *testing.T, h http.Handler, path string) (int, string, http.Header) {
-	t.Helper()
-	req := httptest.NewRequest(http.MethodGet, path, nil)
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	body, err := io.ReadAll(rec.Result().Body)
-	require.NoError(t, err)
-	return rec.Code, string(body), rec.Result().Header
-}
-
-// requireJSONError checks a one-line JSON error answer.
-func requireJSONError(t *testing.T, code int, body string, wantCode int, contains string) {
-	t.Helper()
-	require.Equal(t, wantCode, code, body)
-	require.Equal(t, 1, strings.Count(body, "\n"), "one line: %q", body)
-	var e struct {
-		Error string `json:"error"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(body), &e), body)
-	require.Contains(t, e.Error, contains)
-}
-
-// TestHandler serves every endpoint of Scheduler.NewHandler over two real
+// TestHandler serves every endpoint of riverslotweb.New over two real
 // cycles and checks each answer against the jobs: the status of the latest
 // and of an asked cycle, the cycles' history (coverage, missed, failures,
 // lateness), an account's slot, offset and sync jobs, /metrics, the page,
@@ -147,7 +125,7 @@ func TestHandler(t *testing.T) {
 	ctx := context.Background()
 	w := newWebCycles(t)
 	metrics := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(rw, "riverslot_test_metric 1\n") })
-	h, err := w.scheduler.NewHandler(&riverslot.HandlerConfig{Metrics: metrics, Refresh: 5 * time.Second})
+	h, err := riverslotweb.New(w.scheduler, &riverslotweb.Config{Metrics: metrics, Refresh: 5 * time.Second})
 	require.NoError(t, err)
 	info, err := w.scheduler.Task("transactions")
 	require.NoError(t, err)
@@ -388,10 +366,10 @@ func TestHandler(t *testing.T) {
 		code, body, _ := get(t, h, "/metrics")
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, "riverslot_test_metric 1\n", body)
-		plain, err := w.scheduler.NewHandler(nil)
+		plain, err := riverslotweb.New(w.scheduler, nil)
 		require.NoError(t, err)
 		code, body, _ = get(t, plain, "/metrics")
-		requireJSONError(t, code, body, http.StatusNotFound, "set HandlerConfig.Metrics")
+		requireJSONError(t, code, body, http.StatusNotFound, "set riverslotweb.Config.Metrics")
 	})
 
 	t.Run("Page", func(t *testing.T) {
@@ -478,8 +456,14 @@ func TestHandler(t *testing.T) {
 	})
 
 	t.Run("BadConfig", func(t *testing.T) {
-		_, err := w.scheduler.NewHandler(&riverslot.HandlerConfig{Refresh: 100 * time.Millisecond, Cycles: 500})
+		_, err := riverslotweb.New(w.scheduler, &riverslotweb.Config{Refresh: 100 * time.Millisecond, Cycles: 500})
 		require.ErrorContains(t, err, "Refresh must be at least 1s, got 100ms")
 		require.ErrorContains(t, err, "Cycles must be between 1 and 200, got 500")
+		unconfigured, err := riverslot.New(w.pool, &riverslot.Config{Tasks: []riverslot.Task{
+			{Name: "transactions", Cycle: webCycle, Schema: w.schema, Table: "accounts", Sync: noopSync},
+		}})
+		require.NoError(t, err)
+		_, err = riverslotweb.New(unconfigured, nil)
+		require.ErrorContains(t, err, "call the scheduler's Configure before riverslotweb.New")
 	})
 }

@@ -1,4 +1,4 @@
-package riverslot_test
+package riverslotweb_test
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/riverslotweb"
 )
 
 // TestShardsHandler serves the fleet's page over three shards (three
@@ -117,7 +118,7 @@ func TestShardsHandler(t *testing.T) {
 		})
 	}
 
-	h, err := riverslot.NewShardsHandler(&riverslot.HandlerConfig{Logger: riverslottest.Logger(t)}, scheds["a"], scheds["b"], scheds["c"])
+	h, err := riverslotweb.NewShards(&riverslotweb.Config{Logger: riverslottest.Logger(t)}, scheds["a"], scheds["b"], scheds["c"])
 	require.NoError(t, err)
 
 	code, body, _ := get(t, h, "/api/status?task="+task)
@@ -213,7 +214,7 @@ func TestShardsHandler(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	require.NoError(t, twice.Configure(&river.Config{Schema: schemas["b"]}))
-	bad, err := riverslot.NewShardsHandler(nil, scheds["a"], scheds["b"], twice, scheds["c"])
+	bad, err := riverslotweb.NewShards(nil, scheds["a"], scheds["b"], twice, scheds["c"])
 	require.NoError(t, err)
 	code, body, _ = get(t, bad, "/api/status?task="+task)
 	require.Equal(t, http.StatusOK, code, body)
@@ -268,7 +269,7 @@ func TestShardsHandler(t *testing.T) {
 	downC := newScheduler(dead, "c")
 	require.NoError(t, downC.Configure(&river.Config{Schema: schemas["c"]}))
 	logger, records := riverslottest.RecordingLogger(slog.LevelError)
-	h2, err := riverslot.NewShardsHandler(&riverslot.HandlerConfig{Logger: logger, Timeout: 8 * time.Second}, downC, scheds["a"], scheds["b"])
+	h2, err := riverslotweb.NewShards(&riverslotweb.Config{Logger: logger, Timeout: 8 * time.Second}, downC, scheds["a"], scheds["b"])
 	require.NoError(t, err)
 	code, body, _ = get(t, h2, "/api/status?task="+task)
 	require.Equal(t, http.StatusOK, code, body)
@@ -328,19 +329,19 @@ func TestShardsHandler(t *testing.T) {
 	require.Empty(t, st.Conflicts, "b and c follow the map for the cycle they have not made")
 
 	// Bad configurations.
-	_, err = riverslot.NewShardsHandler(nil)
+	_, err = riverslotweb.NewShards(nil)
 	require.ErrorContains(t, err, "one Scheduler per shard")
-	_, err = riverslot.NewShardsHandler(nil, scheds["a"], scheds["a"])
+	_, err = riverslotweb.NewShards(nil, scheds["a"], scheds["a"])
 	require.ErrorContains(t, err, `shard "a" is given twice`)
 	unnamed, err := riverslot.New(pool, &riverslot.Config{Tasks: []riverslot.Task{{Name: task, Cycle: cycle, Schema: schemas["a"], Table: "accounts", Sync: noop}}})
 	require.NoError(t, err)
 	require.NoError(t, unnamed.Configure(&river.Config{Schema: schemas["a"]}))
-	_, err = riverslot.NewShardsHandler(nil, scheds["a"], unnamed)
+	_, err = riverslotweb.NewShards(nil, scheds["a"], unnamed)
 	require.ErrorContains(t, err, "set riverslot.Config.Shard")
 	other, err := riverslot.New(pool, &riverslot.Config{Shard: "b", Tasks: []riverslot.Task{{Name: "payroll", Cycle: cycle, Schema: schemas["b"], Table: "accounts", Sync: noop}}})
 	require.NoError(t, err)
 	require.NoError(t, other.Configure(&river.Config{Schema: schemas["b"]}))
-	_, err = riverslot.NewShardsHandler(nil, scheds["a"], other)
+	_, err = riverslotweb.NewShards(nil, scheds["a"], other)
 	require.ErrorContains(t, err, "give every shard's Scheduler the same tasks")
 }
 

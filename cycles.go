@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/taskspec"
 )
@@ -102,11 +103,6 @@ func (s *Scheduler) Cycles(ctx context.Context, taskName string, limit int) ([]C
 	return s.cycleHistory(ctx, spec, limit, time.Now())
 }
 
-// historyUnfinishedSQL counts, up to $4, a cycle's ($2 task, $3 cycle
-// start) unfinished sync jobs, through River's fetching index.
-const historyUnfinishedSQL = `SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE state IN ('scheduled', 'available', 'pending', 'running', 'retryable')
-		AND kind = $1 AND args->>'task' = $2 AND args->>'cycle_start' = $3 LIMIT $4) u`
-
 // historyUnfinishedMax bounds the count of a cycle's unfinished sync jobs.
 const historyUnfinishedMax = 1_000_000
 
@@ -114,7 +110,6 @@ const historyUnfinishedMax = 1_000_000
 // now. It is the one place history is read: from River's job table and
 // riverslot's ledger (cycles and slots whose jobs River deleted).
 func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit int, now time.Time) ([]CycleSummary, error) {
-	table := s.riverTable(spec)
 	led := s.ledger()
 	// The cycles, from the ledger alone: every plan's cycle is listed
 	// (after a plan change, two start together; each says what it did).
@@ -157,7 +152,7 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 				pending = append(pending, r.JobID)
 			}
 		}
-		jobStates, err := led.JobStates(ctx, s.pool, pending)
+		jobs, err := riverjob.ByID(ctx, s.pool, s.riverSchema, pending)
 		if err != nil {
 			return nil, err
 		}
@@ -166,7 +161,7 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 				continue
 			}
 			if r.Finished == nil {
-				switch jobStates[r.JobID] {
+				switch jobs[r.JobID].State {
 				case "", "cancelled", "discarded":
 					// Recorded as failed, or its job is gone or ended
 					// without finishing the fan-out.
@@ -200,7 +195,6 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 
 	for i := range out {
 		c, cs := &out[i], cycles[i].spec
-		key := c.CycleStart.Format(time.RFC3339Nano)
 		slices.Sort(c.FailedSlots)
 		for slot, st := range states[i] {
 			if st == SlotMissing {
@@ -225,10 +219,11 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 				}
 			}
 		}
-		if err := s.pool.QueryRow(ctx, fmt.Sprintf(historyUnfinishedSQL, table), syncjob.Kind, spec.Name, key, historyUnfinishedMax).
-			Scan(&c.Unfinished); err != nil {
-			return nil, fmt.Errorf("error counting the unfinished sync jobs of cycle %s: %w", key, err)
+		unfinished, err := syncjob.CountUnfinished(ctx, s.pool, s.riverSchema, spec.Name, c.CycleStart, historyUnfinishedMax)
+		if err != nil {
+			return nil, err
 		}
+		c.Unfinished = unfinished.Total()
 		o := &cycles[i].outcomes
 		c.Failed = o.Failed() + o.Cancelled()
 		c.SkippedStale, c.SkippedUpstream = o.Stale(), o.Upstream()
