@@ -3,17 +3,14 @@ package riverslotweb
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/httpjson"
 )
 
 // responder is how both pages answer: every request within Timeout, bad
@@ -67,11 +64,7 @@ func (p *responder) shown(r *http.Request, err error) string {
 // logged logs err with a new request id and returns what a response may
 // say of it: the id, never the database's error.
 func (p *responder) logged(r *http.Request, err error) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
-	p.logger.ErrorContext(r.Context(), "riverslot handler: request failed", slog.String("path", r.URL.Path),
-		slog.String("request_id", id), slog.String("error", err.Error()))
+	id := httpjson.Logged(r.Context(), p.logger, r, "riverslot handler: request failed", err)
 	return "internal error reading the schedule (request " + id + "); the server's log has the cause under request_id " + id
 }
 
@@ -79,24 +72,13 @@ func (p *responder) logged(r *http.Request, err error) string {
 // anything is written: should it fail, the answer is fail's 500 (its
 // cause logged under a request id), never a 200 cut short.
 func (p *responder) writeJSON(w http.ResponseWriter, r *http.Request, v any) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+	if err := httpjson.Write(w, http.StatusOK, v); err != nil {
 		p.fail(w, r, fmt.Errorf("error encoding the answer: %w", err))
-		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write(append(b, '\n'))
 }
 
 // writeError answers one line of JSON: {"error": "..."}.
-func writeError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	b, _ := json.Marshal(map[string]string{"error": strings.ReplaceAll(msg, "\n", " ")})
-	_, _ = w.Write(append(b, '\n'))
-}
+func writeError(w http.ResponseWriter, code int, msg string) { httpjson.Error(w, code, msg) }
 
 // render writes the page tmpl makes of data, with the headers that keep
 // it self-contained (no script, no outside resource).

@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/riverslot/riverslot/internal/httpjson"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -104,8 +105,10 @@ type input struct {
 // apiError is a 4xx answer: the field at fault and how to fix it.
 type apiError struct {
 	status int
-	Field  string `json:"field,omitempty"`
-	Error  string `json:"error"`
+	// cause is an internal error: logged under a request id, never sent.
+	cause error
+	Field string `json:"field,omitempty"`
+	Error string `json:"error"`
 }
 
 func badField(field, format string, args ...any) *apiError {
@@ -132,7 +135,7 @@ func (s *Server) Handler() http.Handler {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if !s.authorized(r) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="riverslot"`)
-				writeJSON(w, http.StatusUnauthorized, &apiError{Error: "a valid token is required: Authorization: Bearer <token> (riverslot serve --token-file writes one)"})
+				s.writeJSON(w, r, http.StatusUnauthorized, &apiError{Error: "a valid token is required: Authorization: Bearer <token> (riverslot serve --token-file writes one)"})
 				return
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
@@ -140,7 +143,7 @@ func (s *Server) Handler() http.Handler {
 			if e, ok := v.(*apiError); ok && e.status != 0 {
 				status = e.status
 			}
-			writeJSON(w, status, v)
+			s.writeJSON(w, r, status, v)
 		}
 	}
 	mux.HandleFunc("POST /v1/schedules", auth(s.create))
@@ -155,17 +158,24 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(true) // a target's text is never markup here
-	_ = enc.Encode(v)
+// writeJSON answers status with v (httpjson.Write). An internal error
+// (an apiError with a cause) is logged under a request id, and the answer
+// names only the id: the database's error text never reaches a client.
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	if e, ok := v.(*apiError); ok && e.cause != nil {
+		id := httpjson.Logged(r.Context(), s.cfg.Logger, r, "riverslot serve: request failed", e.cause)
+		e.Error = "internal error (request " + id + "); the server's log has the cause under request_id " + id
+	}
+	if err := httpjson.Write(w, status, v); err != nil {
+		id := httpjson.Logged(r.Context(), s.cfg.Logger, r, "riverslot serve: error encoding the answer", err)
+		httpjson.Error(w, http.StatusInternalServerError, "internal error (request "+id+")")
+	}
 }
 
+// internal answers 500 for err, an error of the server's own (the
+// database's, say): writeJSON logs it and sends only a request id.
 func internal(err error) (int, any) {
-	return http.StatusInternalServerError, &apiError{Error: "internal error: " + err.Error()}
+	return http.StatusInternalServerError, &apiError{status: http.StatusInternalServerError, cause: err}
 }
 
 // decode reads a JSON object into v, refusing unknown fields.
