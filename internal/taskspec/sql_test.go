@@ -64,14 +64,16 @@ func TestSQL(t *testing.T) {
 		require.Empty(t, pageRows(t, s.SQL.NextPage, 3, 7, 2, 7, a5))
 
 		// With Upstream, the page carries each account's key as text:
-		// NULL is the default upstream (""), a long value is cut to
-		// upstream.MaxKeyLen bytes.
+		// NULL is the default upstream (""), a long value is cut to at
+		// most upstream.MaxKeyLen bytes, on a character boundary: byte
+		// 128 falls inside an "é" here, which a plain byte cut would
+		// split, and PostgreSQL would then refuse the whole page.
 		withKey := *s
-		withKey.Upstream = "CASE WHEN w IS NULL THEN NULL WHEN w > 5 THEN repeat('é', 100) ELSE 'bank-' || w::text END"
+		withKey.Upstream = "CASE WHEN w IS NULL THEN NULL WHEN w > 5 THEN 'a' || repeat('é', 100) ELSE 'bank-' || w::text END"
 		withKey.BuildSQL()
 		rows, keys := pageRowsKeys(t, withKey.SQL.FirstPage, 3, 7, 10)
 		require.Equal(t, []idBucket{{a1, 3}, {a2, 3}, {a3, 4}, {a5, 7}}, rows)
-		require.Equal(t, []string{"bank-2.5", "", "bank--1", strings.Repeat("é", upstream.MaxKeyLen/2)}, keys)
+		require.Equal(t, []string{"bank-2.5", "", "bank--1", "a" + strings.Repeat("é", upstream.MaxKeyLen/2-1)}, keys)
 		require.Equal(t, []idBucket{{a6, 200}}, pageRows(t, s.SQL.FirstPage, 200, 255, 10))
 		require.Empty(t, pageRows(t, s.SQL.FirstPage, 8, 199, 10))
 	})

@@ -254,13 +254,13 @@ func (s *Spec) BuildSQL() {
 }
 
 // UpstreamExpr is the text expression of an account's upstream key in a
-// page query: Upstream, cut to upstream.MaxKeyLen bytes, ” when unset or
-// NULL.
+// page query: Upstream, cut to at most upstream.MaxKeyLen bytes on a
+// character boundary (upstream.CutKey), ” when unset or NULL.
 func (s *Spec) UpstreamExpr() string {
 	if s.Upstream == "" {
 		return "''::text"
 	}
-	return fmt.Sprintf("coalesce(convert_from(substring(convert_to((%s)::text, 'UTF8') from 1 for %d), 'UTF8'), '')", s.Upstream, upstream.MaxKeyLen)
+	return upstream.CutKeySQL("(" + s.Upstream + ")::text")
 }
 
 // UsesUpstreamLimiter reports whether the task's syncs go through the

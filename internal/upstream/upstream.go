@@ -36,6 +36,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -56,8 +57,38 @@ const (
 const placesTableBefore = "riverslot_upstream_job"
 
 // MaxKeyLen is the longest upstream key, in bytes: the fan-out cuts longer
-// values of Task.Upstream to it.
+// values of Task.Upstream to it (CutKey).
 const MaxKeyLen = 128
+
+// CutKey cuts key to at most MaxKeyLen bytes without splitting a UTF-8
+// character: a multibyte character that would straddle the limit is left
+// out whole. CutKeySQL is the same cut in SQL; the two agree on every
+// valid UTF-8 key.
+func CutKey(key string) string {
+	if len(key) <= MaxKeyLen {
+		return key
+	}
+	n := MaxKeyLen
+	for n > 0 && !utf8.RuneStart(key[n]) {
+		n--
+	}
+	return key[:n]
+}
+
+// CutKeySQL is CutKey in SQL over expr, a text expression evaluated once
+// per row; NULL gives the empty key. A byte cut inside a character would make
+// convert_from reject the row, and with it the whole page of a fan-out:
+// the cut steps back over continuation bytes (10xxxxxx) to the
+// character's first byte.
+func CutKeySQL(expr string) string {
+	return fmt.Sprintf(`coalesce((SELECT CASE WHEN octet_length(k.b) <= %[1]d THEN convert_from(k.b, 'UTF8')
+	ELSE convert_from(substring(k.b from 1 for CASE
+		WHEN get_byte(k.b, %[1]d) & 192 <> 128 THEN %[1]d
+		WHEN get_byte(k.b, %[1]d - 1) & 192 <> 128 THEN %[1]d - 1
+		WHEN get_byte(k.b, %[1]d - 2) & 192 <> 128 THEN %[1]d - 2
+		ELSE %[1]d - 3 END), 'UTF8') END
+	FROM (SELECT convert_to(%[2]s, 'UTF8') AS b) k), '')`, MaxKeyLen, expr)
+}
 
 // CooldownDefault is the default Limits.Cooldown.
 const CooldownDefault = 30 * time.Second
