@@ -20,6 +20,7 @@ import (
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/riverslotweb"
+	"github.com/riverslot/riverslot/slotplan"
 )
 
 const webAbout = `Serves the operator's page and its JSON API (package riverslotweb)
@@ -300,8 +301,19 @@ func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]rivers
 			unreadable = append(unreadable, fmt.Sprintf("%s (%v)", name, err))
 			continue
 		}
-		offset := time.Duration(latest.UnixNano() % int64(plan.Cycle))
-		tasks = append(tasks, riverslot.Task{Name: name, Cycle: plan.Cycle, TriggerOffset: offset, Seed: plan.Seed, Buckets: plan.Buckets, Sync: noopSyncErr})
+		task := riverslot.Task{Name: name, Seed: plan.Seed, Buckets: plan.Buckets, Sync: noopSyncErr}
+		if plan.Month != "" {
+			// A calendar month: no fixed Cycle to take an offset of.
+			loc, err := time.LoadLocation(plan.Month)
+			if err != nil {
+				unreadable = append(unreadable, fmt.Sprintf("%s (time zone %q: %v)", name, plan.Month, err))
+				continue
+			}
+			task.Monthly, task.Location = true, loc
+		} else {
+			task.Cycle, task.TriggerOffset = plan.Cycle, slotplan.GridOffset(latest, plan.Cycle)
+		}
+		tasks = append(tasks, task)
 	}
 	if len(tasks) == 0 {
 		msg := fmt.Sprintf("no riverslot task in --schema %q: its ledger records no cycle (run the app, or riverslot demo, first)", schema)
