@@ -1,6 +1,7 @@
 package riverslot_test
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -13,34 +14,67 @@ import (
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
-// TestConfigureSaysWhatTheFirstCycleDoes: Configure logs, once per task
-// and before any job runs, what the task's first cycle will do under its
-// FirstCycle, so that a first deploy mid-cycle is no surprise.
-func TestConfigureSaysWhatTheFirstCycleDoes(t *testing.T) {
+// TestFirstCycleSaidWhenItApplies: what a task's first cycle does under
+// FirstCycle is said by the bootstrap of a cycle already begun with no
+// earlier cycle in the ledger, once, at warn; not by Configure at every
+// start (it told fleets with years of cycles that "a cycle already begun
+// syncs no account"), and not for a cycle that has not begun.
+func TestFirstCycleSaidWhenItApplies(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 20)
 
 	logger, records := riverslottest.RecordingLogger(slog.LevelInfo)
-	s, err := riverslot.New(riverslottest.Pool(t), &riverslot.Config{Logger: logger, Tasks: []riverslot.Task{
-		{Name: "late", Cycle: time.Hour, Table: "accounts", Sync: noopSync},
-		{Name: "all", Cycle: time.Hour, Table: "accounts", FirstCycle: riverslot.FirstCycleAll, Sync: noopSync},
-		{Name: "next", Cycle: time.Hour, Table: "accounts", FirstCycle: riverslot.FirstCycleNext, Sync: noopSync},
+	s, err := riverslot.New(pool, &riverslot.Config{Logger: logger, Tasks: []riverslot.Task{
+		{Name: "next", Cycle: time.Hour, Schema: schema, Table: "accounts", FirstCycle: riverslot.FirstCycleNext, Sync: noopSync},
 	}})
 	require.NoError(t, err)
-	require.NoError(t, s.Configure(&river.Config{}))
+	config := &river.Config{Schema: schema, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}}, FetchPollInterval: 100 * time.Millisecond}
+	require.NoError(t, s.Configure(config))
+	firstCycleLines := func() []map[string]slog.Value {
+		var out []map[string]slog.Value
+		records.Each(func(msg string, attrs map[string]slog.Value) {
+			if _, ok := attrs["first_cycle"]; ok || strings.Contains(msg, "first cycle") {
+				attrs["msg"] = slog.StringValue(msg)
+				out = append(out, attrs)
+			}
+		})
+		return out
+	}
+	require.Empty(t, firstCycleLines(), "Configure says nothing of a first cycle: it cannot know whether the ledger has one")
 
-	said := map[string]string{}
-	records.Each(func(msg string, attrs map[string]slog.Value) {
-		task, ok := attrs["task"]
-		if _, policy := attrs["first_cycle"]; ok && policy && strings.Contains(msg, "if the ledger records no earlier cycle") {
-			require.NotContains(t, said, task.String(), "said once per task")
-			said[task.String()] = msg + " first_cycle=" + attrs["first_cycle"].String()
+	config.PeriodicJobs = nil // the test makes its cycles itself
+	client, events := riverslottest.StartClient(ctx, t, pool, config)
+	info, err := s.Task("next")
+	require.NoError(t, err)
+	begun := info.Schedule.Start(time.Now()) // under way: the app was deployed mid-cycle
+	bootstrap := func(start time.Time) {
+		t.Helper()
+		res, err := s.EnqueueCycle(ctx, client, "next", start)
+		require.NoError(t, err)
+		timeout := time.After(time.Minute)
+		for {
+			select {
+			case ev := <-events:
+				if ev.Job.ID == res.Job.ID && ev.Job.FinalizedAt != nil {
+					require.Equal(t, "completed", string(ev.Job.State))
+					return
+				}
+			case <-timeout:
+				t.Fatalf("the bootstrap of %s did not finish within a minute", start)
+			}
 		}
-	})
-	require.Len(t, said, 3)
-	require.Contains(t, said["late"], "spread within half a cycle")
-	require.Contains(t, said["late"], "first_cycle=late")
-	require.Contains(t, said["all"], "syncs every account")
-	require.Contains(t, said["all"], "first_cycle=all")
-	require.Contains(t, said["next"], "starts at the next cycle")
-	require.Contains(t, said["next"], "first_cycle=next")
+	}
+
+	bootstrap(begun)
+	said := firstCycleLines()
+	require.Len(t, said, 1, "the first cycle, begun before the app: said once")
+	require.Equal(t, slog.LevelWarn.String(), said[0]["level"].String())
+	require.Equal(t, "next", said[0]["first_cycle"].String())
+	require.Contains(t, said[0]["msg"].String(), "starts at the next cycle")
+
+	bootstrap(begun.Add(time.Hour))
+	require.Len(t, firstCycleLines(), 1, "the next cycle, not begun yet: nothing more said")
 }

@@ -258,17 +258,11 @@ func (s *Scheduler) Configure(config *river.Config) error {
 	if len(s.punctual) > 0 {
 		config.Hooks = append(config.Hooks, river.HookInsertBeginFunc(s.insertPunctual))
 	}
-	for _, spec := range s.specs {
-		s.logger.Info("riverslot: "+firstCycleText[spec.FirstCycle], slog.String("task", spec.Name), slog.String("first_cycle", string(spec.FirstCycle)))
-	}
+	// What a task's first cycle does (Task.FirstCycle) is said by the
+	// bootstrap that finds it begun with no earlier cycle in the ledger, at
+	// warn, when it applies: said here, at every start, it was said to
+	// fleets whose ledger has years of cycles.
 	return nil
-}
-
-// firstCycleText says at start-up what a task's first cycle will do.
-var firstCycleText = map[taskspec.FirstCycle]string{
-	taskspec.FirstCycleLate: "if the ledger records no earlier cycle of the task, its first cycle runs as any late cycle: the accounts of slots already past are spread within half a cycle of their slot, or skipped until the next cycle under LatePolicy skip (Task.FirstCycle)",
-	taskspec.FirstCycleAll:  "if the ledger records no earlier cycle of the task, its first cycle syncs every account: those of slots already past are spread over the rest of the cycle (Task.FirstCycle)",
-	taskspec.FirstCycleNext: "if the ledger records no earlier cycle of the task, it starts at the next cycle: a cycle already begun syncs no account (Task.FirstCycle)",
 }
 
 func (s *Scheduler) log() *slog.Logger { return cmp.Or(s.logger, slog.Default()) }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
@@ -446,4 +447,20 @@ func TestFanOutAccountsDatabaseUnreachable(t *testing.T) {
 	require.True(t, failed, "the ledger records the slot's failure")
 	require.Contains(t, reason, "failed to connect")
 	require.Empty(t, b.syncJobs(ctx, t))
+}
+
+// TestFanOutLogsAtDebug: a slot's fan-out logs its line at debug, so a
+// node at info (or warn) does not print one line per slot.
+func TestFanOutLogsAtDebug(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, 200, 50, nil)
+	logger, records := riverslottest.RecordingLogger(slog.LevelDebug)
+	b.worker.logger = logger
+	ev := b.run(ctx, t, 0, 1)
+	require.Equal(t, rivertype.JobStateCompleted, ev.Job.State)
+	var levels []string
+	for _, attrs := range records.Find("riverslot: slot fanned out") {
+		levels = append(levels, attrs["level"].String())
+	}
+	require.Equal(t, []string{slog.LevelDebug.String()}, levels, "one fan-out line, at debug")
 }
