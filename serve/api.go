@@ -238,19 +238,6 @@ type row struct {
 // apply checks in's fields and sets them on r (create: every required
 // field given).
 func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiError {
-	if in.URL != nil || create {
-		if in.URL == nil {
-			return badField("url", "is required: the URL to call, e.g. https://api.example.com/hook")
-		}
-		u, err := s.cfg.Guard.CheckURL(ctx, *in.URL)
-		if err != nil {
-			return badField("url", "%v", err)
-		}
-		// The upstream key stays the URL's host (and the sub-key it had):
-		// a new URL moves the schedule to its new host's limits.
-		_, sub, _ := strings.Cut(r.upstream, "/")
-		r.url, r.upstream = u.String(), upstreamKey(u.Hostname(), sub)
-	}
 	if in.Method != nil {
 		m := strings.ToUpper(*in.Method)
 		if !slices.Contains(methods, m) {
@@ -317,6 +304,22 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 			return badField("retries", "must be between 0 and %d, got %d", MaxRetries, *in.Retries)
 		}
 		r.retries = *in.Retries
+	}
+	// The URL last of the checks a request can fail alone: its guard may
+	// resolve the host, and an unreachable resolver must not hide a bad
+	// period or header behind a DNS error.
+	if in.URL != nil || create {
+		if in.URL == nil {
+			return badField("url", "is required: the URL to call, e.g. https://api.example.com/hook")
+		}
+		u, err := s.cfg.Guard.CheckURL(ctx, *in.URL)
+		if err != nil {
+			return badField("url", "%v", err)
+		}
+		// The upstream key stays the URL's host (and the sub-key it had):
+		// a new URL moves the schedule to its new host's limits.
+		_, sub, _ := strings.Cut(r.upstream, "/")
+		r.url, r.upstream = u.String(), upstreamKey(u.Hostname(), sub)
 	}
 	if in.Upstream != nil {
 		// A sub-key within the URL's host: a schedule can share or split

@@ -3,11 +3,15 @@ package serve_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -58,4 +62,40 @@ func TestInternalErrorHidesTheDatabase(t *testing.T) {
 	require.NotEmpty(t, id)
 	require.Contains(t, body.Error, id, "the body names the request id the log has the cause under")
 	require.True(t, strings.Contains(logged[0]["error"].String(), serve.SchedulesTable), "the log keeps the cause: %s", logged[0]["error"])
+}
+
+// TestBadFieldsBeforeDNS: a request's own mistakes (period, method,
+// headers, timeout, retries) are answered before the URL's host is
+// resolved: offline, or with a broken resolver, a bad period is named as
+// such, not hidden behind a DNS error, and costs no lookup.
+func TestBadFieldsBeforeDNS(t *testing.T) {
+	t.Parallel()
+	var lookups atomic.Int64
+	broken := &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		lookups.Add(1)
+		return nil, errors.New("no network")
+	}}
+	a := setup(t, &serve.Guard{Resolver: broken}, time.Hour)
+	for _, tc := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"url": "https://api.example.com/hook", "period": "7s"}, "period"},
+		{map[string]any{"url": "https://api.example.com/hook", "period": "1h", "method": "BREW"}, "method"},
+		{map[string]any{"url": "https://api.example.com/hook", "period": "1h", "timeout": "45m"}, "timeout"},
+		{map[string]any{"url": "https://api.example.com/hook", "period": "1h", "retries": -1}, "retries"},
+		{map[string]any{"url": "https://api.example.com/hook", "period": "1h", "headers": map[string]string{"Bad Name": "x"}}, "headers"},
+	} {
+		var e apiErr
+		require.Equal(t, http.StatusBadRequest, a.do("POST", "/v1/schedules", tc.body, &e), "%v", tc.body)
+		require.Equal(t, tc.field, e.Field, "%v: %s", tc.body, e.Error)
+	}
+	require.Zero(t, lookups.Load(), "no DNS lookup for a request refused on its own fields")
+
+	// A request whose fields are all fine reaches the URL's check, and
+	// the broken resolver is named there.
+	var e apiErr
+	require.Equal(t, http.StatusBadRequest, a.do("POST", "/v1/schedules", map[string]any{"url": "https://api.example.com/hook", "period": "1h"}, &e))
+	require.Equal(t, "url", e.Field, e.Error)
+	require.NotZero(t, lookups.Load())
 }
