@@ -86,8 +86,17 @@ const (
 	FirstCycleNext = taskspec.FirstCycleNext
 )
 
-// SyncArgs are the arguments of a sync job: the task, the account, and the
-// cycle and slot it was scheduled for.
+// SyncArgs are the arguments of a sync job (River's job args, kind
+// "riverslot_sync"), as a SyncFunc reads them from job.Args:
+//
+//	Task       string    // the task that scheduled the sync
+//	AccountID  uuid.UUID // the account to sync
+//	CycleStart time.Time // the nominal start of the sync's cycle
+//	Slot       int       // the account's slot in the cycle, from 0
+//	NotAfter   time.Time // the latest start, when the fan-out moved the sync (else zero)
+//
+// A sync that starts after its NotAfter (the plan's, when zero) completes
+// without calling Sync: the next cycle syncs the account.
 type SyncArgs = syncjob.Args
 
 // SyncFunc is the application's work for one account. Returning an error
@@ -313,15 +322,29 @@ type Task struct {
 	Sync SyncFunc
 }
 
-// UpstreamLimits are an upstream's limits; a zero field sets no limit.
-// Rate is syncs started per second, Burst how many may start at once
-// above it after a quiet spell (default 1), Concurrency syncs in flight;
-// FailureThreshold consecutive failed syncs open the breaker, which then
-// defers every sync of the upstream for Cooldown (default 30 s) and lets
-// one probe through: its success closes the breaker, its failure opens it
-// for another Cooldown. A Sync returning Throttled pauses the upstream on
-// every node.
-type UpstreamLimits = upstream.Limits
+// UpstreamLimits are an upstream's limits (Task.Limits); a zero field sets
+// no limit. The limits hold on every node at once: they are kept in
+// PostgreSQL, per task and upstream key.
+type UpstreamLimits struct {
+	// Rate is syncs started per second over all nodes. Defaults to no
+	// limit.
+	Rate float64
+	// Burst is how many syncs may start at once above Rate after a quiet
+	// spell. Defaults to 1 when Rate is set.
+	Burst int
+	// Concurrency is syncs of the upstream in flight at once over all
+	// nodes. Defaults to no limit.
+	Concurrency int
+	// FailureThreshold is how many consecutive failed syncs open the
+	// upstream's circuit breaker, which then defers every sync of the
+	// upstream for Cooldown and lets one probe through: its success closes
+	// the breaker, its failure opens it for another Cooldown. Defaults to
+	// 0: no breaker.
+	FailureThreshold int
+	// Cooldown is how long an open breaker defers syncs before a probe.
+	// Defaults to 30s.
+	Cooldown time.Duration
+}
 
 // Throttled returns the error a SyncFunc returns when the upstream asked
 // it to slow down (an HTTP 429 with Retry-After): the sync is tried again
@@ -344,6 +367,6 @@ func (t Task) config() taskspec.Config {
 		Weight: t.Weight, WeightEpsilon: t.WeightEpsilon, PinsTimeout: t.PinsTimeout, Phase: t.Phase, OppositeOf: t.OppositeOf,
 		Seed: t.Seed, BatchSize: t.BatchSize, Queue: t.Queue, ControlQueue: t.ControlQueue, Priority: t.Priority,
 		MaxAttempts: t.MaxAttempts, SyncTimeout: t.SyncTimeout, PerSlotTimeout: t.PerSlotTimeout, Lead: t.Lead,
-		LatePolicy: t.LatePolicy, LateGrace: t.LateGrace, FirstCycle: t.FirstCycle, Upstream: t.Upstream, Limits: t.Limits, HasSync: t.Sync != nil,
+		LatePolicy: t.LatePolicy, LateGrace: t.LateGrace, FirstCycle: t.FirstCycle, Upstream: t.Upstream, Limits: upstream.Limits(t.Limits), HasSync: t.Sync != nil,
 	}
 }
