@@ -90,7 +90,9 @@ func TestSetShardMap(t *testing.T) {
 // TestShardBootstrap: a sharded task's bootstrap makes per-slot jobs for
 // its shard's slots only, records the shard and the map's version, and
 // Status shows the other slots as elsewhere; a node that names no shard
-// fails the bootstrap, saying which setting to give.
+// fails the bootstrap, saying which setting to give, and a node that
+// names a shard where no map is in force refuses it (it would serve every
+// slot), saying why.
 func TestShardBootstrap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -174,4 +176,24 @@ func TestShardBootstrap(t *testing.T) {
 		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs2+" WHERE kind = 'riverslot_bootstrap' AND errors::text LIKE '%set riverslot.Config.Shard%'") == 1
 	})
 	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs2+" WHERE kind = 'riverslot_perslot'"), "no slot made by the unnamed node")
+
+	// A node that names a shard, on a database with no map in force: it
+	// would serve every slot (twice, with the other shards); its bootstrap
+	// is cancelled, saying why, and makes no slot.
+	nomap := riverslottest.Schema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, nomap, "accounts", 10)
+	named := newScheduler("b", nomap)
+	require.NoError(t, named.CreateIndexes(ctx))
+	config3 := &river.Config{Schema: nomap, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 5}}, FetchPollInterval: 100 * time.Millisecond}
+	require.NoError(t, named.Configure(config3))
+	config3.PeriodicJobs = nil
+	client3, _ := riverslottest.StartClient(ctx, t, pool, config3)
+	_, err = named.EnqueueCycle(ctx, client3, task, ahead)
+	require.NoError(t, err)
+	jobs3 := pgx.Identifier{nomap, "river_job"}.Sanitize()
+	riverslottest.WaitFor(t, 30*time.Second, "the cancelled bootstrap", func() bool {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_bootstrap' AND state = 'cancelled' AND errors::text LIKE '%no shard map in force%'") == 1
+	})
+	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_perslot'"), "no slot made without a map")
+	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pgx.Identifier{nomap, ledger.Table}.Sanitize()), "the cycle is not recorded")
 }

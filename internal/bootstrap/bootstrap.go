@@ -338,8 +338,21 @@ func (w *Worker) shardSlots(ctx context.Context, tx pgx.Tx, led ledger.Ledger, s
 		return nil, cycleShard{}, err
 	}
 	m, ok, err := led.ShardMapAt(ctx, tx, spec.Name, cycleStart)
-	if err != nil || !ok {
+	if err != nil {
 		return nil, cycleShard{}, err
+	}
+	if !ok {
+		if w.shard != "" {
+			// Serving every slot would sync twice whatever another shard
+			// serves (a shared accounts database, accounts copied ahead of
+			// a move). No map can come into force for a cycle already
+			// due (a map applies from a later cycle start): retrying is
+			// pointless, so the job is cancelled, its error saying why.
+			return nil, cycleShard{}, river.JobCancel(fmt.Errorf("task %q: this node is shard %q but this database has no shard map in force at %s, so it cannot tell which slots are its own; "+
+				"a fleet's first map must be set before its first sharded cycle (riverslot shards set, riverslot.SetShardMap), or leave riverslot.Config.Shard (riverslot worker --shard) unset for an unsharded task",
+				spec.Name, w.shard, cycleStart.Format(time.RFC3339)))
+		}
+		return nil, cycleShard{}, nil
 	}
 	shards := m.Shards()
 	switch {
