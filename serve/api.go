@@ -155,6 +155,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/tokens", auth(s.listTokens))
 	mux.HandleFunc("DELETE /v1/tokens/{id}", auth(s.deleteToken))
 	mux.HandleFunc("GET /v1/stats", auth(s.stats))
+	mux.HandleFunc("GET /v1/signing-secret", auth(s.apiSigningSecret))
 	return mux
 }
 
@@ -200,7 +201,7 @@ var methods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.Met
 
 // forbiddenHeaders are set by the server, not by a schedule.
 var forbiddenHeaders = []string{"host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "trailer", "keep-alive",
-	"proxy-authorization", "proxy-authenticate", "proxy-connection"}
+	"proxy-authorization", "proxy-authenticate", "proxy-connection", HeaderWebhookID, HeaderWebhookTimestamp, HeaderWebhookSignature}
 
 // validHeaderName reports whether k is an HTTP token (RFC 9110).
 func validHeaderName(k string) bool {

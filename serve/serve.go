@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,6 +94,8 @@ type Server struct {
 	schedules string // qualified table names
 	calls     string
 	tokens    string
+	signing   string
+	secret    atomic.Pointer[string] // SigningSecret, once read
 }
 
 // TaskName is the riverslot task of period.
@@ -174,6 +177,7 @@ func New(cfg Config) (*Server, error) {
 		schedules: pgx.Identifier{cfg.Schema, SchedulesTable}.Sanitize(),
 		calls:     pgx.Identifier{cfg.Schema, CallsTable}.Sanitize(),
 		tokens:    pgx.Identifier{cfg.Schema, TokensTable}.Sanitize(),
+		signing:   pgx.Identifier{cfg.Schema, SigningTable}.Sanitize(),
 	}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, Control: cfg.Guard.Control}
 	s.http = &http.Client{
@@ -298,6 +302,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	c := pgx.Identifier{schema, CallsTable}.Sanitize()
 	k := pgx.Identifier{schema, TokensTable}.Sanitize()
 	for _, q := range []string{
+		signingDDL(pgx.Identifier{schema, SigningTable}.Sanitize()),
 		`CREATE TABLE IF NOT EXISTS ` + t + ` (
 	id uuid PRIMARY KEY,
 	url text NOT NULL,
@@ -372,6 +377,7 @@ func (s *Server) Prune(ctx context.Context) (calls, schedules int64, err error) 
 
 // target is what a call needs of its schedule.
 type target struct {
+	msgID             string // Standard Webhooks' webhook-id
 	url, method, body string
 	headers           map[string]string
 	timeout           time.Duration
@@ -398,6 +404,7 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 		return riverslot.NotUpstream(fmt.Errorf("error reading schedule %s: %w", id, err))
 	}
 	t.timeout = time.Duration(timeoutMS) * time.Millisecond
+	t.msgID = messageID(id, job.Args.CycleStart)
 	var due *time.Time
 	if info, ok := s.tasks[time.Duration(periodMS)*time.Millisecond]; ok && info.Name == job.Args.Task {
 		d := info.Due(job.Args.CycleStart, id)
@@ -463,6 +470,9 @@ func (s *Server) do(ctx context.Context, t target) (int, time.Duration, error) {
 		req.Header.Set(k, v)
 	}
 	req.Header.Set("User-Agent", "riverslot-serve")
+	if err := s.sign(ctx, req, t.msgID, []byte(t.body)); err != nil {
+		return 0, 0, err
+	}
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return 0, 0, err
