@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -320,7 +322,7 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 		// The upstream key stays the URL's host (and the sub-key it had):
 		// a new URL moves the schedule to its new host's limits.
 		_, sub, _ := strings.Cut(r.upstream, "/")
-		r.url, r.upstream = u.String(), upstreamKey(u.Hostname(), sub)
+		r.url, r.upstream = u.String(), upstreamKey(u, sub)
 	}
 	if in.Upstream != nil {
 		// A sub-key within the URL's host: a schedule can share or split
@@ -333,7 +335,10 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 			return badField("upstream", "must be a sub-key of at most 64 printable bytes without \"/\" (limits count per host/sub-key; \"\" or the host: the host's own), got %q", *in.Upstream)
 		}
 		host, _, _ := strings.Cut(r.upstream, "/")
-		r.upstream = upstreamKey(host, sub)
+		r.upstream = host
+		if sub != "" {
+			r.upstream += "/" + sub
+		}
 	}
 	if in.Paused != nil {
 		r.paused = *in.Paused
@@ -341,10 +346,16 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 	return nil
 }
 
-// upstreamKey is the limiter's key of a schedule: its URL's host, and its
-// sub-key after a "/" when it has one.
-func upstreamKey(host, sub string) string {
-	host = strings.ToLower(host)
+// upstreamKey is the limiter's key of a schedule: its URL's host and
+// port (the scheme's default when the URL names none: two services on one
+// host are two upstreams, and one's 429 does not pause the other's
+// schedules), and its sub-key after a "/" when it has one.
+func upstreamKey(u *url.URL, sub string) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	host := strings.ToLower(net.JoinHostPort(u.Hostname(), port))
 	if sub == "" {
 		return host
 	}

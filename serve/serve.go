@@ -438,8 +438,25 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, id, periodMS, job.ID, jo
 	switch {
 	case ok:
 		return nil
-	case status == http.StatusTooManyRequests:
-		return riverslot.Throttled(wait, fmt.Errorf("%s %s answered 429", t.method, t.url))
+	case status == http.StatusTooManyRequests, status == http.StatusServiceUnavailable && wait > 0:
+		// The upstream asked to slow down: every schedule of its key waits,
+		// at most half the period (past it the next period's call comes
+		// anyway), so one answer cannot hold a host's schedules for an hour.
+		if wait <= 0 {
+			wait = time.Second
+		}
+		if p := time.Duration(periodMS) * time.Millisecond; p > 0 {
+			wait = min(wait, p/2)
+		}
+		return riverslot.Throttled(wait, fmt.Errorf("%s %s answered %d, Retry-After %s", t.method, t.url, status, wait))
+	case status == http.StatusGone:
+		// The receiver says the endpoint is gone for good: the schedule is
+		// paused (its history shows the 410), not called every period.
+		if _, err := s.cfg.Pool.Exec(rctx, `UPDATE `+s.schedules+` SET paused = true, updated_at = clock_timestamp() WHERE id = $1 AND deleted_at IS NULL`, id); err != nil {
+			return riverslot.NotUpstream(fmt.Errorf("error pausing schedule %s after 410 Gone: %w", id, err))
+		}
+		s.cfg.Logger.WarnContext(ctx, "riverslot serve: a schedule's URL answered 410 Gone; the schedule is paused until resumed", slog.String("schedule", id.String()), slog.String("url", t.url))
+		return river.JobCancel(fmt.Errorf("%s answered 410 Gone: schedule paused", t.url))
 	}
 	failure := callErr
 	if failure == nil {
@@ -452,9 +469,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, id, periodMS, job.ID, jo
 	return failure
 }
 
-// do makes the call and returns its status (0 when none came) and, for a
-// 429, how long its Retry-After asks to wait (1 s without one, at most an
-// hour).
+// do makes the call and returns its status (0 when none came) and how
+// long its Retry-After asks to wait (0 without one, at most an hour).
 func (s *Server) do(ctx context.Context, t target) (int, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
@@ -479,7 +495,7 @@ func (s *Server) do(ctx context.Context, t target) (int, time.Duration, error) {
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxBody))
-	wait := time.Second
+	var wait time.Duration // none given
 	if v := resp.Header.Get("Retry-After"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n > 0 {
 			wait = time.Duration(min(n, 3600)) * time.Second

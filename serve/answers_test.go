@@ -1,0 +1,136 @@
+package serve_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/serve"
+)
+
+// answering is a loopback target that answers every call with answer's
+// result for the call's path and how many calls the path had before.
+type answering struct {
+	mu     sync.Mutex
+	at     map[string][]time.Time
+	answer func(path string, n int, w http.ResponseWriter)
+}
+
+func newAnswering(t *testing.T, answer func(path string, n int, w http.ResponseWriter)) (*answering, string) {
+	a := &answering{at: map[string][]time.Time{}, answer: answer}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		n := len(a.at[r.URL.Path])
+		a.at[r.URL.Path] = append(a.at[r.URL.Path], time.Now())
+		a.mu.Unlock()
+		a.answer(r.URL.Path, n, w)
+	}))
+	t.Cleanup(ts.Close)
+	return a, ts.URL
+}
+
+func (a *answering) calls(path string) []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]time.Time(nil), a.at[path]...)
+}
+
+// TestThrottleGoneAndPorts: a 429 from one service pauses only the
+// schedules of that service (host and port), for at most half the period
+// whatever its Retry-After; another service on the same host keeps its
+// places. A 503 with Retry-After is a throttle too (tried again after it,
+// not given up with retries 0); a 410 Gone pauses its schedule, which is
+// then called no more.
+func TestThrottleGoneAndPorts(t *testing.T) {
+	t.Parallel()
+	const period = 24 * time.Second
+	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
+
+	// Service 1 throttles every call for an hour.
+	throttler, url1 := newAnswering(t, func(_ string, _ int, w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "3600")
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	// Service 2, the same host on another port: fine, except /unavailable
+	// (503 with Retry-After: 2 once) and /gone (410).
+	svc2, url2 := newAnswering(t, func(path string, n int, w http.ResponseWriter) {
+		switch {
+		case path == "/unavailable" && n == 0:
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case path == "/gone":
+			w.WriteHeader(http.StatusGone)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	})
+	require.Equal(t, strings.Split(url1, ":")[1], strings.Split(url2, ":")[1], "one host")
+
+	create := func(url string, retries int) serve.Schedule {
+		var sc serve.Schedule
+		require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": url, "period": "24s", "timeout": "2s", "retries": retries}, &sc))
+		return sc
+	}
+	throttled := create(url1+"/t", 3)
+	var fine []serve.Schedule
+	for i := range 6 {
+		fine = append(fine, create(url2+"/fine"+string(rune('a'+i)), 3))
+	}
+	create(url2+"/unavailable", 0)
+	gone := create(url2+"/gone", 3)
+	require.NotEqual(t, throttled.Upstream, fine[0].Upstream, "two ports, two upstreams")
+
+	ctx := context.Background()
+	config := &river.Config{Schema: a.srv.Schema(), FetchPollInterval: 100 * time.Millisecond}
+	require.NoError(t, a.srv.Configure(config, 10))
+	riverslottest.StartClient(ctx, t, a.srv.Pool(), config)
+
+	riverslottest.WaitFor(t, 4*period, "two calls of every schedule of service 2, the throttled one twice", func() bool {
+		for _, sc := range fine {
+			if len(svc2.calls("/fine"+sc.URL[len(sc.URL)-1:])) < 2 {
+				return false
+			}
+		}
+		return len(svc2.calls("/unavailable")) >= 2 && len(throttler.calls("/t")) >= 2
+	})
+
+	// Service 2's schedules kept one call per period at their places:
+	// never held behind service 1's throttle.
+	for _, sc := range fine {
+		calls := svc2.calls("/fine" + sc.URL[len(sc.URL)-1:])
+		offset := time.Duration(sc.OffsetSeconds * float64(time.Second))
+		for _, at := range calls {
+			due := at.Add(-offset).Truncate(period).Add(offset)
+			require.Less(t, at.Sub(due), period/2, "schedule %s called %s after its place", sc.ID, at.Sub(due))
+		}
+	}
+	// Service 1's Retry-After of an hour was held to half the period: its
+	// schedule's next period was called at its place (with an hour, not
+	// for an hour). Its throttled retry waited half the period, by then
+	// stale (the next period's call covers it).
+	tc := throttler.calls("/t")
+	offset := time.Duration(throttled.OffsetSeconds * float64(time.Second))
+	for _, at := range tc {
+		due := at.Add(-offset).Truncate(period).Add(offset)
+		require.Less(t, at.Sub(due), period/2, "the throttled schedule called %s after its place", at.Sub(due))
+	}
+	require.GreaterOrEqual(t, tc[1].Sub(tc[0]), period/2, "the throttle held its upstream")
+	// The 503 with Retry-After: tried again after it, with no retries.
+	uc := svc2.calls("/unavailable")
+	require.GreaterOrEqual(t, uc[1].Sub(uc[0]), 2*time.Second)
+	// The 410: called once, then paused.
+	require.Len(t, svc2.calls("/gone"), 1)
+	var got serve.Schedule
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules/"+gone.ID.String(), nil, &got))
+	require.True(t, got.Paused, "a 410 pauses its schedule")
+	require.NotEmpty(t, got.LastCalls)
+	require.Equal(t, http.StatusGone, *got.LastCalls[0].Status)
+}
