@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/demo"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
@@ -38,7 +39,7 @@ func TestDemoAccountsDatabase(t *testing.T) {
 		"--schema", schema, "--accounts", fmt.Sprint(accounts), "--cycle", "32s", "--weights", "pareto", "--workers", "10", "--json")
 	require.Equal(t, 0, code, "stderr:\n%s", stderr)
 
-	var s demoSummary
+	var s demo.Summary
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s), stdout)
 	require.EqualValues(t, accounts, s.Accounts)
 	require.Len(t, s.PerTask, 1)
@@ -54,7 +55,7 @@ func TestDemoAccountsDatabase(t *testing.T) {
 		require.NoError(t, p.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, table}.Sanitize()).Scan(&ok))
 		return ok
 	}
-	for _, table := range []string{"accounts", measuredTableName, "riverslot_pins", "riverslot_pin_cycles"} {
+	for _, table := range []string{"accounts", demo.MeasuredTableName, "riverslot_pins", "riverslot_pin_cycles"} {
 		require.False(t, exists(pool, table), "River's database holds no %s", table)
 	}
 	require.True(t, exists(pool, "river_job"), "River's tables are in River's database")

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/demo"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
@@ -49,7 +50,7 @@ func TestDemoShortRetention(t *testing.T) {
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(stdout), &raw), stdout)
 	require.Contains(t, raw, "max_river_job_rows")
-	var s demoSummary
+	var s demo.Summary
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
 	require.InDelta(t, 1.0, s.CompletedRetentionSeconds, 1e-9)
 	require.Len(t, s.PerCycle, 2)
@@ -91,14 +92,14 @@ func TestDemoDefaultsWithinRowBudget(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects: New needs no database
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	s, err := riverslot.New(pool, &riverslot.Config{Tasks: []riverslot.Task{{Name: "demo", Cycle: o.cycle, Table: "accounts",
+	s, err := riverslot.New(pool, &riverslot.Config{Tasks: []riverslot.Task{{Name: "demo", Cycle: o.Cycle, Table: "accounts",
 		Sync: func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { return nil }}}})
 	require.NoError(t, err)
 	info, err := s.Task("demo")
 	require.NoError(t, err)
-	rows := riverslot.RowBudget(int64(o.accounts), info, o.completedRetention)
+	rows := riverslot.RowBudget(int64(o.Accounts), info, o.CompletedRetention)
 	require.LessOrEqual(t, rows, int64(riverslot.RowBudgetWarn), "the demo's defaults keep %d rows", rows)
-	require.Greater(t, riverslot.RowBudget(int64(o.accounts), info, 24*time.Hour), int64(riverslot.RowBudgetWarn), "River's default retention would warn")
+	require.Greater(t, riverslot.RowBudget(int64(o.Accounts), info, 24*time.Hour), int64(riverslot.RowBudgetWarn), "River's default retention would warn")
 }
 
 // TestDemoWorkersSizedForTheFleet: without --workers the demo's queue gets
@@ -119,21 +120,21 @@ func TestDemoWorkersSizedForTheFleet(t *testing.T) {
 	} {
 		o, err := parseDemoFlags(tc.args, io.Discard)
 		require.NoError(t, err)
-		need := float64(tc.tasks*o.accounts) / o.cycle.Seconds()
-		require.GreaterOrEqual(t, o.workers, 50, "%v", tc.args)
-		require.GreaterOrEqual(t, 0.7*float64(o.workers*riverslot.FetchRatePerWorker), need, "%v: %d workers for %.0f starts a second", tc.args, o.workers, need)
-		if o.workers > 50 {
-			require.Less(t, 0.7*float64((o.workers-1)*riverslot.FetchRatePerWorker), need, "%v: %d workers, one fewer would do", tc.args, o.workers)
+		need := float64(tc.tasks*o.Accounts) / o.Cycle.Seconds()
+		require.GreaterOrEqual(t, o.Workers, 50, "%v", tc.args)
+		require.GreaterOrEqual(t, 0.7*float64(o.Workers*riverslot.FetchRatePerWorker), need, "%v: %d workers for %.0f starts a second", tc.args, o.Workers, need)
+		if o.Workers > 50 {
+			require.Less(t, 0.7*float64((o.Workers-1)*riverslot.FetchRatePerWorker), need, "%v: %d workers, one fewer would do", tc.args, o.Workers)
 		}
 	}
 	o, err := parseDemoFlags([]string{"--accounts", "250000", "--cycle", "240s", "--workers", "10"}, io.Discard)
 	require.NoError(t, err)
-	require.Equal(t, 10, o.workers)
+	require.Equal(t, 10, o.Workers)
 
 	// A fleet no single queue can start in time: capped, and said.
 	var stderr strings.Builder
 	o, err = parseDemoFlags([]string{"--accounts", "10000000", "--cycle", "16s"}, &stderr)
 	require.NoError(t, err)
-	require.Equal(t, river.QueueNumWorkersMax, o.workers)
+	require.Equal(t, river.QueueNumWorkersMax, o.Workers)
 	require.Contains(t, stderr.String(), "more than River's 10000 per queue")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/demo"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
@@ -38,7 +39,7 @@ func TestDemoShards(t *testing.T) {
 	code, stdout, stderr := runCmd(t, "demo", "--database-url", url, "--shards", strings.Join([]string{url, url, url}, ","),
 		"--schema", schema, "--accounts", fmt.Sprint(accounts), "--cycle", "16s", "--cycles", fmt.Sprint(cycles), "--workers", "10", "--json")
 	require.Equal(t, 0, code, "stderr:\n%s", stderr)
-	var s demoShardsSummary
+	var s demo.ShardsSummary
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s), stdout)
 	require.Len(t, s.Shards, 3)
 	next := 0

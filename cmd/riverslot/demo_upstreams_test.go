@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/demo"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/sim"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
@@ -44,7 +45,7 @@ func TestDemoUpstreams(t *testing.T) {
 		"--upstreams", "4", "--upstream-rate", fmt.Sprint(rate), "--upstream-concurrency", fmt.Sprint(concurrency),
 		"--upstream-down", fmt.Sprintf("bank-01:%g-%g", downFrom, downTo))
 	require.Equal(t, 0, code, "stderr:\n%s", stderr)
-	var s demoSummary
+	var s demo.Summary
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s), stdout)
 
 	require.EqualValues(t, accounts, s.Synced, "every account synced once (or skipped and reported, which counts as synced)")

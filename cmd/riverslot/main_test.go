@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/demo"
 	"github.com/riverslot/riverslot/internal/bootstrap"
 	"github.com/riverslot/riverslot/internal/perslot"
 	"github.com/riverslot/riverslot/internal/syncjob"
@@ -145,9 +146,9 @@ func TestDemoBadFlags(t *testing.T) {
 			if tt.args[0] != "--frob" && tt.args[0] != "--log-level" { // the flag package prints usage after its own line
 				require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %q", stderr)
 			}
-			state, err := querySchemaState(ctx, pool, schema)
+			state, err := demo.QuerySchemaState(ctx, pool, schema)
 			require.NoError(t, err)
-			require.Equal(t, schemaAbsent, state, "refused before creating the schema")
+			require.Equal(t, demo.SchemaAbsent, state, "refused before creating the schema")
 		})
 	}
 }
@@ -355,7 +356,7 @@ func TestDemoJSON(t *testing.T) {
 		require.Contains(t, raw, key)
 	}
 
-	var s demoSummary
+	var s demo.Summary
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
 	require.Equal(t, schema, s.Schema)
 	require.EqualValues(t, accounts, s.Accounts)
@@ -502,7 +503,7 @@ func TestDemoWeights(t *testing.T) {
 		"weights", "slot_weight_max_over_mean", "hash_slot_weight_max_over_mean", "heaviest_account_over_mean_slot", "pinned"} {
 		require.Contains(t, raw, key, "every key of an unweighted run, and the weights")
 	}
-	var s demoSummary
+	var s demo.Summary
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
 	require.Len(t, s.CycleStarts, 1)
 
@@ -590,7 +591,7 @@ func TestDemoReciprocal(t *testing.T) {
 		"peak_queue_depth", "lateness_p50_seconds", "lateness_p99_seconds", "tasks", "per_task"} {
 		require.Contains(t, raw, key, "every key of a one-task run, and the tasks")
 	}
-	var s demoSummary
+	var s demo.Summary
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
 	require.Equal(t, []string{"demo", "demo_opposite"}, s.Tasks)
 
@@ -834,7 +835,7 @@ func TestDemoKeepResumes(t *testing.T) {
 	require.Contains(t, errOut, "keeping 400 existing accounts")
 	require.Contains(t, errOut, "found unfinished cycle "+firstStart.UTC().Format(time.RFC3339)+"; resuming it")
 
-	var s demoSummary
+	var s demo.Summary
 	require.NoError(t, json.Unmarshal([]byte(out), &s))
 	require.Equal(t, []string{firstStart.UTC().Format(time.RFC3339)}, s.CycleStarts)
 	require.EqualValues(t, 400, s.Accounts)
@@ -971,51 +972,6 @@ func TestDemoRefusesSchemaItDidNotCreate(t *testing.T) {
 			})
 		}
 	}
-}
-
-// TestDemoSchemaOwnership runs the demo's setup step on a schema it creates:
-// the schema is marked as the demo's, a rerun without --keep drops and
-// recreates it (a stray table goes), a rerun with --keep keeps it.
-func TestDemoSchemaOwnership(t *testing.T) {
-	t.Parallel()
-
-	ctx := context.Background()
-	pool := riverslottest.Pool(t)
-	schema := newDemoSchemaName(t, pool)
-	stray := pgx.Identifier{schema, "stray"}.Sanitize()
-
-	prepare := func(t *testing.T, keep bool) string {
-		t.Helper()
-		var stderr bytes.Buffer
-		d := &demo{opts: &demoOptions{schema: schema, accounts: 20, keep: keep}, pool: pool, stderr: &stderr}
-		n, err := d.prepare(ctx)
-		require.NoError(t, err, stderr.String())
-		require.EqualValues(t, 20, n)
-		state, err := querySchemaState(ctx, pool, schema)
-		require.NoError(t, err)
-		require.Equal(t, schemaOwned, state)
-		return stderr.String()
-	}
-	strayExists := func(t *testing.T) bool {
-		t.Helper()
-		var ok bool
-		require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", stray).Scan(&ok))
-		return ok
-	}
-
-	state, err := querySchemaState(ctx, pool, schema)
-	require.NoError(t, err)
-	require.Equal(t, schemaAbsent, state)
-
-	require.Contains(t, prepare(t, false), "creating schema "+schema)
-	_, err = pool.Exec(ctx, "CREATE TABLE "+stray+" (x int)")
-	require.NoError(t, err)
-
-	require.Contains(t, prepare(t, true), "keeping 20 existing accounts")
-	require.True(t, strayExists(t), "--keep reuses the schema")
-
-	require.Contains(t, prepare(t, false), "dropping and recreating schema "+schema+", created by an earlier demo")
-	require.False(t, strayExists(t), "without --keep the demo's own schema is recreated")
 }
 
 // reserveCmdConns reserves, in the test binary's connection budget

@@ -282,25 +282,3 @@ func yesNo(b bool) string {
 	}
 	return "NO"
 }
-
-// exceptUpstreamBudget returns Check's err without its
-// *riverslot.UpstreamBudgetError parts, which it reports through logf.
-func exceptUpstreamBudget(err error, logf func(format string, args ...any)) error {
-	if err == nil {
-		return nil
-	}
-	errs := []error{err}
-	if joined, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = joined.Unwrap()
-	}
-	var rest []error
-	for _, e := range errs {
-		var be *riverslot.UpstreamBudgetError
-		if errors.As(e, &be) {
-			logf("warning: %v", e)
-			continue
-		}
-		rest = append(rest, e)
-	}
-	return errors.Join(rest...)
-}

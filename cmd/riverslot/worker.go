@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/demo"
 	"github.com/riverslot/riverslot/riverslotweb"
 )
 
@@ -309,7 +310,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			ln.close()
 		}
 	}
-	stopErr, err := stopThenFlush(client.Stop, scheduler.FlushOutcomes)
+	stopErr, err := demo.StopThenFlush(client.Stop, scheduler.FlushOutcomes)
 	if err != nil {
 		fmt.Fprintf(stderr, "riverslot worker: error writing the sync outcomes counted: %v\n", err)
 	}
@@ -321,21 +322,21 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // checkWorkerSchema refuses (exit 2) a River schema that riverslot demo did
-// not create (demoSchemaComment), before the worker starts anything. The
+// not create (demo.SchemaComment), before the worker starts anything. The
 // worker's built-in sync records a row or does nothing: its River client
 // would fetch an app's queued riverslot_sync jobs and complete them without
 // the app's Sync ever running.
 func checkWorkerSchema(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, schema string) error {
-	state, err := querySchemaState(ctx, q, schema)
+	state, err := demo.QuerySchemaState(ctx, q, schema)
 	if err != nil {
 		return err
 	}
 	switch state {
-	case schemaOwned:
+	case demo.SchemaOwned:
 		return nil
-	case schemaAbsent:
+	case demo.SchemaAbsent:
 		return usageErr("--schema %s: schema %q does not exist; nothing was started. "+
 			"Create it with riverslot demo --schema %s (the worker runs only on a schema the demo created)", schema, schema, schema)
 	default:

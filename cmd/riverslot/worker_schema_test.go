@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/demo"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
@@ -21,7 +22,7 @@ import (
 // demo does, so that `riverslot worker` runs on it.
 func markDemoSchema(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string) {
 	t.Helper()
-	_, err := pool.Exec(ctx, "COMMENT ON SCHEMA "+pgx.Identifier{schema}.Sanitize()+" IS '"+demoSchemaComment+"'")
+	_, err := pool.Exec(ctx, "COMMENT ON SCHEMA "+pgx.Identifier{schema}.Sanitize()+" IS '"+demo.SchemaComment+"'")
 	require.NoError(t, err)
 }
 
@@ -107,9 +108,9 @@ func TestWorkerRefusesAppSchema(t *testing.T) {
 		require.Empty(t, stdout)
 		require.Equal(t, "riverslot worker: --schema "+schema+`: schema "`+schema+`" does not exist; nothing was started. `+
 			"Create it with riverslot demo --schema "+schema+" (the worker runs only on a schema the demo created)\n", stderr)
-		state, err := querySchemaState(ctx, pool, schema)
+		state, err := demo.QuerySchemaState(ctx, pool, schema)
 		require.NoError(t, err)
-		require.Equal(t, schemaAbsent, state)
+		require.Equal(t, demo.SchemaAbsent, state)
 	})
 
 	// The same app schema, once marked as the demo's, is served.

@@ -1,12 +1,10 @@
-package main
+package demo
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -24,9 +22,6 @@ import (
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
-// shardsMax is the most databases demo --shards takes.
-const shardsMax = 16
-
 // demoShard is one shard of demo --shards: its own database (or schema),
 // River client and accounts.
 type demoShard struct {
@@ -38,8 +33,8 @@ type demoShard struct {
 	ranges   string
 }
 
-// demoShardReport is one shard's figures, or all shards' ("all").
-type demoShardReport struct {
+// ShardReport is one shard's figures, or all shards' ("all").
+type ShardReport struct {
 	Shard    string `json:"shard"`
 	Schema   string `json:"schema,omitempty"`
 	Ranges   string `json:"ranges,omitempty"`
@@ -65,58 +60,47 @@ type demoShardReport struct {
 	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
 }
 
-// demoShardsSummary is demo --shards' JSON report.
-type demoShardsSummary struct {
-	Task   string            `json:"task"`
-	Cycle  string            `json:"cycle"`
-	Cycles int               `json:"cycles"`
-	Map    string            `json:"map"`
-	Shards []demoShardReport `json:"shards"`
-	All    demoShardReport   `json:"all"`
+// ShardsSummary is demo --shards' JSON report.
+type ShardsSummary struct {
+	Task   string        `json:"task"`
+	Cycle  string        `json:"cycle"`
+	Cycles int           `json:"cycles"`
+	Map    string        `json:"map"`
+	Shards []ShardReport `json:"shards"`
+	All    ShardReport   `json:"all"`
 }
 
-// runDemoShards runs the demo's task over the databases of --shards, one
+// runShards runs the demo's task over the databases of --shards, one
 // shard each (schema <--schema>_<shard>, so shards may share a database):
 // the accounts spread by the shard map, which gives each shard an equal
 // share of the cycle's slots; one River client per shard; the figures
 // per shard and in all, from each shard's own record of its Sync calls.
-func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer, tty bool) error {
-	plan := mustPlan(o.cycle)
-	n := len(o.shardURLs)
-	if plan.Slots < n {
-		return usageErr("--cycle %s has %d slots, fewer than the %d --shards: give a cycle of more slots (a multiple of 256 s has 256)", o.cycle, plan.Slots, n)
-	}
+func runShards(ctx context.Context, cfg *Config, stderr io.Writer, tty bool) (*ShardsSummary, error) {
+	plan := mustPlan(cfg.Cycle)
+	n := len(cfg.ShardPools)
 	// Shard i gets slots [i*slots/n, (i+1)*slots/n): ranges on the slots.
 	width := slotplan.BucketsTwoByte / plan.Slots
 	var m slotplan.ShardMap
 	shards := make([]*demoShard, n)
-	for i, url := range o.shardURLs {
-		name := fmt.Sprintf("s%d", i+1)
+	for i, pool := range cfg.ShardPools {
+		name := ShardName(i)
 		lo, hi := i*plan.Slots/n*width, (i+1)*plan.Slots/n*width-1
 		m.Ranges = append(m.Ranges, slotplan.ShardRange{Shard: name, Lo: lo, Hi: hi})
-		pool, err := connectFlag(ctx, "--shards ("+name+")", url, int32(min(20, o.workers+5)))
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		so := *o
-		so.schema = o.schema + "_" + name
+		so := *cfg
+		so.Schema = cfg.Schema + "_" + name
 		shards[i] = &demoShard{name: name, ranges: fmt.Sprintf("%d-%d", lo, hi),
-			d: &demo{opts: &so, pool: pool, accounts: pool, plan: plan, stdout: stdout, stderr: stderr, tty: tty}}
+			d: &demo{cfg: &so, pool: pool, accounts: pool, plan: plan, stderr: stderr, tty: tty}}
 	}
 	if err := m.Validate(); err != nil {
-		return err
+		return nil, err
 	}
 	for _, s := range shards {
-		if err := checkSchemaName("--schema", s.d.opts.schema); err != nil {
-			return err
-		}
 		if err := s.d.checkSchema(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// The accounts, each in its shard's database.
-	for range o.accounts {
+	for range cfg.Accounts {
 		id := uuid.New()
 		for _, s := range shards {
 			if m.OwnerOf(id) == s.name {
@@ -127,16 +111,16 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 	refs := make([]riverslot.Shard, n)
 	for i, s := range shards {
 		if err := s.prepare(ctx); err != nil {
-			return fmt.Errorf("shard %s: %w", s.name, err)
+			return nil, fmt.Errorf("shard %s: %w", s.name, err)
 		}
-		refs[i] = riverslot.Shard{Name: s.name, Pool: s.d.pool, Schema: s.d.opts.schema}
+		refs[i] = riverslot.Shard{Name: s.name, Pool: s.d.pool, Schema: s.d.cfg.Schema}
 	}
-	if err := riverslot.SetShardMap(ctx, refs, o.task, m, time.Time{}); err != nil {
-		return err
+	if err := riverslot.SetShardMap(ctx, refs, cfg.Task, m, time.Time{}); err != nil {
+		return nil, err
 	}
-	stored, _, err := riverslot.ShardMapOf(ctx, refs[0], o.task)
+	stored, _, err := riverslot.ShardMapOf(ctx, refs[0], cfg.Task)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m = stored.ShardMap
 	logf := shards[0].d.logf
@@ -152,7 +136,7 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 		// which started before them, is left alone (FirstCycleNext), and
 		// the periodic trigger makes the first. Punctual: short slots start
 		// on time on each shard, not at its leader's 5 s scheduler tick.
-		task := riverslot.Task{Name: o.task, Cycle: o.cycle, Schema: s.d.opts.schema, Table: "accounts", Filter: "active",
+		task := riverslot.Task{Name: cfg.Task, Cycle: cfg.Cycle, Schema: s.d.cfg.Schema, Table: "accounts", Filter: "active",
 			FirstCycle: riverslot.FirstCycleNext, Punctual: true}
 		synced := s.d.synced()
 		pool := s.d.pool
@@ -163,60 +147,60 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 		if i == 0 {
 			probe, err := riverslot.New(pool, &riverslot.Config{Tasks: []riverslot.Task{task}})
 			if err != nil {
-				return err
+				return nil, err
 			}
-			if info, err = probe.Task(o.task); err != nil {
-				return err
+			if info, err = probe.Task(cfg.Task); err != nil {
+				return nil, err
 			}
 			// Every client has started and leads its shard before the
 			// first cycle's trigger fires.
 			first = time.Now().Add(info.TriggerLead + 10*time.Second).Truncate(time.Second).UTC()
-			if !o.cycleStart.IsZero() {
-				first = o.cycleStart.UTC()
+			if !cfg.CycleStart.IsZero() {
+				first = cfg.CycleStart.UTC()
 			}
 		}
-		task.TriggerOffset = slotplan.GridOffset(first, o.cycle)
+		task.TriggerOffset = slotplan.GridOffset(first, cfg.Cycle)
 		sched, err := riverslot.New(pool, &riverslot.Config{Shard: s.name, Tasks: []riverslot.Task{task},
 			Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		config := &river.Config{
-			Logger:                      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel})),
-			Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.workers}},
-			Schema:                      s.d.opts.schema,
+			Logger:                      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})),
+			Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+			Schema:                      s.d.cfg.Schema,
 			FetchPollInterval:           250 * time.Millisecond,
-			CompletedJobRetentionPeriod: o.completedRetention,
+			CompletedJobRetentionPeriod: cfg.CompletedRetention,
 		}
 		if err := sched.Configure(config); err != nil {
-			return err
+			return nil, err
 		}
 		// Its warnings (River's row budget, a sync queue too small for
 		// the cycle's rate) as the app's Check gives them.
 		if err := exceptUpstreamBudget(sched.Check(ctx), logf); err != nil {
-			return fmt.Errorf("shard %s: %w", s.name, err)
+			return nil, fmt.Errorf("shard %s: %w", s.name, err)
 		}
 		client, err := river.NewClient(riverpgxv5.New(pool), config)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		s.sched, s.client = sched, client
 	}
-	starts := make([]time.Time, o.cycles)
+	starts := make([]time.Time, cfg.Cycles)
 	for i := range starts {
-		starts[i] = first.Add(time.Duration(i) * o.cycle)
+		starts[i] = first.Add(time.Duration(i) * cfg.Cycle)
 	}
 	for _, s := range shards {
 		if err := s.client.Start(context.WithoutCancel(ctx)); err != nil {
-			return err
+			return nil, err
 		}
 		defer func() {
-			if _, err := stopThenFlush(s.client.Stop, s.sched.FlushOutcomes); err != nil {
+			if _, err := StopThenFlush(s.client.Stop, s.sched.FlushOutcomes); err != nil {
 				logf("warning: shard %s: %v", s.name, err)
 			}
 		}()
 	}
-	logf("%d cycle(s) from %s: %d slots of %s over %d accounts on %d shards", len(starts), first.Format(time.RFC3339), plan.Slots, plan.SlotDuration, o.accounts, n)
+	logf("%d cycle(s) from %s: %d slots of %s over %d accounts on %d shards", len(starts), first.Format(time.RFC3339), plan.Slots, plan.SlotDuration, cfg.Accounts, n)
 
 	// Each cycle: done once every shard has fanned out its slots and run
 	// its syncs. Once the last cycle has started, the triggers go: no
@@ -230,12 +214,12 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 				}
 				cleared = true
 			}
-			if time.Now().After(start.Add(o.cycle)) {
+			if time.Now().After(start.Add(cfg.Cycle)) {
 				var behind []string
 				for _, s := range shards {
 					ok, err := s.cycleDone(ctx, start)
 					if err != nil {
-						return err
+						return nil, err
 					}
 					if !ok {
 						behind = append(behind, s.name)
@@ -244,28 +228,28 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 				if len(behind) == 0 {
 					break
 				}
-				if deadline := start.Add(o.cycle + max(time.Minute, 2*o.cycle)); time.Now().After(deadline) {
-					return fmt.Errorf("cycle %s is not done on shard(s) %v by %s (its slots not all fanned out, or sync jobs left): see riverslot shards show",
+				if deadline := start.Add(cfg.Cycle + max(time.Minute, 2*cfg.Cycle)); time.Now().After(deadline) {
+					return nil, fmt.Errorf("cycle %s is not done on shard(s) %v by %s (its slots not all fanned out, or sync jobs left): see riverslot shards show",
 						start.Format(time.RFC3339), behind, deadline.Format(time.RFC3339))
 				}
 			}
 			select {
 			case <-time.After(time.Second):
 			case <-ctx.Done():
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 		}
 		logf("cycle %d/%d (%s) done on every shard", i+1, len(starts), start.Format(time.RFC3339))
 	}
 
 	// The report, from each shard's own record.
-	sum := demoShardsSummary{Task: o.task, Cycle: o.cycle.String(), Cycles: o.cycles, Map: m.String()}
-	all := demoShardReport{Shard: "all", Slots: plan.Slots}
+	sum := ShardsSummary{Task: cfg.Task, Cycle: cfg.Cycle.String(), Cycles: cfg.Cycles, Map: m.String()}
+	all := ShardReport{Shard: "all", Slots: plan.Slots}
 	var fanOutSum float64
 	for _, s := range shards {
 		r, err := s.report(ctx, starts, m.SlotsOf(plan, 0, s.name))
 		if err != nil {
-			return fmt.Errorf("shard %s: %w", s.name, err)
+			return nil, fmt.Errorf("shard %s: %w", s.name, err)
 		}
 		sum.Shards = append(sum.Shards, r)
 		all.Accounts += r.Accounts
@@ -280,16 +264,16 @@ func runDemoShards(ctx context.Context, o *demoOptions, stdout, stderr io.Writer
 	}
 	all.FanOutMeanSeconds = fanOutSum / float64(plan.Slots)
 	sum.All = all
-	if o.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(sum)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "task %s, %d cycle(s) of %s, shard map %s\n", o.task, o.cycles, o.cycle, m.String())
+	return &sum, nil
+}
+
+// WriteText prints the summary as a table, a row a shard and one for all.
+func (sum *ShardsSummary) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "task %s, %d cycle(s) of %s, shard map %s\n", sum.Task, sum.Cycles, sum.Cycle, sum.Map)
 	fmt.Fprintln(tw, "SHARD\tBUCKETS\tSLOTS\tACCOUNTS\tSYNCED ONCE\tMISSED\tDUPLICATED\tRIVER_JOB ROWS\tFAN-OUT MEAN\tSYNCS/S\tLATENESS P50\tP99")
 	fmt.Fprintln(tw, "\t\t\t\t(account-cycles)\t\t\t\t\t\t\t")
-	for _, r := range append(sum.Shards, all) {
+	for _, r := range append(sum.Shards, sum.All) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.3fs\t%.1f\t%.3fs\t%.3fs\n", r.Shard, r.Ranges, r.Slots, r.Accounts, r.SyncedOnce, r.Missed, r.Duplicated,
 			r.RiverJobRows, r.FanOutMeanSeconds, r.SyncsPerSecond, r.LatenessP50Seconds, r.LatenessP99Seconds)
 	}
@@ -304,7 +288,7 @@ func (s *demoShard) prepare(ctx context.Context) error {
 	if err := d.resetSchema(ctx, d.pool); err != nil {
 		return err
 	}
-	if err := riverslot.Migrate(ctx, d.pool, d.opts.schema); err != nil {
+	if err := riverslot.Migrate(ctx, d.pool, d.cfg.Schema); err != nil {
 		return err
 	}
 	for _, q := range []string{
@@ -319,10 +303,10 @@ func (s *demoShard) prepare(ctx context.Context) error {
 	for i, id := range s.accounts {
 		rows[i] = []any{id}
 	}
-	if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.opts.schema, "accounts"}, []string{"id"}, pgx.CopyFromRows(rows)); err != nil {
+	if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.cfg.Schema, "accounts"}, []string{"id"}, pgx.CopyFromRows(rows)); err != nil {
 		return fmt.Errorf("error seeding accounts: %w", err)
 	}
-	if err := sqlbucket.CreateIndex(ctx, d.pool, d.opts.schema, "accounts", "id"); err != nil {
+	if err := sqlbucket.CreateIndex(ctx, d.pool, d.cfg.Schema, "accounts", "id"); err != nil {
 		return err
 	}
 	_, err := d.pool.Exec(ctx, "ANALYZE "+d.table())
@@ -334,17 +318,17 @@ func (s *demoShard) prepare(ctx context.Context) error {
 func (s *demoShard) cycleDone(ctx context.Context, start time.Time) (bool, error) {
 	d := s.d
 	var unfinished int64
-	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+ledger.New(d.opts.schema).QualifiedTable()+" WHERE task = $1 AND cycle_start = $2 AND slot >= 0 AND finished_at IS NULL",
-		d.opts.task, start).Scan(&unfinished); err != nil {
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+ledger.New(d.cfg.Schema).QualifiedTable()+" WHERE task = $1 AND cycle_start = $2 AND slot >= 0 AND finished_at IS NULL",
+		d.cfg.Task, start).Scan(&unfinished); err != nil {
 		return false, err
 	}
-	syncs, err := syncjob.CountUnfinished(ctx, d.pool, d.opts.schema, d.opts.task, start, 0)
+	syncs, err := syncjob.CountUnfinished(ctx, d.pool, d.cfg.Schema, d.cfg.Task, start, 0)
 	if err != nil {
 		return false, err
 	}
 	var made bool
-	if err := d.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ledger.New(d.opts.schema).QualifiedTable()+" WHERE task = $1 AND cycle_start = $2 AND slot = -1)",
-		d.opts.task, start).Scan(&made); err != nil {
+	if err := d.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ledger.New(d.cfg.Schema).QualifiedTable()+" WHERE task = $1 AND cycle_start = $2 AND slot = -1)",
+		d.cfg.Task, start).Scan(&made); err != nil {
 		return false, err
 	}
 	return made && unfinished == 0 && syncs.Total() == 0, nil
@@ -352,9 +336,9 @@ func (s *demoShard) cycleDone(ctx context.Context, start time.Time) (bool, error
 
 // report measures the shard over the cycles from its synced table (each
 // Sync call the app recorded) and its ledger.
-func (s *demoShard) report(ctx context.Context, starts []time.Time, slots []int) (demoShardReport, error) {
+func (s *demoShard) report(ctx context.Context, starts []time.Time, slots []int) (ShardReport, error) {
 	d := s.d
-	r := demoShardReport{Shard: s.name, Schema: d.opts.schema, Ranges: s.ranges, Slots: len(slots)}
+	r := ShardReport{Shard: s.name, Schema: d.cfg.Schema, Ranges: s.ranges, Slots: len(slots)}
 	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+d.table()+" WHERE active").Scan(&r.Accounts); err != nil {
 		return r, err
 	}
@@ -374,7 +358,7 @@ FROM (SELECT a.id, count(s.account_id) n FROM `+d.table()+` a LEFT JOIN `+d.sync
 	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+d.synced()).Scan(&calls); err != nil {
 		return r, err
 	}
-	r.SyncsPerSecond = float64(calls) / (float64(len(starts)) * d.opts.cycle.Seconds())
+	r.SyncsPerSecond = float64(calls) / (float64(len(starts)) * d.cfg.Cycle.Seconds())
 	var p50, p99 *float64
 	if err := d.pool.QueryRow(ctx, `SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)
 FROM (SELECT extract(epoch FROM synced_at - scheduled_at)::float8 l FROM `+d.synced()+` WHERE scheduled_at IS NOT NULL AND cycle_start = ANY($1)) x`, starts).Scan(&p50, &p99); err != nil {
@@ -383,30 +367,16 @@ FROM (SELECT extract(epoch FROM synced_at - scheduled_at)::float8 l FROM `+d.syn
 	if p50 != nil && p99 != nil {
 		r.LatenessP50Seconds, r.LatenessP99Seconds = *p50, *p99
 	}
-	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+riverjob.QualifiedTable(d.opts.schema)).Scan(&r.RiverJobRows); err != nil {
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+riverjob.QualifiedTable(d.cfg.Schema)).Scan(&r.RiverJobRows); err != nil {
 		return r, err
 	}
 	var mean *float64
-	if err := d.pool.QueryRow(ctx, "SELECT avg(extract(epoch FROM finished_at - started_at))::float8 FROM "+ledger.New(d.opts.schema).QualifiedTable()+
-		" WHERE task = $1 AND slot >= 0 AND finished_at IS NOT NULL AND started_at IS NOT NULL", d.opts.task).Scan(&mean); err != nil {
+	if err := d.pool.QueryRow(ctx, "SELECT avg(extract(epoch FROM finished_at - started_at))::float8 FROM "+ledger.New(d.cfg.Schema).QualifiedTable()+
+		" WHERE task = $1 AND slot >= 0 AND finished_at IS NOT NULL AND started_at IS NOT NULL", d.cfg.Task).Scan(&mean); err != nil {
 		return r, err
 	}
 	if mean != nil {
 		r.FanOutMeanSeconds = *mean
 	}
 	return r, nil
-}
-
-// parseShardURLs splits --shards.
-func parseShardURLs(s string) ([]string, error) {
-	var out []string
-	for _, u := range strings.Split(s, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			out = append(out, u)
-		}
-	}
-	if len(out) < 1 || len(out) > shardsMax {
-		return nil, usageErr("--shards needs 1 to %d comma-separated PostgreSQL URLs (one per shard; a URL may repeat: each shard gets schema <--schema>_s<N>), got %d", shardsMax, len(out))
-	}
-	return out, nil
 }

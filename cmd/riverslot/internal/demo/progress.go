@@ -1,10 +1,9 @@
-package main
+package demo
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -45,18 +44,18 @@ func (d *demo) progress(ctx context.Context, cycleStart time.Time, starts []time
 	var p progress
 	err := d.monitor.QueryRow(ctx, `
 		SELECT
-			(SELECT coalesce(sum(inserted), 0) FROM `+pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+`
+			(SELECT coalesce(sum(inserted), 0) FROM `+pgx.Identifier{d.cfg.Schema, ledger.Table}.Sanitize()+`
 				WHERE task = ANY($1) AND cycle_start = $2 AND slot >= 0),
 			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state IN ('scheduled', 'available', 'retryable', 'pending')),
 			count(*) FILTER (WHERE kind = $3 AND (args->>'cycle_start')::timestamptz = $2 AND state = 'running'),
 			(SELECT coalesce(sum(coalesce(synced, 0) + coalesce(gone, 0) + coalesce(stale, 0) + coalesce(upstream_skipped, 0)), 0)
-				FROM `+pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+` WHERE task = ANY($1) AND cycle_start = $2 AND slot = -1),
+				FROM `+pgx.Identifier{d.cfg.Schema, ledger.Table}.Sanitize()+` WHERE task = ANY($1) AND cycle_start = $2 AND slot = -1),
 			count(*) FILTER (WHERE (args->>'cycle_start')::timestamptz = ANY($4) AND state NOT IN ('completed', 'cancelled', 'discarded')),
-			(SELECT count(*) FROM `+pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+`
+			(SELECT count(*) FROM `+pgx.Identifier{d.cfg.Schema, ledger.Table}.Sanitize()+`
 				WHERE task = ANY($1) AND cycle_start = $5 AND slot >= 0 AND finished_at IS NOT NULL),
-			(SELECT count(*) FROM `+riverjob.QualifiedTable(d.opts.schema)+`)
-		FROM `+riverjob.QualifiedTable(d.opts.schema)+` WHERE args->>'task' = ANY($1)`,
-		d.opts.tasks(), cycleStart, syncjob.Kind, starts, starts[len(starts)-1]).Scan(
+			(SELECT count(*) FROM `+riverjob.QualifiedTable(d.cfg.Schema)+`)
+		FROM `+riverjob.QualifiedTable(d.cfg.Schema)+` WHERE args->>'task' = ANY($1)`,
+		d.cfg.tasks(), cycleStart, syncjob.Kind, starts, starts[len(starts)-1]).Scan(
 		&p.inserted, &p.pending, &p.running, &p.completed, &p.unfinished, &p.perSlotDone, &p.riverJobRows)
 	d.maxRiverJobRows = max(d.maxRiverJobRows, p.riverJobRows)
 	return p, err
@@ -67,7 +66,7 @@ func (d *demo) watch(ctx context.Context, starts []time.Time) error {
 	var (
 		tty      = d.tty
 		last     = starts[len(starts)-1]
-		deadline = last.Add(d.opts.cycle).Add(max(2*time.Minute, d.opts.cycle))
+		deadline = last.Add(d.cfg.Cycle).Add(max(2*time.Minute, d.cfg.Cycle))
 		ticker   = time.NewTicker(500 * time.Millisecond)
 		lastKey  = ""
 	)
@@ -76,7 +75,7 @@ func (d *demo) watch(ctx context.Context, starts []time.Time) error {
 		if tty {
 			fmt.Fprintln(d.stderr)
 		}
-		return &exitError{code: 130, msg: "interrupted; rerun with --keep to resume the same cycle"}
+		return ErrInterrupted
 	}
 
 	for {
@@ -117,9 +116,9 @@ func (d *demo) watch(ctx context.Context, starts []time.Time) error {
 			status = fmt.Sprintf("cycle %d/%d slot %d/%d", idx+1, len(starts), slot+1, d.plan.Slots)
 		}
 		line := fmt.Sprintf("%-28s %s  sync jobs inserted %d  pending %d  running %d  completed %d",
-			status, bar(elapsed, d.opts.cycle, 20), p.inserted, p.pending, p.running, p.completed)
+			status, bar(elapsed, d.cfg.Cycle, 20), p.inserted, p.pending, p.running, p.completed)
 
-		done := !now.Before(last.Add(d.opts.cycle)) && p.unfinished == 0 && p.perSlotDone == int64(d.plan.Slots*len(d.opts.tasks()))
+		done := !now.Before(last.Add(d.cfg.Cycle)) && p.unfinished == 0 && p.perSlotDone == int64(d.plan.Slots*len(d.cfg.tasks()))
 		if tty {
 			fmt.Fprintf(d.stderr, "\r\033[K%s", line)
 			if done {
@@ -136,10 +135,10 @@ func (d *demo) watch(ctx context.Context, starts []time.Time) error {
 			if tty {
 				fmt.Fprintln(d.stderr)
 			}
-			need := float64(d.opts.accounts*len(d.opts.tasks())) / d.opts.cycle.Seconds()
+			need := float64(d.cfg.Accounts*len(d.cfg.tasks())) / d.cfg.Cycle.Seconds()
 			return fmt.Errorf("timed out: %d jobs still unfinished %s after the last cycle ended: a worker is stuck, or the cycle asks for more syncs "+
 				"than --workers %d complete on this machine (%d accounts x %d task(s) in %s: %.0f syncs/s); use fewer --accounts, a longer --cycle or more --workers",
-				p.unfinished, max(2*time.Minute, d.opts.cycle), d.opts.workers, d.opts.accounts, len(d.opts.tasks()), d.opts.cycle, need)
+				p.unfinished, max(2*time.Minute, d.cfg.Cycle), d.cfg.Workers, d.cfg.Accounts, len(d.cfg.tasks()), d.cfg.Cycle, need)
 		}
 
 		select {
@@ -155,13 +154,4 @@ func bar(elapsed, total time.Duration, width int) string {
 	frac = min(max(frac, 0), 1)
 	n := int(frac * float64(width))
 	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + fmt.Sprintf("] %3.0f%%", frac*100)
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -1,15 +1,15 @@
-package main
+package demo
 
 import (
 	"context"
 	"time"
 )
 
-// stopThenFlush stops River's client with stop (Client.Stop, or
+// StopThenFlush stops River's client with stop (Client.Stop, or
 // StopAndCancel for an interrupted run) within 30 s, then writes the sync
 // outcomes its jobs counted and did not write yet with flush
 // (Scheduler.FlushOutcomes), with 10 s of its own whatever stop returned.
-func stopThenFlush(stop, flush func(context.Context) error) (stopErr, flushErr error) {
+func StopThenFlush(stop, flush func(context.Context) error) (stopErr, flushErr error) {
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stopErr = stop(stopCtx)

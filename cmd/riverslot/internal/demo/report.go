@@ -1,9 +1,9 @@
-package main
+package demo
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -21,31 +21,32 @@ import (
 	"github.com/riverslot/riverslot/internal/testkit/measure"
 )
 
-// demoSummary is the --json output. Every figure is read from the database.
-type demoSummary struct {
-	Schema              string          `json:"schema"`
-	AccountsTable       string          `json:"accounts_table"`
-	IDColumn            string          `json:"id_column"`
-	SyncKind            string          `json:"sync_kind"`
-	Buckets             int64           `json:"buckets"`
-	Slots               int64           `json:"slots"`
-	SlotDurationSeconds float64         `json:"slot_duration_seconds"`
-	CycleSeconds        float64         `json:"cycle_seconds"`
-	CycleStarts         []string        `json:"cycle_starts"`
-	Cycles              int             `json:"cycles"`
-	Accounts            int64           `json:"accounts"`
-	AccountsPerSlot     int64           `json:"accounts_per_slot"`
-	Synced              int64           `json:"synced"`
-	Missed              int64           `json:"missed"`
-	Duplicates          int64           `json:"duplicates"`
-	SkippedSyncs        int64           `json:"skipped_syncs"`
-	PeakQueueDepth      int64           `json:"peak_queue_depth"`
-	LatenessP50Seconds  float64         `json:"lateness_p50_seconds"`
-	LatenessP99Seconds  float64         `json:"lateness_p99_seconds"`
-	PerCycle            []*demoCycleRow `json:"per_cycle"`
+// Summary is a run's figures, the --json output. Every figure is read
+// from the database.
+type Summary struct {
+	Schema              string      `json:"schema"`
+	AccountsTable       string      `json:"accounts_table"`
+	IDColumn            string      `json:"id_column"`
+	SyncKind            string      `json:"sync_kind"`
+	Buckets             int64       `json:"buckets"`
+	Slots               int64       `json:"slots"`
+	SlotDurationSeconds float64     `json:"slot_duration_seconds"`
+	CycleSeconds        float64     `json:"cycle_seconds"`
+	CycleStarts         []string    `json:"cycle_starts"`
+	Cycles              int         `json:"cycles"`
+	Accounts            int64       `json:"accounts"`
+	AccountsPerSlot     int64       `json:"accounts_per_slot"`
+	Synced              int64       `json:"synced"`
+	Missed              int64       `json:"missed"`
+	Duplicates          int64       `json:"duplicates"`
+	SkippedSyncs        int64       `json:"skipped_syncs"`
+	PeakQueueDepth      int64       `json:"peak_queue_depth"`
+	LatenessP50Seconds  float64     `json:"lateness_p50_seconds"`
+	LatenessP99Seconds  float64     `json:"lateness_p99_seconds"`
+	PerCycle            []*CycleRow `json:"per_cycle"`
 	// Upstreams are --upstreams' banks: what each server received and
 	// what the limiter did (omitted without --upstreams).
-	Upstreams []demoUpstream `json:"upstreams,omitempty"`
+	Upstreams []Upstream `json:"upstreams,omitempty"`
 	// MaxRiverJobRows is the most rows river_job held at once, sampled at
 	// each progress read (every 0.5 s); CompletedRetentionSeconds is River's
 	// CompletedJobRetentionPeriod (--completed-retention; 0: River's 24 h).
@@ -69,8 +70,8 @@ type demoSummary struct {
 
 	// Tasks names every task of the run; the figures above are the first
 	// task's, PerTask has each one's.
-	Tasks   []string       `json:"tasks"`
-	PerTask []*demoTaskRow `json:"per_task"`
+	Tasks   []string   `json:"tasks"`
+	PerTask []*TaskRow `json:"per_task"`
 	// With --reciprocal: the closest an account's two tasks' syncs came on
 	// the cycle circle, and the least the library promises (half a cycle
 	// minus one slot).
@@ -92,7 +93,8 @@ type demoSummary struct {
 	Pinned                      *int64   `json:"pinned,omitempty"`
 }
 
-type demoTaskRow struct {
+// TaskRow is one task's figures over the run's cycles.
+type TaskRow struct {
 	Task               string  `json:"task"`
 	Synced             int64   `json:"synced"`
 	Missed             int64   `json:"missed"`
@@ -103,7 +105,8 @@ type demoTaskRow struct {
 	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
 }
 
-type demoCycleRow struct {
+// CycleRow is one cycle's figures (the first task's).
+type CycleRow struct {
 	CycleStart  string `json:"cycle_start"`
 	Accounts    int64  `json:"accounts"`
 	Synced      int64  `json:"synced"`
@@ -112,13 +115,13 @@ type demoCycleRow struct {
 	PeakPending int64  `json:"peak_queue_depth"`
 }
 
-func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary, error) {
-	jobs := riverjob.QualifiedTable(d.opts.schema)
+func (d *demo) summarize(ctx context.Context, starts []time.Time) (*Summary, error) {
+	jobs := riverjob.QualifiedTable(d.cfg.Schema)
 
 	// The run's cycle starts, as riverslot's ledger records their
 	// bootstraps (River may have deleted the jobs), and sync kind.
-	rows, err := d.pool.Query(ctx, "SELECT DISTINCT cycle_start FROM "+pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+
-		" WHERE slot = $1 AND task = $2 AND cycle_start = ANY($3) ORDER BY 1", ledger.BootstrapSlot, d.opts.task, starts)
+	rows, err := d.pool.Query(ctx, "SELECT DISTINCT cycle_start FROM "+pgx.Identifier{d.cfg.Schema, ledger.Table}.Sanitize()+
+		" WHERE slot = $1 AND task = $2 AND cycle_start = ANY($3) ORDER BY 1", ledger.BootstrapSlot, d.cfg.Task, starts)
 	if err != nil {
 		return nil, err
 	}
@@ -134,13 +137,13 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 	}
 	var syncKind string
 	if err := d.pool.QueryRow(ctx, "SELECT coalesce(min(kind), $4) FROM "+jobs+" WHERE args->>'task' = $1 AND kind NOT IN ($2, $3, $5)",
-		d.opts.task, bootstrap.Kind, perslot.Kind, syncjob.Kind, bootstrap.CensusKind).Scan(&syncKind); err != nil {
+		d.cfg.Task, bootstrap.Kind, perslot.Kind, syncjob.Kind, bootstrap.CensusKind).Scan(&syncKind); err != nil {
 		return nil, err
 	}
 
 	run, err := measure.MeasureRun(ctx, d.pool, measure.Target{
-		RiverSchema: d.opts.schema, AccountsTable: d.measuredTable(), IDColumn: "id", Filter: "active",
-		SyncKind: syncKind, Task: d.opts.task, SyncedTable: d.synced(),
+		RiverSchema: d.cfg.Schema, AccountsTable: d.measuredTable(), IDColumn: "id", Filter: "active",
+		SyncKind: syncKind, Task: d.cfg.Task, SyncedTable: d.synced(),
 	}, perslot.Kind, recorded)
 	if err != nil {
 		return nil, err
@@ -150,9 +153,9 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 		run.Slots, run.SlotDuration = int64(d.plan.Slots), d.plan.SlotDuration
 	}
 
-	s := &demoSummary{
-		Schema:              d.opts.schema,
-		AccountsTable:       d.opts.schema + ".accounts",
+	s := &Summary{
+		Schema:              d.cfg.Schema,
+		AccountsTable:       d.cfg.Schema + ".accounts",
 		IDColumn:            "id",
 		SyncKind:            syncKind,
 		Buckets:             run.Buckets,
@@ -165,7 +168,7 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 		LatenessP99Seconds:  run.LatenessP99.Seconds(),
 		MaxRiverJobRows:     d.maxRiverJobRows,
 
-		CompletedRetentionSeconds: d.opts.completedRetention.Seconds(),
+		CompletedRetentionSeconds: d.cfg.CompletedRetention.Seconds(),
 	}
 	if err := d.measureFanOut(ctx, s, recorded); err != nil {
 		return nil, err
@@ -177,7 +180,7 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 		s.Missed += c.Missed
 		s.Duplicates += c.Duplicated
 		s.SkippedSyncs += c.Skipped
-		s.PerCycle = append(s.PerCycle, &demoCycleRow{
+		s.PerCycle = append(s.PerCycle, &CycleRow{
 			CycleStart: c.CycleStart.Format(time.RFC3339), Accounts: c.Accounts,
 			Synced: c.SyncedOnce, Missed: c.Missed, Duplicates: c.Duplicated, PeakPending: c.PeakPending,
 		})
@@ -185,17 +188,17 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 	if s.Slots > 0 {
 		s.AccountsPerSlot = s.Accounts / s.Slots
 	}
-	for _, name := range d.opts.tasks() {
+	for _, name := range d.cfg.tasks() {
 		r := run
-		if name != d.opts.task {
+		if name != d.cfg.Task {
 			if r, err = measure.MeasureRun(ctx, d.pool, measure.Target{
-				RiverSchema: d.opts.schema, AccountsTable: d.measuredTable(), IDColumn: "id", Filter: "active",
+				RiverSchema: d.cfg.Schema, AccountsTable: d.measuredTable(), IDColumn: "id", Filter: "active",
 				SyncKind: syncKind, Task: name, SyncedTable: d.synced(),
 			}, perslot.Kind, recorded); err != nil {
 				return nil, err
 			}
 		}
-		row := &demoTaskRow{Task: name, PeakQueueDepth: r.PeakPending,
+		row := &TaskRow{Task: name, PeakQueueDepth: r.PeakPending,
 			LatenessP50Seconds: r.LatenessP50.Seconds(), LatenessP99Seconds: r.LatenessP99.Seconds()}
 		for _, c := range r.Cycles {
 			row.Synced += c.SyncedOnce
@@ -206,7 +209,7 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 		s.Tasks = append(s.Tasks, name)
 		s.PerTask = append(s.PerTask, row)
 	}
-	if d.opts.reciprocal {
+	if d.cfg.Reciprocal {
 		// The promise covers syncs at their regular times, inside their
 		// slot. A late catch-up (a fan-out that ran more than LateGrace
 		// late, say on a loaded machine) is spread after its slot and left
@@ -223,13 +226,13 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 					FROM s a JOIN s b ON b.account = a.account AND b.cycle = a.cycle
 					WHERE a.task = $1 AND b.task = $2 AND NOT a.late AND NOT b.late) d),
 				(SELECT count(*) FROM s WHERE late)`,
-			d.opts.task, d.opts.tasks()[1], recorded, s.CycleSeconds, syncKind, s.SlotDurationSeconds).Scan(&closest, &late); err != nil {
+			d.cfg.Task, d.cfg.tasks()[1], recorded, s.CycleSeconds, syncKind, s.SlotDurationSeconds).Scan(&closest, &late); err != nil {
 			return nil, fmt.Errorf("error measuring the distance between the two tasks: %w", err)
 		}
 		promised := s.CycleSeconds/2 - s.SlotDurationSeconds
 		s.ReciprocalMinDistanceSeconds, s.ReciprocalMinPromisedSeconds, s.ReciprocalLateSyncs = &closest, &promised, &late
 	}
-	if d.opts.weights != "" {
+	if d.cfg.Weights != "" {
 		if err := d.measureWeights(ctx, s, recorded[len(recorded)-1], syncKind); err != nil {
 			return nil, fmt.Errorf("error measuring per-slot weights: %w", err)
 		}
@@ -239,14 +242,14 @@ func (d *demo) summarize(ctx context.Context, starts []time.Time) (*demoSummary,
 
 // measureWeights fills the summary's weight figures for the first task's
 // cycle starting at start, from the sync jobs enqueued and the accounts.
-func (d *demo) measureWeights(ctx context.Context, s *demoSummary, start time.Time, syncKind string) error {
-	jobs := riverjob.QualifiedTable(d.opts.schema)
+func (d *demo) measureWeights(ctx context.Context, s *Summary, start time.Time, syncKind string) error {
+	jobs := riverjob.QualifiedTable(d.cfg.Schema)
 	var balanced, hash, heaviest float64
 	var pinned int64
 	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(w) / nullif(sum(w) / $4, 0), 0) FROM (
 			SELECT (j.args->>'slot')::int, sum(a.weight) AS w FROM `+jobs+` j JOIN `+d.measuredTable()+` a ON a.id = (j.args->>'account_id')::uuid
 			WHERE j.kind = $1 AND j.args->>'task' = $2 AND (j.args->>'cycle_start')::timestamptz = $3 GROUP BY 1) x`,
-		syncKind, d.opts.task, start, s.Slots).Scan(&balanced); err != nil {
+		syncKind, d.cfg.Task, start, s.Slots).Scan(&balanced); err != nil {
 		return err
 	}
 	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(w) / nullif(sum(w) / $1, 0), 0), coalesce(max(h) / nullif(sum(w) / $1, 0), 0) FROM (
@@ -254,87 +257,81 @@ func (d *demo) measureWeights(ctx context.Context, s *demoSummary, start time.Ti
 		s.Slots).Scan(&hash, &heaviest); err != nil {
 		return err
 	}
-	if err := d.accounts.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{d.opts.schema, "riverslot_pins"}.Sanitize()+" WHERE task = $1 AND cycle_start = $2",
-		d.opts.task, start).Scan(&pinned); err != nil {
+	if err := d.accounts.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{d.cfg.Schema, "riverslot_pins"}.Sanitize()+" WHERE task = $1 AND cycle_start = $2",
+		d.cfg.Task, start).Scan(&pinned); err != nil {
 		return err
 	}
-	s.Weights = d.opts.weights
+	s.Weights = d.cfg.Weights
 	s.SlotWeightMaxOverMean, s.HashSlotWeightMaxOverMean, s.HeaviestAccountOverMeanSlot, s.Pinned = &balanced, &hash, &heaviest, &pinned
 	return nil
 }
 
-func (d *demo) report(ctx context.Context, starts []time.Time) error {
+// report measures the run. It returns the summary, and an error when an
+// account was missed or duplicated or two reciprocal tasks came too close;
+// no summary when the measuring failed.
+func (d *demo) report(ctx context.Context, starts []time.Time) (*Summary, error) {
 	d.defaultAccounts()
 	if d.accounts != d.pool {
 		drop, err := d.snapshotAccounts(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer drop()
 	}
 	s, err := d.summarize(ctx, starts)
 	if err != nil {
-		return fmt.Errorf("error measuring the run: %w", err)
+		return nil, fmt.Errorf("error measuring the run: %w", err)
 	}
 	if d.banks != nil {
 		accounts := map[string]int64{}
 		rows, err := d.accounts.Query(ctx, "SELECT bank, count(*) FROM "+d.table()+" WHERE active GROUP BY bank")
 		if err != nil {
-			return fmt.Errorf("error counting the accounts per upstream: %w", err)
+			return nil, fmt.Errorf("error counting the accounts per upstream: %w", err)
 		}
 		var (
 			key string
 			n   int64
 		)
 		if _, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error { accounts[key] = n; return nil }); err != nil {
-			return fmt.Errorf("error counting the accounts per upstream: %w", err)
+			return nil, fmt.Errorf("error counting the accounts per upstream: %w", err)
 		}
-		if s.Upstreams, err = d.banks.report(ctx, d.scheduler, d.opts.task, &d.opts.upstreams, d.opts.cycle, accounts); err != nil {
-			return fmt.Errorf("error reading the upstreams: %w", err)
+		if s.Upstreams, err = d.banks.report(ctx, d.scheduler, d.cfg.Task, d.cfg.Upstreams, d.cfg.Cycle, accounts); err != nil {
+			return nil, fmt.Errorf("error reading the upstreams: %w", err)
 		}
-	}
-	if d.opts.json {
-		enc := json.NewEncoder(d.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(s); err != nil {
-			return err
-		}
-	} else {
-		d.printSummary(s)
 	}
 	for _, t := range s.PerTask {
 		if t.Missed > 0 || t.Duplicates > 0 {
-			return fmt.Errorf("task %s: %d account-cycles missed and %d duplicated", t.Task, t.Missed, t.Duplicates)
+			return s, fmt.Errorf("task %s: %d account-cycles missed and %d duplicated", t.Task, t.Missed, t.Duplicates)
 		}
 	}
 	if s.ReciprocalMinDistanceSeconds != nil && *s.ReciprocalMinDistanceSeconds < *s.ReciprocalMinPromisedSeconds {
-		return fmt.Errorf("an account's two tasks came %.3fs apart, less than half a cycle minus one slot (%.0fs)",
+		return s, fmt.Errorf("an account's two tasks came %.3fs apart, less than half a cycle minus one slot (%.0fs)",
 			*s.ReciprocalMinDistanceSeconds, *s.ReciprocalMinPromisedSeconds)
 	}
-	return nil
+	return s, nil
 }
 
 // measureFanOut fills s's fan-out figures from the ledger's slot rows of the
 // run's cycles and, with --fanout-baseline, times River's raw insert of a
 // mean slot's jobs into the same river_job.
-func (d *demo) measureFanOut(ctx context.Context, s *demoSummary, starts []time.Time) error {
+func (d *demo) measureFanOut(ctx context.Context, s *Summary, starts []time.Time) error {
 	var inserted, seconds float64
 	if err := d.pool.QueryRow(ctx, "SELECT count(*), coalesce(sum(inserted), 0)::float8, coalesce(sum(extract(epoch FROM finished_at - started_at)), 0)::float8 FROM "+
-		pgx.Identifier{d.opts.schema, ledger.Table}.Sanitize()+
+		pgx.Identifier{d.cfg.Schema, ledger.Table}.Sanitize()+
 		" WHERE task = $1 AND cycle_start = ANY($2) AND slot >= 0 AND inserted > 0 AND started_at IS NOT NULL AND finished_at > started_at",
-		d.opts.task, starts).Scan(&s.FanOutSlots, &inserted, &seconds); err != nil {
+		d.cfg.Task, starts).Scan(&s.FanOutSlots, &inserted, &seconds); err != nil {
 		return fmt.Errorf("error reading the fan-outs' times in the ledger: %w", err)
 	}
 	if seconds > 0 {
 		s.FanOutAccountsPerSecond = inserted / seconds
 	}
-	if !d.opts.fanOutBaseline || s.FanOutSlots == 0 {
+	if !d.cfg.FanOutBaseline || s.FanOutSlots == 0 {
 		return nil
 	}
 	n := int(inserted / float64(s.FanOutSlots))
 	var runs []time.Duration
 	for range 3 {
-		took, err := bench.RawInsert(ctx, d.pool, d.opts.schema, n, riverslot.BatchSizeDefault)
+		took, err := bench.RawInsert(ctx, d.pool, d.cfg.Schema, n, riverslot.BatchSizeDefault)
 		if err != nil {
 			return err
 		}
@@ -347,8 +344,8 @@ func (d *demo) measureFanOut(ctx context.Context, s *demoSummary, starts []time.
 	return nil
 }
 
-func (d *demo) printSummary(s *demoSummary) {
-	w := d.stdout
+// WriteText prints the summary as tables.
+func (s *Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "\nriverslot demo: %d cycle(s) of %gs over %d accounts (schema %s)\n\n", s.Cycles, s.CycleSeconds, s.Accounts, s.Schema)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "accounts\t%d\n", s.Accounts)
@@ -388,20 +385,20 @@ func (d *demo) printSummary(s *demoSummary) {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t\n", i+1, c.CycleStart, c.Accounts, c.Synced, c.Missed, c.Duplicates, c.PeakPending)
 	}
 	_ = tw.Flush()
-	printDemoUpstreams(w, s.Upstreams)
+	return writeUpstreams(w, s.Upstreams)
 }
 
-// measuredTableName is the copy of the accounts that the report measures
+// MeasuredTableName is the copy of the accounts that the report measures
 // against in River's database when the accounts live in another
 // (--accounts-database-url): its queries join them with River's jobs.
-const measuredTableName = "accounts_measured"
+const MeasuredTableName = "accounts_measured"
 
 // measuredTable is the accounts table the report's queries join with
 // River's jobs.
 func (d *demo) measuredTable() string {
 	d.defaultAccounts()
 	if d.accounts != d.pool {
-		return pgx.Identifier{d.opts.schema, measuredTableName}.Sanitize()
+		return pgx.Identifier{d.cfg.Schema, MeasuredTableName}.Sanitize()
 	}
 	return d.table()
 }
@@ -414,7 +411,7 @@ func (d *demo) snapshotAccounts(ctx context.Context) (drop func(), err error) {
 	table := d.measuredTable()
 	columns := []string{"id", "active"}
 	ddl := "CREATE UNLOGGED TABLE " + table + " (id uuid PRIMARY KEY, active boolean NOT NULL"
-	if d.opts.weights != "" {
+	if d.cfg.Weights != "" {
 		columns = append(columns, "weight")
 		ddl += ", weight double precision NOT NULL"
 	}
@@ -432,7 +429,7 @@ func (d *demo) snapshotAccounts(ctx context.Context) (drop func(), err error) {
 		return nil, fmt.Errorf("error reading the accounts to measure the run: %w", err)
 	}
 	defer rows.Close()
-	if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.opts.schema, measuredTableName}, columns, pgx.CopyFromFunc(func() ([]any, error) {
+	if _, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.cfg.Schema, MeasuredTableName}, columns, pgx.CopyFromFunc(func() ([]any, error) {
 		if !rows.Next() {
 			return nil, rows.Err()
 		}
