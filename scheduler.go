@@ -61,9 +61,11 @@ type Config struct {
 	// cycles on this database serve the slots its shard map (stored in
 	// the database, SetShardMap) gives this shard. Every scheduler of a
 	// database names the same shard; a node serving several shards builds
-	// one Scheduler and one River client per database. Defaults to "": a
-	// task with a shard map in this database then fails its bootstrap,
-	// saying so; a task without one is not sharded.
+	// one Scheduler and one River client per database. A task with no
+	// shard map in this database is not sharded (every slot); a task whose
+	// maps here are all in force only from a later cycle refuses that
+	// cycle's bootstrap, logged at error. Defaults to "": a task with a
+	// shard map in this database then fails its bootstrap, saying so.
 	Shard string
 }
 

@@ -90,9 +90,9 @@ func TestSetShardMap(t *testing.T) {
 // TestShardBootstrap: a sharded task's bootstrap makes per-slot jobs for
 // its shard's slots only, records the shard and the map's version, and
 // Status shows the other slots as elsewhere; a node that names no shard
-// fails the bootstrap, saying which setting to give, and a node that
-// names a shard where no map is in force refuses it (it would serve every
-// slot), saying why.
+// fails the bootstrap, saying which setting to give, and a task whose map
+// is not in force yet at the cycle refuses it (it would serve every slot),
+// saying why, while a task with no map on the same node serves every slot.
 func TestShardBootstrap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -177,23 +177,35 @@ func TestShardBootstrap(t *testing.T) {
 	})
 	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs2+" WHERE kind = 'riverslot_perslot'"), "no slot made by the unnamed node")
 
-	// A node that names a shard, on a database with no map in force: it
-	// would serve every slot (twice, with the other shards); its bootstrap
-	// is cancelled, saying why, and makes no slot.
+	// A node that names a shard, on a database whose map for the task is
+	// in force only from a later cycle: it would serve every slot (twice,
+	// with the other shards); its bootstrap is cancelled, saying why, and
+	// makes no slot. A second task of the same node, with no map at all,
+	// is not sharded: its cycle serves every slot.
 	nomap := riverslottest.Schema(ctx, t, pool)
 	riverslottest.CreateAccounts(ctx, t, pool, nomap, "accounts", 10)
-	named := newScheduler("b", nomap)
-	require.NoError(t, named.CreateIndexes(ctx))
+	require.NoError(t, riverslot.SetShardMap(ctx, []riverslot.Shard{{Name: "a", Pool: pool, Schema: riverslottest.Schema(ctx, t, pool)}, {Name: "b", Pool: pool, Schema: nomap}},
+		task, m, ahead.Add(10*cycle)))
+	s3, err := riverslot.New(pool, &riverslot.Config{Shard: "b", Logger: riverslottest.Logger(t), Tasks: []riverslot.Task{
+		{Name: task, Cycle: cycle, Schema: nomap, Table: "accounts", Sync: noop},
+		{Name: "unsharded", Cycle: cycle, Schema: nomap, Table: "accounts", Sync: noop},
+	}})
+	require.NoError(t, err)
+	require.NoError(t, s3.CreateIndexes(ctx))
 	config3 := &river.Config{Schema: nomap, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 5}}, FetchPollInterval: 100 * time.Millisecond}
-	require.NoError(t, named.Configure(config3))
+	require.NoError(t, s3.Configure(config3))
 	config3.PeriodicJobs = nil
 	client3, _ := riverslottest.StartClient(ctx, t, pool, config3)
-	_, err = named.EnqueueCycle(ctx, client3, task, ahead)
-	require.NoError(t, err)
+	for _, name := range []string{task, "unsharded"} {
+		_, err = s3.EnqueueCycle(ctx, client3, name, ahead)
+		require.NoError(t, err)
+	}
 	jobs3 := pgx.Identifier{nomap, "river_job"}.Sanitize()
-	riverslottest.WaitFor(t, 30*time.Second, "the cancelled bootstrap", func() bool {
-		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_bootstrap' AND state = 'cancelled' AND errors::text LIKE '%no shard map in force%'") == 1
+	riverslottest.WaitFor(t, 30*time.Second, "the refused bootstrap and the unsharded one", func() bool {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_bootstrap' AND args->>'task' = $1 AND state = 'cancelled' AND errors::text LIKE '%none in force%'", task) == 1 &&
+			riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_bootstrap' AND args->>'task' = 'unsharded' AND state = 'completed'") == 1
 	})
-	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_perslot'"), "no slot made without a map")
-	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pgx.Identifier{nomap, ledger.Table}.Sanitize()), "the cycle is not recorded")
+	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_perslot' AND args->>'task' = $1", task), "no slot made without a map in force")
+	require.EqualValues(t, 8, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_perslot' AND args->>'task' = 'unsharded'"), "the unsharded task: every slot")
+	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pgx.Identifier{nomap, ledger.Table}.Sanitize()+" WHERE task = $1", task), "the refused cycle is not recorded")
 }

@@ -331,7 +331,8 @@ type cycleShard struct {
 // shardSlots returns, for a sharded task (one with a shard map in force at
 // cycleStart in this database), the slots of the cycle that this shard
 // serves, by the map, and the map's version; nil slots for an unsharded
-// task (every slot). It takes the task's shard-map lock shared in tx, so a
+// task (no map in this database: every slot). A task with maps, none in
+// force at cycleStart, is refused (the job cancelled, the reason logged). It takes the task's shard-map lock shared in tx, so a
 // change of the map waits for the cycle's commit and then sees it made.
 func (w *Worker) shardSlots(ctx context.Context, tx pgx.Tx, led ledger.Ledger, spec *taskspec.Spec, cycleStart time.Time) ([]int, cycleShard, error) {
 	if err := led.LockShards(ctx, tx, spec.Name, false); err != nil {
@@ -342,17 +343,20 @@ func (w *Worker) shardSlots(ctx context.Context, tx pgx.Tx, led ledger.Ledger, s
 		return nil, cycleShard{}, err
 	}
 	if !ok {
-		if w.shard != "" {
-			// Serving every slot would sync twice whatever another shard
-			// serves (a shared accounts database, accounts copied ahead of
-			// a move). No map can come into force for a cycle already
-			// due (a map applies from a later cycle start): retrying is
-			// pointless, so the job is cancelled, its error saying why.
-			return nil, cycleShard{}, river.JobCancel(fmt.Errorf("task %q: this node is shard %q but this database has no shard map in force at %s, so it cannot tell which slots are its own; "+
-				"a fleet's first map must be set before its first sharded cycle (riverslot shards set, riverslot.SetShardMap), or leave riverslot.Config.Shard (riverslot worker --shard) unset for an unsharded task",
-				spec.Name, w.shard, cycleStart.Format(time.RFC3339)))
+		// No map in force at cycleStart. A task with no map at all in this
+		// database is not sharded: every slot. A task with a map from a
+		// later cycle on is sharded here, yet this cycle has no map to tell
+		// its slots: serving every slot would sync twice whatever another
+		// shard serves (a shared accounts database, accounts copied ahead
+		// of a move), so the bootstrap refuses, saying how to go on.
+		if _, sharded, err := led.LatestShardMap(ctx, tx, spec.Name); err != nil || !sharded {
+			return nil, cycleShard{}, err
 		}
-		return nil, cycleShard{}, nil
+		err := fmt.Errorf("task %q: this database has a shard map for the task, but none in force at %s, so this cycle's slots have no shard; "+
+			"set a map in force from this cycle (riverslot shards set, riverslot.SetShardMap with a zero from), then make the cycle again (Scheduler.EnqueueCycle), or let the next cycle under a map run",
+			spec.Name, cycleStart.Format(time.RFC3339))
+		w.logger.ErrorContext(ctx, "riverslot: "+err.Error(), slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.String("shard", w.shard))
+		return nil, cycleShard{}, river.JobCancel(err)
 	}
 	shards := m.Shards()
 	switch {
