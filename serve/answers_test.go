@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -126,6 +128,7 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 	// The 503 with Retry-After: tried again after it, with no retries.
 	uc := svc2.calls("/unavailable")
 	require.GreaterOrEqual(t, uc[1].Sub(uc[0]), 2*time.Second)
+	require.Less(t, uc[1].Sub(uc[0]), period/2, "tried again in its period (given up, the next call would be the next period's)")
 	// The 410: called once, then paused.
 	require.Len(t, svc2.calls("/gone"), 1)
 	var got serve.Schedule
@@ -133,4 +136,46 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 	require.True(t, got.Paused, "a 410 pauses its schedule")
 	require.NotEmpty(t, got.LastCalls)
 	require.Equal(t, http.StatusGone, *got.LastCalls[0].Status)
+}
+
+// TestMigrateGivesKeysTheirPort: schedules stored before keys named the
+// port get the URL's host and port (the scheme's default when the URL
+// names none), their sub-key kept; a second Migrate changes nothing. And
+// a key the limiter would cut (over upstream.MaxKeyLen bytes) is refused
+// with the field that made it.
+func TestMigrateGivesKeysTheirPort(t *testing.T) {
+	t.Parallel()
+	a := setup(t, &serve.Guard{AllowPrivate: true}, time.Hour)
+	ctx := context.Background()
+	table := pgx.Identifier{a.srv.Schema(), serve.SchedulesTable}.Sanitize()
+	old := map[string][2]string{ // url → key before, key after
+		"https://API.example.com/hook":   {"api.example.com", "api.example.com:443"},
+		"http://api.example.com:8080/x":  {"api.example.com/tenant-1", "api.example.com:8080/tenant-1"},
+		"http://[2001:db8::1]/y":         {"2001:db8::1", "[2001:db8::1]:80"},
+		"https://fresh.example.com:9443": {"fresh.example.com:9443", "fresh.example.com:9443"},
+	}
+	ids := map[string]uuid.UUID{}
+	for url, k := range old {
+		id := uuid.New()
+		ids[url] = id
+		_, err := a.srv.Pool().Exec(ctx, `INSERT INTO `+table+` (id, url, method, period_ms, timeout_ms, retries, upstream) VALUES ($1, $2, 'POST', 3600000, 10000, 3, $3)`, id, url, k[0])
+		require.NoError(t, err)
+	}
+	for range 2 {
+		require.NoError(t, serve.Migrate(ctx, a.srv.Pool(), a.srv.Schema()))
+		for url, k := range old {
+			var got string
+			require.NoError(t, a.srv.Pool().QueryRow(ctx, `SELECT upstream FROM `+table+` WHERE id = $1`, ids[url]).Scan(&got))
+			require.Equal(t, k[1], got, url)
+		}
+	}
+
+	var e apiErr
+	long := "https://" + strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + ".example/"
+	require.Equal(t, http.StatusBadRequest, a.do("POST", "/v1/schedules", map[string]any{"url": long, "period": "1h", "upstream": strings.Repeat("s", 40)}, &e))
+	require.Equal(t, "upstream", e.Field, e.Error)
+	// The host name itself as the sub-key is the host's own key.
+	var sc serve.Schedule
+	require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": "https://203.0.113.10/hook", "period": "1h", "upstream": "203.0.113.10"}, &sc))
+	require.Equal(t, "203.0.113.10:443", sc.Upstream)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverslot/riverslot/internal/httpjson"
+	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -328,7 +329,7 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 		// A sub-key within the URL's host: a schedule can share or split
 		// its own host's limits, not pause another host's schedules.
 		sub := *in.Upstream
-		if host, _, _ := strings.Cut(r.upstream, "/"); strings.EqualFold(sub, host) {
+		if host, _, _ := strings.Cut(r.upstream, "/"); strings.EqualFold(sub, host) || strings.EqualFold(sub, hostOnly(host)) {
 			sub = ""
 		}
 		if len(sub) > 64 || strings.Contains(sub, "/") || !validHeaderValue(sub) {
@@ -340,10 +341,28 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 			r.upstream += "/" + sub
 		}
 	}
+	// The limiter cuts a longer key (upstream.MaxKeyLen): two schedules
+	// whose keys differ only past it would share limits.
+	if len(r.upstream) > upstream.MaxKeyLen {
+		field := "upstream"
+		if in.Upstream == nil {
+			field = "url"
+		}
+		return badField(field, "makes the upstream key %q, %d bytes; keys are at most %d (a shorter sub-key, or a shorter host name)", r.upstream, len(r.upstream), upstream.MaxKeyLen)
+	}
 	if in.Paused != nil {
 		r.paused = *in.Paused
 	}
 	return nil
+}
+
+// hostOnly is key's host without its port ("api.example.com:443" →
+// "api.example.com"), key itself when it has none.
+func hostOnly(key string) string {
+	if h, _, err := net.SplitHostPort(key); err == nil {
+		return h
+	}
+	return key
 }
 
 // upstreamKey is the limiter's key of a schedule: its URL's host and

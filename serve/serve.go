@@ -344,6 +344,17 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 			return fmt.Errorf("error creating the service's tables in schema %q: %w", schema, err)
 		}
 	}
+	// Keys made before keys named the port ("host" → "host:443", the
+	// sub-key kept): otherwise one host's schedules would count under two
+	// keys, each with the whole --host-rate. Idempotent: a key already of
+	// the URL's host and port is left alone.
+	if _, err := pool.Exec(ctx, `WITH a AS (
+	SELECT id, lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]+)')) AS auth, lower(substring(url from '^([A-Za-z][A-Za-z0-9+.-]*)://')) AS scheme FROM `+t+`),
+k AS (SELECT id, CASE WHEN auth ~ ':[0-9]+$' THEN auth ELSE auth || ':' || CASE scheme WHEN 'https' THEN '443' ELSE '80' END END AS host FROM a WHERE auth IS NOT NULL)
+UPDATE `+t+` s SET upstream = k.host || coalesce('/' || nullif(split_part(s.upstream, '/', 2), ''), '')
+FROM k WHERE k.id = s.id AND split_part(s.upstream, '/', 1) <> k.host`); err != nil {
+		return fmt.Errorf("error giving the schedules' upstream keys their port in schema %q: %w", schema, err)
+	}
 	return nil
 }
 
@@ -411,6 +422,12 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 		due = &d
 	}
 
+	// The secret before the call: a failure to read it is the server's,
+	// not the upstream's (no breaker count, no retry spent, no call
+	// recorded with the database's error text).
+	if _, err := s.SigningSecret(ctx); err != nil {
+		return riverslot.NotUpstream(err)
+	}
 	started := time.Now()
 	status, wait, callErr := s.do(ctx, t)
 	latency := time.Since(started)

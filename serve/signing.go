@@ -50,9 +50,12 @@ func (s *Server) SigningSecret(ctx context.Context) (string, error) {
 	}
 	fresh := "whsec_" + base64.StdEncoding.EncodeToString(key[:])
 	var secret string
-	// One statement: two nodes making it at once keep the first's.
-	err := s.cfg.Pool.QueryRow(ctx, `WITH made AS (INSERT INTO `+s.signing+` (secret) VALUES ($1) ON CONFLICT (one) DO NOTHING RETURNING secret)
-SELECT secret FROM made UNION ALL SELECT secret FROM `+s.signing+` LIMIT 1`, fresh).Scan(&secret)
+	// One statement: two nodes making it at once keep the first's. DO
+	// UPDATE (to the same value) returns the row the other committed,
+	// where DO NOTHING and a SELECT in the same statement would see no
+	// row (the statement's snapshot predates the other's commit).
+	err := s.cfg.Pool.QueryRow(ctx, `INSERT INTO `+s.signing+` AS t (secret) VALUES ($1)
+ON CONFLICT (one) DO UPDATE SET secret = t.secret RETURNING secret`, fresh).Scan(&secret)
 	if err != nil {
 		return "", fmt.Errorf("error reading the signing secret (run serve.Migrate): %w", err)
 	}

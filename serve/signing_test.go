@@ -2,9 +2,13 @@ package serve_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +26,23 @@ import (
 type signedArrival struct {
 	id       string
 	verified error
+	// byHand is the signature computed here from the scheme's text (not
+	// the library the server signs with); header the one received.
+	byHand, header string
+	// skew is how far webhook-timestamp is from the arrival.
+	skew time.Duration
+}
+
+// signByHand is Standard Webhooks' v1 signature, written from the
+// specification: base64 of HMAC-SHA256, keyed with the base64-decoded
+// secret after "whsec_", over "id.timestamp.body".
+func signByHand(t *testing.T, secret, id, timestamp string, body []byte) string {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	require.NoError(t, err)
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + timestamp + "."))
+	mac.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 
 // TestSignedCalls: every call carries Standard Webhooks' headers, which a
@@ -54,7 +75,10 @@ func TestSignedCalls(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		defer mu.Unlock()
-		arrivals = append(arrivals, signedArrival{id: r.Header.Get(serve.HeaderWebhookID), verified: receiver.Verify(body, r.Header)})
+		ts, _ := strconv.ParseInt(r.Header.Get(serve.HeaderWebhookTimestamp), 10, 64)
+		arrivals = append(arrivals, signedArrival{id: r.Header.Get(serve.HeaderWebhookID), verified: receiver.Verify(body, r.Header),
+			byHand: signByHand(t, secret.Secret, r.Header.Get(serve.HeaderWebhookID), r.Header.Get(serve.HeaderWebhookTimestamp), body),
+			header: r.Header.Get(serve.HeaderWebhookSignature), skew: time.Since(time.Unix(ts, 0))})
 		forged = append(forged, forger.Verify(body, r.Header))
 		if len(arrivals) == 1 {
 			w.WriteHeader(http.StatusInternalServerError) // the first call fails: its retry follows
@@ -86,9 +110,37 @@ func TestSignedCalls(t *testing.T) {
 	defer mu.Unlock()
 	for i, c := range arrivals {
 		require.NoError(t, c.verified, "call %d verifies with the server's secret", i)
+		require.Equal(t, c.byHand, c.header, "call %d: the signature is the specification's", i)
+		require.Less(t, c.skew.Abs(), 5*time.Second, "call %d: webhook-timestamp is the time of the call", i)
 		require.Error(t, forged[i], "call %d does not verify with another secret", i)
 		require.True(t, strings.HasPrefix(c.id, "msg_"+sc.ID.String()+"_"), c.id)
 	}
 	require.Equal(t, arrivals[0].id, arrivals[1].id, "the retry carries its call's webhook-id")
 	require.NotEqual(t, arrivals[1].id, arrivals[2].id, "the next period's call carries another")
+}
+
+// TestSigningSecretMadeOnce: servers of one schema asking for the signing
+// secret at once, before any exists, all get the same one (the losers of
+// the insert read the winner's), and never an error.
+func TestSigningSecretMadeOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.EmptySchema(ctx, t, pool)
+	require.NoError(t, serve.Migrate(ctx, pool, schema))
+	const n = 8
+	secrets := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		srv, err := serve.New(serve.Config{Pool: pool, Schema: schema, Logger: riverslottest.Logger(t)})
+		require.NoError(t, err)
+		wg.Go(func() { secrets[i], errs[i] = srv.SigningSecret(ctx) })
+	}
+	wg.Wait()
+	for i := range n {
+		require.NoError(t, errs[i])
+		require.Equal(t, secrets[0], secrets[i])
+	}
+	require.True(t, strings.HasPrefix(secrets[0], "whsec_"))
 }
