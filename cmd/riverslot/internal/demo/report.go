@@ -9,10 +9,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/bench"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/sim"
 	"github.com/riverslot/riverslot/internal/bootstrap"
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/perslot"
@@ -295,7 +297,11 @@ func (d *demo) report(ctx context.Context, starts []time.Time) (*Summary, error)
 		if _, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error { accounts[key] = n; return nil }); err != nil {
 			return nil, fmt.Errorf("error counting the accounts per upstream: %w", err)
 		}
-		if s.Upstreams, err = d.banks.report(ctx, d.scheduler, d.cfg.Task, d.cfg.Upstreams, d.cfg.Cycle, accounts); err != nil {
+		skipped, err := d.skippedPerBank(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("error counting the skipped syncs per upstream: %w", err)
+		}
+		if s.Upstreams, err = d.banks.report(ctx, d.scheduler, d.cfg.Task, d.cfg.Upstreams, d.cfg.Cycle, accounts, skipped); err != nil {
 			return nil, fmt.Errorf("error reading the upstreams: %w", err)
 		}
 	}
@@ -443,4 +449,32 @@ func (d *demo) snapshotAccounts(ctx context.Context) (drop func(), err error) {
 		return nil, err
 	}
 	return drop, nil
+}
+
+// skippedPerBank counts the task's sync jobs that completed without
+// calling Sync, for any reason (stale at its start, or the limiter's
+// deferral or throttle), per account's bank: the limiter counts only its
+// own, and a sync stale before it reached the limiter was in no upstream's
+// figure (an account neither synced nor reported).
+func (d *demo) skippedPerBank(ctx context.Context) (map[string]int64, error) {
+	rows, err := d.pool.Query(ctx, "SELECT (args->>'account_id')::uuid FROM "+riverjob.QualifiedTable(d.cfg.Schema)+
+		" WHERE kind = $1 AND args->>'task' = $2 AND metadata->'output' ? $3", syncjob.Kind, d.cfg.Task, syncjob.OutputSkipped)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, err
+	}
+	bounds := sim.BankBounds(d.cfg.Upstreams.Count)
+	out := map[string]int64{}
+	for _, id := range ids {
+		for k, hi := range bounds {
+			if int(id[0]) < hi {
+				out[sim.BankKey(k)]++
+				break
+			}
+		}
+	}
+	return out, nil
 }

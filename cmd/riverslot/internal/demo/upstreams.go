@@ -173,7 +173,7 @@ type Upstream struct {
 }
 
 // report measures each upstream: the server's counts, the limiter's.
-func (d *bankServer) report(ctx context.Context, scheduler *riverslot.Scheduler, task string, u sim.Upstreams, cycle time.Duration, accounts map[string]int64) ([]Upstream, error) {
+func (d *bankServer) report(ctx context.Context, scheduler *riverslot.Scheduler, task string, u sim.Upstreams, cycle time.Duration, accounts, skipped map[string]int64) ([]Upstream, error) {
 	states, err := scheduler.Upstreams(ctx, task, "", 0)
 	if err != nil {
 		return nil, err
@@ -197,7 +197,9 @@ func (d *bankServer) report(ctx context.Context, scheduler *riverslot.Scheduler,
 			Calls: int64(len(b.received)), Synced: b.ok, LatenessP99Seconds: quantile(b.lateness, 0.99).Seconds()}, MaxSentPerSecond: measure.PeakPerSecond(b.sent)}
 		b.mu.Unlock()
 		s := byKey[key]
-		u.Throttled, u.Probes, u.Deferred, u.Skipped = s.Throttled, s.Probes, s.Deferred, s.Skipped
+		// Skipped: every sync of the bank's accounts that completed
+		// without calling Sync (the limiter's and the stale ones).
+		u.Throttled, u.Probes, u.Deferred, u.Skipped = s.Throttled, s.Probes, s.Deferred, skipped[key]
 		out = append(out, u)
 	}
 	return out, nil
