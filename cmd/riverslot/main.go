@@ -11,6 +11,7 @@
 //	riverslot upstream  list a task's upstreams or set one's limits at run time
 //	riverslot serve   periodic HTTP calls as a service
 //	riverslot shards  show or change how a task's buckets spread over databases
+//	riverslot migrate prepare a database: River's and riverslot's tables, the bucket index
 //
 // Every command that needs a database takes --database-url, else
 // $DATABASE_URL, else the local database its make target prepares.
@@ -50,6 +51,8 @@ commands:
           called once per period at a fixed, evenly spread place
   shards  show a task's shards (databases, each with its own River) and
           their cycles, set its shard map, or move buckets between shards
+  migrate prepare a database: River's and riverslot's tables, and an
+          accounts table's bucket index (--table)
 
 Database: --database-url, else $DATABASE_URL, else the local database the
 command's make target prepares (riverslot_demo for demo and worker,
@@ -113,6 +116,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runServe(ctx, args[1:], stdout, stderr)
 	case "shards":
 		err = runShards(ctx, args[1:], stdout, stderr)
+	case "migrate":
+		err = runMigrate(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -60,7 +60,7 @@ func TestUsage(t *testing.T) {
 
 	code, stdout, _ := runCmd(t, "help")
 	require.Equal(t, 0, code)
-	for _, cmd := range []string{"demo", "plan", "worker", "bench", "status", "web", "simulate", "serve"} {
+	for _, cmd := range []string{"demo", "plan", "worker", "bench", "status", "web", "simulate", "serve", "migrate"} {
 		require.Contains(t, stdout, "\n  "+cmd+" ", "usage lists %s", cmd)
 		code, _, stderr := runCmd(t, cmd, "-h")
 		require.Equal(t, 0, code, "%s -h", cmd)
