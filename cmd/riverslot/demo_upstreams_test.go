@@ -91,16 +91,15 @@ func TestDemoUpstreams(t *testing.T) {
 	t.Logf("simulated bank-01: %d accounts, %d calls, %d synced, %d deferred, %d probes, %d skipped",
 		predicted.Accounts, predicted.Calls, predicted.Synced, predicted.Deferred, predicted.Probes, predicted.Skipped)
 	// Probes: never more than the model's (one per open period of the
-	// outage); fewer on a loaded machine, where syncs reach the breaker
-	// late or are skipped in line and an open period can pass with no
-	// call to probe it (a CI run: 5 measured against 8 simulated, bank-00
-	// p99 25 s late): at least half the model's.
+	// outage, whatever the machine). How many fewer, and how many syncs
+	// were deferred, is the machine's: a loaded one starts syncs late, so
+	// an open period can pass with no call to probe it, and syncs due
+	// before or after the outage meet it (CI runs measured probes 5
+	// against 8 simulated, deferrals 136 and 23 against 85 and 42). The
+	// rules that hold on any machine are checked above: deferred and
+	// probed at all, and no call to the down bank beyond those that opened
+	// its breaker, those in flight and its probes.
 	require.LessOrEqual(t, down.Probes, predicted.Probes+2, "probes: measured above the model's")
-	require.GreaterOrEqual(t, down.Probes, predicted.Probes/2, "probes: simulated against measured")
-	// Deferrals depend on how late syncs start (on a loaded CI machine,
-	// 20 s late, syncs due before the outage ran during it and were
-	// deferred too: 136 against 85 simulated): at least half the model's.
-	require.GreaterOrEqual(t, down.Deferred, predicted.Deferred/2, "deferred: simulated against measured")
 	for _, i := range []int{0, 2, 3} {
 		require.LessOrEqual(t, results[0].Upstreams[i].LatenessP99Seconds, s.Upstreams[i].LatenessP99Seconds+0.1, "%s: simulated lateness p99 above the measured one", s.Upstreams[i].Key)
 	}
