@@ -87,18 +87,9 @@ type CycleSummary struct {
 // key, River's job table only for the cycles' unfinished sync jobs (River's
 // fetching index) and per-slot jobs (by id), and never the accounts table.
 func (s *Scheduler) Cycles(ctx context.Context, taskName string, limit int) ([]CycleSummary, error) {
-	spec, err := s.spec(taskName)
+	spec, limit, err := s.readSpec(taskName, limit, CyclesLimitDefault, CyclesLimitMax)
 	if err != nil {
 		return nil, err
-	}
-	if !s.configured {
-		return nil, errNoRiverSchema
-	}
-	switch {
-	case limit == 0:
-		limit = CyclesLimitDefault
-	case limit < 0 || limit > CyclesLimitMax:
-		return nil, fmt.Errorf("limit must be between 1 and %d, got %d", CyclesLimitMax, limit)
 	}
 	return s.cycleHistory(ctx, spec, limit, time.Now())
 }
@@ -241,4 +232,24 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 		c.LatenessP99, _ = o.Lateness.Quantile(0.99)
 	}
 	return out, nil
+}
+
+// readSpec is the preamble of a read of a task's history: the task's
+// spec, once Configure has named River's schema, and limit (0: def) when
+// it is between 1 and max.
+func (s *Scheduler) readSpec(taskName string, limit, def, max int) (*taskspec.Spec, int, error) {
+	spec, err := s.spec(taskName)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !s.configured {
+		return nil, 0, errNoRiverSchema
+	}
+	switch {
+	case limit == 0:
+		limit = def
+	case limit < 0 || limit > max:
+		return nil, 0, fmt.Errorf("limit must be between 1 and %d, got %d", max, limit)
+	}
+	return spec, limit, nil
 }

@@ -57,18 +57,9 @@ const recentFailuresSQL = `SELECT id, kind, state::text, coalesce(args->>'cycle_
 // default); how many syncs of a cycle failed is counted in riverslot's
 // ledger for as long as the cycle is listed (Cycles).
 func (s *Scheduler) RecentFailures(ctx context.Context, taskName string, limit int) ([]FailedJob, error) {
-	spec, err := s.spec(taskName)
+	spec, limit, err := s.readSpec(taskName, limit, FailuresLimitDefault, FailuresLimitMax)
 	if err != nil {
 		return nil, err
-	}
-	if !s.configured {
-		return nil, errNoRiverSchema
-	}
-	switch {
-	case limit == 0:
-		limit = FailuresLimitDefault
-	case limit < 0 || limit > FailuresLimitMax:
-		return nil, fmt.Errorf("limit must be between 1 and %d, got %d", FailuresLimitMax, limit)
 	}
 	rows, err := s.pool.Query(ctx, fmt.Sprintf(recentFailuresSQL, s.riverTable(spec)), []string{perslot.Kind, syncjob.Kind}, spec.Name, limit)
 	if err != nil {
