@@ -23,9 +23,18 @@ func connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 
 // connectFlag is connect for the URL of flag.
 func connectFlag(ctx context.Context, flag, url string, maxConns int32) (*pgxpool.Pool, error) {
+	return connectPool(ctx, flag, url, maxConns, false, connectHint(flag))
+}
+
+// connectPool opens and pings a pool on the URL of flag, its sessions
+// read-only with readOnly; a failure exits 2 with hint.
+func connectPool(ctx context.Context, flag, url string, maxConns int32, readOnly bool, hint string) (*pgxpool.Pool, error) {
 	config, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, usageErr("%s is not a valid PostgreSQL URL: %v", flag, err)
+	}
+	if readOnly {
+		config.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 	}
 	config.MaxConns = maxConns
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -38,7 +47,7 @@ func connectFlag(ctx context.Context, flag, url string, maxConns int32) (*pgxpoo
 		if pool != nil {
 			pool.Close()
 		}
-		return nil, usageErr("cannot reach the database at %s: %v (%s)", redact(config), err, connectHint(flag))
+		return nil, usageErr("cannot reach the database at %s: %v (%s)", redact(config), err, hint)
 	}
 	return pool, nil
 }
@@ -52,4 +61,10 @@ func connectHint(flag string) string {
 		return "check " + flag
 	}
 	return "pass --database-url or set $DATABASE_URL; `make demo` and `make bench` start a local PostgreSQL and create their database"
+}
+
+// connectReadOnly is connect with every session read-only
+// (default_transaction_read_only): the page cannot write, whatever it runs.
+func connectReadOnly(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	return connectPool(ctx, "--database-url", url, maxConns, true, "pass --database-url or set $DATABASE_URL")
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/demo"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/inspect"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -234,7 +235,7 @@ func printDemoReport(w io.Writer, report *demo.Report, asJSON bool) error {
 	}
 	if report.Status != nil {
 		fmt.Fprintln(w)
-		printStatus(w, report.Status)
+		inspect.WriteStatus(w, report.Status)
 	}
 	return nil
 }

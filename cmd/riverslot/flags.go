@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -207,4 +208,20 @@ func (f *taskFlags) riverTask() riverslot.Task {
 		Name: *f.task, Cycle: *f.cycle, TriggerOffset: *f.offset, Buckets: *f.buckets, Seed: *f.seed, Phase: *f.phase,
 		Schema: *f.accountsSchema, Table: *f.table, Filter: *f.filter, Weight: *f.weight,
 	}
+}
+
+// checkSVGPath refuses, before anything runs, an --svg path whose directory
+// does not exist.
+func checkSVGPath(path string) error {
+	if filepath.Ext(path) != ".svg" {
+		return usageErr("--svg %q must end in .svg", path)
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return usageErr("--svg %q: directory %q does not exist; create it or write the file elsewhere", path, dir)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return usageErr("--svg %q is a directory; give a file name", path)
+	}
+	return nil
 }

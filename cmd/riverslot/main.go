@@ -28,9 +28,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	_ "time/tzdata" // --tz works on machines without a zoneinfo database
+
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/inspect"
 )
 
 const usage = `usage: riverslot <command> [flags]
@@ -74,6 +75,16 @@ func (e *exitError) Error() string { return e.msg }
 
 func usageErr(format string, args ...any) error {
 	return &exitError{code: 2, msg: fmt.Sprintf(format, args...)}
+}
+
+// inputErr gives an *inspect.InputError (bad input found in the database or
+// refused by the library) exit code 2; other errors pass unchanged.
+func inputErr(err error) error {
+	var ie *inspect.InputError
+	if errors.As(err, &ie) {
+		return usageErr("%v", ie)
+	}
+	return err
 }
 
 func main() {
@@ -131,20 +142,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {
-			fmt.Fprintln(stderr, "riverslot "+args[0]+": "+oneLine(ee.msg))
+			fmt.Fprintln(stderr, "riverslot "+args[0]+": "+inspect.OneLine(ee.msg))
 		}
 		return ee.code
 	}
 	if ctx.Err() != nil {
 		// A SIGINT/SIGTERM cut an operation short.
-		fmt.Fprintln(stderr, "riverslot "+args[0]+": interrupted: "+oneLine(err.Error()))
+		fmt.Fprintln(stderr, "riverslot "+args[0]+": interrupted: "+inspect.OneLine(err.Error()))
 		return 130
 	}
-	fmt.Fprintln(stderr, "riverslot "+args[0]+": "+oneLine(err.Error()))
+	fmt.Fprintln(stderr, "riverslot "+args[0]+": "+inspect.OneLine(err.Error()))
 	return 1
 }
-
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // isTerminal reports whether w is a terminal, for a live progress line.
 func isTerminal(w io.Writer) bool {

@@ -1,25 +1,19 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot"
-	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/plancmd"
 	"github.com/riverslot/riverslot/slotplan"
-	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 const planAbout = `Prints a cycle's slots and, with --account, the account's bucket, slot,
@@ -119,7 +113,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !(*upstreamRate >= 0) || math.IsInf(*upstreamRate, 0) {
 		return usageErr("--upstream-rate must be a finite number of syncs a second, 0 for none, got %v", *upstreamRate)
 	}
-	tasks := []planTask{{name: *task, seed: s, shift: shift}}
+	tasks := []plancmd.Task{{Name: *task, Seed: s, Shift: shift}}
 	if *opposite != "" {
 		if err := checkTaskName(*opposite); err != nil {
 			return usageErr("--opposite: %v", err)
@@ -127,262 +121,43 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *opposite == *task {
 			return usageErr("--opposite must name another task than --task %q", *task)
 		}
-		tasks = append(tasks, planTask{name: *opposite, seed: slotplan.SeedFromName(*opposite), shift: plan.Shift(shift, plan.Slots/2)})
+		tasks = append(tasks, plancmd.Task{Name: *opposite, Seed: slotplan.SeedFromName(*opposite), Shift: plan.Shift(shift, plan.Slots/2)})
 	}
 
-	// Everything is computed before anything is printed, so a schedule that
-	// cannot answer fails without half a report.
-	current, next, err := cycleAround(schedule, at)
-	if err != nil {
-		return err
-	}
-	if *svg != "" {
-		var highlight *uuid.UUID
-		if *account != "" {
-			highlight = &id
-		}
-		if err := writePlanSVG(*svg, plan, tasks, highlight); err != nil {
-			return fmt.Errorf("error writing --svg %s: %w", *svg, err)
-		}
-	}
-	var pin *pinLookup
-	if *account != "" && *databaseURL != "" {
-		starts, err := cycleStarts(ctx, schedule, at, syncsShown+1)
-		if err != nil {
-			return err
-		}
-		if pin, err = lookupPin(ctx, *databaseURL, *pinsSchema, tasks[0].name, taskspec.PlanID(plan, s, shift), id, starts); err != nil {
-			return err
-		}
-		if err := pin.check(plan, id); err != nil {
-			return err
-		}
-	}
-	if *account != "" {
-		for i := range tasks {
-			pt := &tasks[i]
-			slotIn := func(start time.Time) int { return pin.servedSlot(plan, tasks[0], *pt, id, start).slot }
-			if pt.syncs, err = nextSyncsIn(ctx, schedule, plan, pt.seed, id, at, syncsShown, slotIn); err != nil {
+	var budgetTask *riverslot.Task
+	if *upstreams != "" {
+		if *riverSchema != "" {
+			if err := checkSchemaName("--river-schema", *riverSchema); err != nil {
 				return err
 			}
 		}
+		budgetTask = &riverslot.Task{Name: *task, Cycle: *cycle, Buckets: *buckets, Seed: s, Phase: *phase,
+			Schema: *pinsSchema, Table: *table, Filter: *filter, Upstream: *upstreams, Limits: riverslot.UpstreamLimits{Rate: *upstreamRate}}
 	}
 
-	var (
-		budgets   []riverslot.UpstreamBudget
-		budgetErr error
-	)
-	if *upstreams != "" {
-		task := riverslot.Task{Name: *task, Cycle: *cycle, Buckets: *buckets, Seed: s, Phase: *phase,
-			Schema: *pinsSchema, Table: *table, Filter: *filter, Upstream: *upstreams, Limits: riverslot.UpstreamLimits{Rate: *upstreamRate}}
-		if budgets, err = planBudgets(ctx, *databaseURL, *riverSchema, task); err != nil {
+	c := &plancmd.Config{Plan: plan, Schedule: schedule, Anchor: *anchor, Location: loc, Now: at, Tasks: tasks, ShardMap: shardMap,
+		SVG: *svg, PinsSchema: *pinsSchema, Upstreams: budgetTask, RiverSchema: *riverSchema}
+	if *account != "" {
+		c.Account = &id
+	}
+	if *databaseURL != "" && (*account != "" || *upstreams != "") {
+		pool, err := connect(ctx, *databaseURL, 2)
+		if err != nil {
 			return err
 		}
+		defer pool.Close()
+		c.Pool = pool
 	}
-
-	where := "UTC grid from the Unix epoch"
-	if loc != nil {
-		where = "wall clock in " + loc.String()
-	}
-	fmt.Fprintf(stdout, "cycle          %s (%d s)\n", *cycle, int64(*cycle/time.Second))
-	if plan.Buckets == slotplan.BucketsTwoByte {
-		fmt.Fprintf(stdout, "slots          %d = gcd(%d ms, 65536)\n", plan.Slots, int64(*cycle/time.Millisecond))
-		fmt.Fprintf(stdout, "slot duration  %s\n", plan.SlotDuration)
-		fmt.Fprintf(stdout, "buckets/slot   %d of 65536 (bucket = byte 15 x 256 + byte 14 of the UUID)\n", plan.BucketsPerSlot)
-	} else {
-		fmt.Fprintf(stdout, "slots          %d = gcd(%d, 256)\n", plan.Slots, int64(*cycle/time.Second))
-		fmt.Fprintf(stdout, "slot duration  %s\n", plan.SlotDuration)
-		fmt.Fprintf(stdout, "buckets/slot   %d (bucket = last byte of the UUID)\n", plan.BucketsPerSlot)
-	}
-	fmt.Fprintf(stdout, "cycle starts   %s + k*%s, %s\n", *anchor, *cycle, where)
-	fmt.Fprintf(stdout, "current cycle  %s\n", current.Format(time.RFC3339))
-	fmt.Fprintf(stdout, "next cycle     %s\n\n", next.Format(time.RFC3339))
-
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "slot\tstarts after cycle start\tends\tbuckets")
-	for slot := range plan.Slots {
-		lo, hi := plan.BucketRange(slot)
-		start := time.Duration(slot) * plan.SlotDuration
-		if plan.Buckets == slotplan.BucketsTwoByte {
-			fmt.Fprintf(tw, "%d\t+%s\t+%s\t%d-%d (0x%04x-0x%04x)\n", slot, clock(start), clock(start+plan.SlotDuration), lo, hi, lo, hi)
-		} else {
-			fmt.Fprintf(tw, "%d\t+%s\t+%s\t%d-%d (0x%02x-0x%02x)\n", slot, clock(start), clock(start+plan.SlotDuration), lo, hi, lo, hi)
-		}
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-
-	if *upstreams != "" {
-		fmt.Fprintf(stdout, "\nupstreams (%s) of task %s against their rate limits:\n", *upstreams, *task)
-		// An upstream that cannot fit is exit 1, after the account's times.
-		budgetErr = printUpstreamBudgets(stdout, budgets, false)
-	}
-	if *account == "" {
-		return budgetErr
-	}
-	fmt.Fprintf(stdout, "\naccount        %s\n", id)
-	if plan.Buckets == slotplan.BucketsTwoByte {
-		fmt.Fprintf(stdout, "bucket         %d (0x%04x: byte 15 0x%02x, byte 14 0x%02x)\n", plan.BucketOf(id), plan.BucketOf(id), id[15], id[14])
-	} else {
-		fmt.Fprintf(stdout, "bucket         %d (0x%02x)\n", id[15], id[15])
-	}
-	if m := shardMap; m != nil {
-		b := slotplan.BucketOf(id, slotplan.BucketsTwoByte)
-		owner := m.SlotOwner(plan, tasks[0].shift, plan.Shift(plan.SlotOf(id), tasks[0].shift))
-		fmt.Fprintf(stdout, "shard          %s (two-byte bucket %d; its slot is served by %s)\n", m.Owner(b), b, owner)
-	}
-	asked := *databaseURL != ""
-	for i, pt := range tasks {
-		slot := plan.Shift(plan.SlotOf(id), pt.shift)
-		off := plan.Offset(pt.seed, id)
-		if len(tasks) > 1 || pt.shift != 0 {
-			fmt.Fprintf(stdout, "task           %s (slots shifted by %d)\n", pt.name, pt.shift)
-		}
-		if pin.pinned() {
-			fmt.Fprintf(stdout, "slot           %d of %d (slots numbered from 0): its hash slot, but it is pinned\n", slot, plan.Slots)
-		} else {
-			fmt.Fprintf(stdout, "slot           %d of %d (slots numbered from 0)\n", slot, plan.Slots)
-		}
-		due := slot
-		if i == 0 {
-			fmt.Fprintf(stdout, "pinned         %s\n", pin.describe(asked, plan, off))
-		} else if pin.pinned() {
-			fmt.Fprintf(stdout, "pinned         %s\n", pin.describeOpposite(plan, tasks[0], pt, off))
-		}
-		if pin.pinned() {
-			due = plan.Shift(int(*pin.slot), pt.shift-tasks[0].shift)
-			fmt.Fprintf(stdout, "pinned slot    %d: +%s to +%s after each cycle start, while the pin of %s holds\n",
-				due, clock(time.Duration(due)*plan.SlotDuration), clock(time.Duration(due+1)*plan.SlotDuration), pin.cycleStart.UTC().Format(time.RFC3339))
-		}
-		fmt.Fprintf(stdout, "offset         %s into the slot (seed %d)\n", off, pt.seed)
-		fmt.Fprintf(stdout, "due            +%s after each cycle start\n", clock(time.Duration(due)*plan.SlotDuration+off))
-		fmt.Fprintln(stdout, "next syncs (due time; River starts it within a few seconds):")
-		for _, sync := range pt.syncs {
-			fmt.Fprintf(stdout, "  %s\n", sync.due.Format(time.RFC3339Nano))
-			if asked && pin.err == "" {
-				where := pin.servedSlot(plan, tasks[0], pt, id, sync.cycleStart)
-				start := plan.SlotStart(sync.cycleStart, where.slot)
-				fmt.Fprintf(stdout, "    slot %d, %s to %s: %s\n", where.slot, start.Format(time.RFC3339Nano),
-					start.Add(plan.SlotDuration).Format(time.RFC3339Nano), where.why)
-			}
-		}
-	}
-	return budgetErr
+	return planErr(plancmd.Run(ctx, c, stdout))
 }
 
-// syncsShown is how many next syncs plan prints.
-const syncsShown = 3
-
-// planTask is one task plan prints an account's times for.
-type planTask struct {
-	name  string
-	seed  uint64
-	shift int
-	syncs []planSync
-}
-
-// planSync is one of an account's next syncs: its due time, in the cycle
-// starting at cycleStart.
-type planSync struct {
-	due, cycleStart time.Time
-}
-
-// cycleSchedule is what plan needs of a slotplan.Schedule.
-type cycleSchedule interface {
-	Start(t time.Time) time.Time
-	Next(t time.Time) time.Time
-}
-
-// errScheduleStuck reports a schedule that returned no usable cycle start.
-// It is a bug in slotplan, not bad input: exit 1.
-func errScheduleStuck(what string, t, got time.Time) error {
-	return fmt.Errorf("the cycle schedule returned %s as the %s %s; this is a bug in riverslot's slotplan, please report it with this command line",
-		got.UTC().Format(time.RFC3339), what, t.UTC().Format(time.RFC3339))
-}
-
-// cycleAround returns the start of the cycle holding at and the next start,
-// checking that the schedule answered: start <= at < next.
-func cycleAround(schedule cycleSchedule, at time.Time) (time.Time, time.Time, error) {
-	start := schedule.Start(at)
-	if start.IsZero() || start.After(at) {
-		return time.Time{}, time.Time{}, errScheduleStuck("start of the cycle holding", at, start)
+// planErr gives plan's errors their exit codes: bad input 2, an
+// interruption 130.
+func planErr(err error) error {
+	if errors.Is(err, plancmd.ErrInterrupted) {
+		return &exitError{code: 130, msg: "interrupted"}
 	}
-	next := schedule.Next(at)
-	if !next.After(at) {
-		return time.Time{}, time.Time{}, errScheduleStuck("first cycle start after", at, next)
-	}
-	return start, next, nil
-}
-
-// nextSyncs returns the account's first n due times after at, one per cycle,
-// in its hash slot shifted by shift. It always finishes (see nextSyncsIn).
-func nextSyncs(ctx context.Context, schedule cycleSchedule, plan slotplan.Plan, seed uint64, shift int, id uuid.UUID, at time.Time, n int) ([]time.Time, error) {
-	hash := plan.Shift(plan.SlotOf(id), shift)
-	syncs, err := nextSyncsIn(ctx, schedule, plan, seed, id, at, n, func(time.Time) int { return hash })
-	if err != nil {
-		return nil, err
-	}
-	due := make([]time.Time, len(syncs))
-	for i, s := range syncs {
-		due[i] = s.due
-	}
-	return due, nil
-}
-
-// nextSyncsIn returns the account's first n syncs after at, one per cycle,
-// in the slot slotIn gives for each cycle start: the slot's start plus the
-// account's offset, as the per-slot job schedules it. It always finishes:
-// it stops on ctx, fails if the schedule does not advance, and looks at no
-// more than n+1 cycles (only the current cycle's due time can be at or
-// before at).
-func nextSyncsIn(ctx context.Context, schedule cycleSchedule, plan slotplan.Plan, seed uint64, id uuid.UUID, at time.Time, n int, slotIn func(cycleStart time.Time) int) ([]planSync, error) {
-	start, _, err := cycleAround(schedule, at)
-	if err != nil {
-		return nil, err
-	}
-	off := plan.Offset(seed, id)
-	syncs := make([]planSync, 0, n)
-	for cycles := 0; len(syncs) < n; cycles++ {
-		if ctx.Err() != nil {
-			return nil, &exitError{code: 130, msg: "interrupted"}
-		}
-		if cycles > n {
-			return nil, fmt.Errorf("found %d of %d sync times in %d cycles after %s; this is a bug in riverslot's slotplan, please report it with this command line",
-				len(syncs), n, cycles, at.UTC().Format(time.RFC3339))
-		}
-		if due := plan.SlotStart(start, slotIn(start)).Add(off); due.After(at) {
-			syncs = append(syncs, planSync{due: due, cycleStart: start})
-		}
-		next := schedule.Next(start)
-		if !next.After(start) {
-			return nil, errScheduleStuck("first cycle start after", start, next)
-		}
-		start = next
-	}
-	return syncs, nil
-}
-
-// cycleStarts returns the starts of the n cycles from the one holding at:
-// those nextSyncsIn looks at, at most.
-func cycleStarts(ctx context.Context, schedule cycleSchedule, at time.Time, n int) ([]time.Time, error) {
-	start, _, err := cycleAround(schedule, at)
-	if err != nil {
-		return nil, err
-	}
-	starts := make([]time.Time, 0, n)
-	for range n {
-		if ctx.Err() != nil {
-			return nil, &exitError{code: 130, msg: "interrupted"}
-		}
-		starts = append(starts, start)
-		next := schedule.Next(start)
-		if !next.After(start) {
-			return nil, errScheduleStuck("first cycle start after", start, next)
-		}
-		start = next
-	}
-	return starts, nil
+	return inputErr(err)
 }
 
 // parseClock parses HH:MM or HH:MM:SS into a duration after midnight.
@@ -393,191 +168,6 @@ func parseClock(s string) (time.Duration, error) {
 		}
 	}
 	return 0, fmt.Errorf("want HH:MM or HH:MM:SS, got %q", s)
-}
-
-// clock formats a duration as H:MM:SS(.ffffff).
-func clock(d time.Duration) string {
-	h := d / time.Hour
-	m := (d % time.Hour) / time.Minute
-	s := (d % time.Minute) / time.Second
-	out := fmt.Sprintf("%d:%02d:%02d", h, m, s)
-	if us := (d % time.Second) / time.Microsecond; us != 0 {
-		out += fmt.Sprintf(".%06d", us)
-	}
-	return out
-}
-
-// pinLookup is what the pins tables say about one account. A nil
-// *pinLookup (pins not read) places the account by hash.
-type pinLookup struct {
-	cycleStart *time.Time // the latest pinned cycle; nil: none
-	slot       *int32     // nil: not pinned in that cycle
-	weight     *float64
-	schema     string
-	err        string // the pins tables do not exist
-	// cycles holds, for each cycle plan looks at that has pins (by its
-	// start's Unix nanoseconds), the account's pinned slot there, or -1
-	// when it keeps its hash slot.
-	cycles map[int64]int
-}
-
-// cyclePinsSQL returns the account's pin ($3) in each cycle of task $1 and
-// plan $2 among $4 that has pins, in the pins tables of schema: (cycle
-// start, slot), slot -1 when it is not pinned in that cycle. A cycle that
-// fell back follows the pins it fell back to (none: hash placement).
-func cyclePinsSQL(schema string) string {
-	return "SELECT c.cycle_start, coalesce(p.slot, -1) FROM " + sqlbucket.QualifiedTable(schema, taskspec.PinCyclesTable) + " c LEFT JOIN " +
-		sqlbucket.QualifiedTable(schema, taskspec.PinsTable) +
-		" p ON p.task = c.task AND p.plan = c.plan AND p.cycle_start = coalesce(c.follows, c.cycle_start) AND p.account_id = $3" +
-		" WHERE c.task = $1 AND c.plan = $2 AND c.cycle_start = ANY($4)"
-}
-
-// lookupPin reads the account's pin in the latest pinned cycle of task under
-// planID, and in each cycle of starts that has pins.
-func lookupPin(ctx context.Context, databaseURL, schema, task, planID string, id uuid.UUID, starts []time.Time) (*pinLookup, error) {
-	pool, err := connect(ctx, databaseURL, 1)
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
-	l := &pinLookup{schema: cmp.Or(schema, "search_path"), cycles: map[int64]int{}}
-	var exists bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", sqlbucket.QualifiedTable(schema, taskspec.PinCyclesTable)).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("error looking up the pins tables: %w", err)
-	}
-	if !exists {
-		l.err = "no pins tables in schema " + l.schema + " (the task is not weighted, or --pins-schema is not its Schema)"
-		return l, nil
-	}
-	var start time.Time
-	err = pool.QueryRow(ctx, taskspec.PinOfSQL(schema), task, planID, id).Scan(&start, &l.slot, &l.weight)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return l, nil
-	case err != nil:
-		return nil, fmt.Errorf("error reading the account's pin: %w", err)
-	}
-	l.cycleStart = &start
-	rows, err := pool.Query(ctx, cyclePinsSQL(schema), task, planID, id, starts)
-	if err != nil {
-		return nil, fmt.Errorf("error reading the account's pins: %w", err)
-	}
-	var slot int
-	if _, err := pgx.ForEachRow(rows, []any{&start, &slot}, func() error {
-		l.cycles[start.UnixNano()] = slot
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("error reading the account's pins: %w", err)
-	}
-	return l, nil
-}
-
-// check refuses a pin outside the plan's slots: the cycle's per-slot jobs
-// would never select the account, and plan would print times that no job
-// keeps.
-func (l *pinLookup) check(plan slotplan.Plan, id uuid.UUID) error {
-	if l == nil {
-		return nil
-	}
-	bad := func(slot int, start time.Time) error {
-		return fmt.Errorf("the pins table pins account %s to slot %d in the cycle of %s, outside the plan's %d slots: no per-slot job selects it there; this is a bug in riverslot, please report it",
-			id, slot, start.UTC().Format(time.RFC3339), plan.Slots)
-	}
-	if l.pinned() && (*l.slot < 0 || int(*l.slot) >= plan.Slots) {
-		return bad(int(*l.slot), *l.cycleStart)
-	}
-	for at, slot := range l.cycles {
-		if slot < -1 || slot >= plan.Slots {
-			return bad(slot, time.Unix(0, at))
-		}
-	}
-	return nil
-}
-
-// pinned reports whether the account is pinned in the latest pinned cycle.
-func (l *pinLookup) pinned() bool {
-	return l != nil && l.err == "" && l.cycleStart != nil && l.slot != nil
-}
-
-// served is the slot a task serves the account in during one cycle, and
-// why.
-type served struct {
-	slot int
-	why  string
-}
-
-// servedSlot returns where task pt serves the account in the cycle starting
-// at start, the pins being those of task base (pt itself, or the task pt is
-// OppositeOf, whose pins pt follows shifted by the difference of their
-// shifts): the cycle's own pin when its pins exist, else the pin of the
-// latest pinned cycle (pins are sticky), else the hash slot.
-func (l *pinLookup) servedSlot(plan slotplan.Plan, base, pt planTask, id uuid.UUID, start time.Time) served {
-	hash := plan.Shift(plan.SlotOf(id), pt.shift)
-	follow := func(pinned int) int { return plan.Shift(pinned, pt.shift-base.shift) }
-	if l == nil || l.err != "" || l.cycleStart == nil {
-		return served{hash, "hash slot"}
-	}
-	latest := l.cycleStart.UTC().Format(time.RFC3339)
-	if slot, ok := l.cycles[start.UnixNano()]; ok {
-		if slot < 0 {
-			return served{hash, "hash slot: not pinned in that cycle"}
-		}
-		return served{follow(slot), "pinned in that cycle"}
-	}
-	if l.slot != nil {
-		return served{follow(int(*l.slot)), "that cycle has no pins yet: the pin of " + latest + ", if it holds"}
-	}
-	return served{hash, "hash slot: that cycle has no pins yet, and it was not pinned in " + latest}
-}
-
-// describe is plan's "pinned" line.
-func (l *pinLookup) describe(asked bool, plan slotplan.Plan, off time.Duration) string {
-	switch {
-	case !asked:
-		return "unknown: a weighted task may pin it elsewhere; pass --database-url (and --pins-schema) to read the pins table"
-	case l.err != "":
-		return "no: " + l.err
-	case l.cycleStart == nil:
-		return "no: no cycle of this task and plan was pinned in schema " + l.schema + " (not weighted, or not bootstrapped yet)"
-	case l.slot == nil:
-		return "no: it keeps its hash slot in the latest pinned cycle, " + l.cycleStart.UTC().Format(time.RFC3339)
-	}
-	return fmt.Sprintf("yes: to slot %d in the cycle of %s (weight %g), due +%s after that cycle's start: synced there, not in its hash slot",
-		*l.slot, l.cycleStart.UTC().Format(time.RFC3339), *l.weight, clock(time.Duration(*l.slot)*plan.SlotDuration+off))
-}
-
-// describeOpposite is the "pinned" line of the --opposite task when the
-// account is pinned for the first task: the opposite task follows that pin
-// shifted by the difference of their shifts.
-func (l *pinLookup) describeOpposite(plan slotplan.Plan, base, pt planTask, off time.Duration) string {
-	slot := plan.Shift(int(*l.slot), pt.shift-base.shift)
-	return fmt.Sprintf("yes: follows the pin of task %s to slot %d in the cycle of %s, shifted by %d: slot %d, due +%s after that cycle's start",
-		base.name, *l.slot, l.cycleStart.UTC().Format(time.RFC3339), plan.Shift(pt.shift-base.shift, 0), slot,
-		clock(time.Duration(slot)*plan.SlotDuration+off))
-}
-
-// planBudgets counts task's accounts per upstream (riverslot's
-// UpstreamBudgets) in the database at url.
-func planBudgets(ctx context.Context, url, riverSchema string, task riverslot.Task) ([]riverslot.UpstreamBudget, error) {
-	if riverSchema != "" {
-		if err := checkSchemaName("--river-schema", riverSchema); err != nil {
-			return nil, err
-		}
-	}
-	pool, err := connect(ctx, url, 2)
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
-	task.Sync = func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { return nil }
-	scheduler, err := riverslot.New(pool, &riverslot.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverslot.Task{task}})
-	if err != nil {
-		return nil, usageErr("%v", err)
-	}
-	if err := scheduler.Configure(&river.Config{Schema: riverSchema}); err != nil {
-		return nil, usageErr("%v", err)
-	}
-	return scheduler.UpstreamBudgets(ctx, task.Name)
 }
 
 // planInputs reads plan's --now (default: now), --account (optional) and

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/plancmd"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -59,41 +58,9 @@ func runPlanMonthly(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return usageErr("--location: %v", err)
 	}
-
-	start := m.MonthStart(at)
-	next := m.NextMonth(start)
-	days := m.Days(start)
-	fmt.Fprintf(stdout, "cycle          monthly: calendar months in %s (%d buckets)\n", loc, slotplan.BucketsTwoByte)
-	fmt.Fprintf(stdout, "month          %s: %d days, %s, from %s\n", start.Format("2006-01"), days, next.Sub(start), start.Format(time.RFC3339))
-	fmt.Fprintf(stdout, "next month     %s\n", next.Format(time.RFC3339))
-	fmt.Fprintf(stdout, "slots          the month's %d days; an account's place is a fixed fraction of the month\n\n", days)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "slot\tday\tstarts\tlength\tbuckets")
-	for d := range days {
-		lo, hi := m.DayBuckets(start, d)
-		from, to := m.DayStart(start, d), m.DayStart(start, d+1)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d-%d\n", d, from.Format("Mon 02"), from.Format(time.RFC3339), to.Sub(from), lo, hi)
+	c := &plancmd.MonthlyConfig{Months: m, Now: at, Seed: s, Calls: *months}
+	if *account != "" {
+		c.Account = &id
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if *account == "" {
-		return nil
-	}
-	f := slotplan.Fraction(s, id)
-	fmt.Fprintf(stdout, "\naccount        %s\n", id)
-	fmt.Fprintf(stdout, "bucket         %d of %d\n", slotplan.BucketOf(id, slotplan.BucketsTwoByte), slotplan.BucketsTwoByte)
-	fmt.Fprintf(stdout, "place          %.9f of each month (seed %d)\n", float64(f)/(1<<64), s)
-	fmt.Fprintln(stdout, "next calls")
-	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for month, shown := start, 0; shown < *months; month = m.NextMonth(month) {
-		due := m.Target(month, s, id)
-		if !due.After(at) {
-			continue // this month's call is past
-		}
-		d := m.DayOf(month, s, id)
-		fmt.Fprintf(tw, "  %s\t%s\tslot %d (day %d of %d)\t%s into the month\n", month.Format("2006-01"), due.Format(time.RFC3339), d, d+1, m.Days(month), due.Sub(month).Round(time.Second))
-		shown++
-	}
-	return tw.Flush()
+	return plancmd.RunMonthly(c, stdout)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/plancmd"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
@@ -173,7 +174,7 @@ func TestPlanPinnedAccount(t *testing.T) {
 			require.Len(t, syncs, 3, tt.out)
 			require.True(t, syncs[0].Equal(jobAt), "%s: plan says %s, the fan-out scheduled %s", tt.task, syncs[0], jobAt)
 			require.Contains(t, tt.out, fmt.Sprintf("pinned slot    %d: +%s to +%s after each cycle start", tt.slot,
-				clock(time.Duration(tt.slot)*pinnedSlotLength), clock(time.Duration(tt.slot+1)*pinnedSlotLength)), tt.task)
+				plancmd.Clock(time.Duration(tt.slot)*pinnedSlotLength), plancmd.Clock(time.Duration(tt.slot+1)*pinnedSlotLength)), tt.task)
 			require.Contains(t, tt.out, fmt.Sprintf("    slot %d, %s to %s: pinned in that cycle\n", tt.slot,
 				slotStart.Format(time.RFC3339Nano), slotStart.Add(pinnedSlotLength).Format(time.RFC3339Nano)), tt.task)
 			// The next cycles have no pins yet: plan assumes the pin holds.

@@ -13,7 +13,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot"
-	"github.com/riverslot/riverslot/cmd/riverslot/internal/demo"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/shutdown"
 	"github.com/riverslot/riverslot/serve"
 )
 
@@ -144,7 +144,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	ln.close()
-	stopErr, err := demo.StopThenFlush(client.Stop, srv.FlushOutcomes)
+	stopErr, err := shutdown.StopThenFlush(client.Stop, srv.FlushOutcomes)
 	if err != nil {
 		fmt.Fprintf(stderr, "riverslot serve: error writing the call outcomes counted: %v\n", err)
 	}

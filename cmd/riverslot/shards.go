@@ -2,20 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverslot/riverslot"
-	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/shardscmd"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -139,6 +136,14 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	var move *shardscmd.Move
+	if sub == "move" {
+		lo, hi, err := parseBucketRange(*rng)
+		if err != nil {
+			return usageErr("--range: %v", err)
+		}
+		move = &shardscmd.Move{Lo: lo, Hi: hi, To: *to}
+	}
 	shards := make([]riverslot.Shard, 0, len(parsed))
 	for _, sp := range parsed {
 		pool, err := connectFlag(ctx, "--shard "+sp.name, sp.url, 4)
@@ -146,51 +151,12 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		defer pool.Close()
-		if sub == "set" {
-			if err := riverslot.MigrateLedger(ctx, pool, sp.schema); err != nil {
-				return fmt.Errorf("shard %q: %w", sp.name, err)
-			}
-		}
 		shards = append(shards, riverslot.Shard{Name: sp.name, Pool: pool, Schema: sp.schema})
 	}
-	switch sub {
-	case "show":
-		return showShards(ctx, stdout, shards, *task, *asJSON)
-	case "move":
-		lo, hi, err := parseBucketRange(*rng)
-		if err != nil {
-			return usageErr("--range: %v", err)
-		}
-		cur, ok, err := riverslot.ShardMapOf(ctx, shards[0], *task)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return usageErr("task %q has no shard map on shard %q; set one first (riverslot shards set)", *task, shards[0].Name)
-		}
-		if next, err = cur.Move(lo, hi, *to); err != nil {
-			return usageErr("%v", err)
-		}
+	if sub == "show" {
+		return shardscmd.Show(ctx, stdout, shards, *task, *asJSON)
 	}
-	if plan != nil && sub == "move" {
-		if err := next.Aligned(*plan); err != nil {
-			return usageErr("%v", err)
-		}
-	}
-	next.Version = 0 // the shards' latest + 1
-	if err := riverslot.SetShardMap(ctx, shards, *task, next, from); err != nil {
-		return err
-	}
-	m, _, err := riverslot.ShardMapOf(ctx, shards[0], *task)
-	if err != nil {
-		return err
-	}
-	when := "every cycle"
-	if !from.IsZero() {
-		when = "the cycles from " + from.UTC().Format(time.RFC3339)
-	}
-	fmt.Fprintf(stdout, "task %s: shard map %s on %d shards, for %s\n", *task, m.String(), len(shards), when)
-	return nil
+	return inputErr(shardscmd.Set(ctx, &shardscmd.SetConfig{Shards: shards, Task: *task, Map: next, Move: move, From: from, Plan: plan}, stdout))
 }
 
 // shardSpec is one --shard NAME=URL or NAME@SCHEMA=URL.
@@ -293,109 +259,4 @@ func parseBucketRange(s string) (int, int, error) {
 		return 0, 0, fmt.Errorf("%q must be LO-HI, two buckets of 0-65535", s)
 	}
 	return lo, hi, nil
-}
-
-// shardView is one shard in show's output.
-type shardView struct {
-	Shard         string    `json:"shard"`
-	MapVersion    int64     `json:"map_version"`
-	Map           string    `json:"map"`
-	EffectiveFrom time.Time `json:"effective_from,omitzero"`
-	CycleStart    time.Time `json:"cycle_start,omitzero"`
-	CycleMap      int64     `json:"cycle_map_version,omitempty"`
-	Slots         int64     `json:"slots"`
-	SlotsDone     int64     `json:"slots_done"`
-	Synced        int64     `json:"synced"`
-	Skipped       int64     `json:"skipped"`
-}
-
-func showShards(ctx context.Context, stdout io.Writer, shards []riverslot.Shard, task string, asJSON bool) error {
-	var (
-		views  []shardView
-		latest time.Time
-	)
-	for _, s := range shards {
-		v, err := shardOf(ctx, s, task)
-		if err != nil {
-			return err
-		}
-		if v.CycleStart.After(latest) {
-			latest = v.CycleStart
-		}
-		views = append(views, v)
-	}
-	maps := map[string]bool{}
-	var total shardView
-	total.Shard, total.CycleStart = "all", latest
-	for _, v := range views {
-		maps[v.Map] = true
-		if v.CycleStart.Equal(latest) {
-			total.Slots += v.Slots
-			total.SlotsDone += v.SlotsDone
-			total.Synced += v.Synced
-			total.Skipped += v.Skipped
-		}
-	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(map[string]any{"task": task, "shards": views, "all": total, "maps_agree": len(maps) == 1}); err != nil {
-			return err
-		}
-	} else {
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SHARD\tMAP\tLATEST CYCLE\tCYCLE'S MAP\tSLOTS DONE\tSYNCED\tSKIPPED")
-		for _, v := range append(views, total) {
-			cycle := "-"
-			if !v.CycleStart.IsZero() {
-				cycle = v.CycleStart.UTC().Format(time.RFC3339)
-			}
-			m := v.Map
-			if v.Shard == "all" {
-				m = ""
-			}
-			cm := ""
-			if v.CycleMap != 0 {
-				cm = "v" + strconv.FormatInt(v.CycleMap, 10)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\n", v.Shard, m, cycle, cm, v.SlotsDone, v.Slots, v.Synced, v.Skipped)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	if len(maps) > 1 {
-		return &exitError{code: 1, msg: "the shards' latest maps disagree: a change was made on some shards only; set the map again (riverslot shards set) on every shard"}
-	}
-	return nil
-}
-
-// shardOf reads one shard's latest map and latest cycle of the task.
-func shardOf(ctx context.Context, s riverslot.Shard, task string) (shardView, error) {
-	v := shardView{Shard: s.Name}
-	m, ok, err := riverslot.ShardMapOf(ctx, s, task)
-	if err != nil {
-		return v, err
-	}
-	if ok {
-		v.MapVersion, v.Map, v.EffectiveFrom = m.Version, m.String(), m.EffectiveFrom
-	}
-	return v, latestShardCycle(ctx, s.Pool, ledger.New(s.Schema).QualifiedTable(), task, &v)
-}
-
-func latestShardCycle(ctx context.Context, pool *pgxpool.Pool, table, task string, v *shardView) error {
-	err := pool.QueryRow(ctx, `SELECT c.cycle_start, coalesce(c.shard_version, 0),
-	coalesce(c.synced, 0), coalesce(c.gone, 0) + coalesce(c.stale, 0) + coalesce(c.upstream_skipped, 0),
-	(SELECT count(*) FROM `+table+` s WHERE s.task = c.task AND s.cycle_start = c.cycle_start AND s.plan = c.plan AND s.slot >= 0),
-	(SELECT count(*) FROM `+table+` s WHERE s.task = c.task AND s.cycle_start = c.cycle_start AND s.plan = c.plan AND s.slot >= 0 AND s.finished_at IS NOT NULL)
-FROM `+table+` c WHERE c.task = $1 AND c.slot = -1 ORDER BY c.cycle_start DESC LIMIT 1`, task).
-		Scan(&v.CycleStart, &v.CycleMap, &v.Synced, &v.Skipped, &v.Slots, &v.SlotsDone)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("shard %q: error reading its latest cycle: %w", v.Shard, err)
-	}
-	v.CycleStart = v.CycleStart.UTC()
-	return nil
 }

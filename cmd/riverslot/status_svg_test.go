@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/inspect"
 )
 
 // svgText parses an SVG file (failing the test when it is not well-formed)
@@ -56,13 +57,11 @@ func svgText(t *testing.T, path string) (text string, fills map[string]bool) {
 // fillOf is the fill gonum's SVG canvas writes for a state's colour.
 func fillOf(t *testing.T, state string) string {
 	t.Helper()
-	for _, sc := range slotStateColors {
-		if sc.state == state {
-			return fmt.Sprintf("#%02X%02X%02X", sc.color.R, sc.color.G, sc.color.B)
-		}
+	c, ok := inspect.StateColor(state)
+	if !ok {
+		t.Fatalf("no colour for %s", state)
 	}
-	t.Fatalf("no colour for %s", state)
-	return ""
+	return fmt.Sprintf("#%02X%02X%02X", c.R, c.G, c.B)
 }
 
 // A failed slot is drawn in the failed colour with a legend entry, the
@@ -84,7 +83,7 @@ func TestStatusSVG(t *testing.T) {
 	}}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "cycle.svg")
-	require.NoError(t, writeStatusSVG(path, st))
+	require.NoError(t, inspect.WriteStatusSVG(path, st))
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "only the SVG, no temporary file left")

@@ -2,21 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
-	"strconv"
-	"strings"
-	"text/tabwriter"
-
-	"github.com/google/uuid"
-	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/upstreamcmd"
 	"github.com/riverslot/riverslot/internal/upstream"
 )
 
@@ -134,56 +126,10 @@ func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer pool.Close()
-	lim := upstream.New(*schema)
 	if sub == "set" {
-		if err := lim.Set(ctx, pool, *task, *key, o); err != nil {
-			return upstreamErr(err)
-		}
-		fmt.Fprintf(stdout, "upstream %q of task %q: limits set; every node applies them on its next decision\n", *key, *task)
-		return nil
+		return inputErr(upstreamcmd.Set(ctx, pool, *schema, *task, *key, o, stdout))
 	}
-	list, err := lim.List(ctx, pool, *task, *after, *limit)
-	if err != nil {
-		return upstreamErr(err)
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		// UpstreamState's own JSON form: the overrides, the breaker,
-		// in flight, waiting and the counters.
-		return enc.Encode(list)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tKEY\tRATE\tBURST\tCONC\tBREAKER\tIN FLIGHT\tWAITING\tCALLS\tFAILED\tTHROTTLED\tDEFERRED\tSKIPPED\tPROBES")
-	opt := func(p *int) string {
-		if p == nil {
-			return "task"
-		}
-		return strconv.Itoa(*p)
-	}
-	for _, s := range list {
-		r := "task"
-		if s.Rate != nil {
-			r = strconv.FormatFloat(*s.Rate, 'g', -1, 64)
-		}
-		fmt.Fprintf(tw, "%s\t%q\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Task, s.Key, r, opt(s.Burst), opt(s.Concurrency), s.Breaker,
-			s.InFlight, s.Waiting, s.Calls, s.Failed, s.Throttled, s.Deferred, s.Skipped, s.Probes)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(list) == *limit {
-		fmt.Fprintf(stdout, "(more: --after %q)\n", list[len(list)-1].Key)
-	}
-	return nil
-}
-
-// upstreamErr makes missing tables bad input (exit 2), with the fix.
-func upstreamErr(err error) error {
-	if errors.Is(err, upstream.ErrMissing) {
-		return usageErr("%v", err)
-	}
-	return err
+	return inputErr(upstreamcmd.List(ctx, &upstreamcmd.ListConfig{Pool: pool, Schema: *schema, Task: *task, After: *after, Limit: *limit, JSON: *asJSON}, stdout))
 }
 
 func runUpstreamCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -206,79 +152,9 @@ func runUpstreamCheck(ctx context.Context, args []string, stdout, stderr io.Writ
 	defer pool.Close()
 	rt := tf.riverTask()
 	rt.Upstream, rt.Limits = *expr, riverslot.UpstreamLimits{Rate: *rate}
-	rt.Sync = func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { return nil }
-	scheduler, err := riverslot.New(pool, &riverslot.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: []riverslot.Task{rt}})
+	budgets, err := upstreamcmd.Budgets(ctx, pool, *tf.schema, rt)
 	if err != nil {
-		return usageErr("%v", err)
+		return inputErr(err)
 	}
-	if err := scheduler.Configure(&river.Config{Schema: *tf.schema}); err != nil {
-		return usageErr("%v", err)
-	}
-	budgets, err := scheduler.UpstreamBudgets(ctx, *tf.task)
-	if err != nil {
-		return err
-	}
-	return printUpstreamBudgets(stdout, budgets, *asJSON)
-}
-
-// printUpstreamBudgets prints budgets as a table or JSON, and returns an
-// exit 1 error naming the upstreams that cannot fit in a cycle.
-func printUpstreamBudgets(stdout io.Writer, budgets []riverslot.UpstreamBudget, asJSON bool) error {
-	var over []string
-	late := 0
-	for _, b := range budgets {
-		if !b.Fits {
-			over = append(over, fmt.Sprintf("%q (%d accounts need %.3g/s, limit %.3g/s)", b.Key, b.Accounts, b.AverageRate, b.Rate))
-		} else if !b.OnTime {
-			late++
-		}
-	}
-	if asJSON {
-		type row struct {
-			Key         string  `json:"key"`
-			Accounts    int64   `json:"accounts"`
-			AverageRate float64 `json:"average_rate"`
-			NeedRate    float64 `json:"need_rate"`
-			Rate        float64 `json:"rate_limit"`
-			Fits        bool    `json:"fits"`
-			OnTime      bool    `json:"on_time"`
-		}
-		rows := make([]row, 0, len(budgets))
-		for _, b := range budgets {
-			rows = append(rows, row{b.Key, b.Accounts, b.AverageRate, b.NeedRate, b.Rate, b.Fits, b.OnTime})
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rows); err != nil {
-			return err
-		}
-	} else {
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "UPSTREAM\tACCOUNTS\tNEEDS/S (CYCLE)\tNEEDS/S (BUSIEST SLOT)\tLIMIT/S\tFITS IN A CYCLE\tBUSIEST SLOT ON TIME")
-		for _, b := range budgets {
-			limit := "none"
-			if b.Rate > 0 {
-				limit = strconv.FormatFloat(b.Rate, 'g', 4, 64)
-			}
-			fmt.Fprintf(tw, "%q\t%d\t%.3f\t%.3f\t%s\t%s\t%s\n", b.Key, b.Accounts, b.AverageRate, b.NeedRate, limit, yesNo(b.Fits), yesNo(b.OnTime))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		if late > 0 {
-			fmt.Fprintf(stdout, "%d upstream(s) fit in a cycle but not in their busiest slot: their syncs wait in line (up to their NotAfter), later than their place\n", late)
-		}
-	}
-	if len(over) > 0 {
-		return &exitError{code: 1, msg: fmt.Sprintf("%d of %d upstreams cannot sync their accounts in a cycle at their rate limit: %s; raise their rate (riverslot upstream set --key K --rate R), lengthen the cycle, or accept that the excess is skipped as upstream_throttled every cycle",
-			len(over), len(budgets), strings.Join(over, ", "))}
-	}
-	return nil
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "NO"
+	return upstreamcmd.WriteBudgets(stdout, budgets, *asJSON)
 }

@@ -12,15 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot"
-	"github.com/riverslot/riverslot/internal/ledger"
-	"github.com/riverslot/riverslot/internal/riverjob"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/inspect"
 	"github.com/riverslot/riverslot/riverslotweb"
-	"github.com/riverslot/riverslot/slotplan"
 )
 
 const webAbout = `Serves the operator's page and its JSON API (package riverslotweb)
@@ -57,9 +53,6 @@ its Prometheus exporter's handler as riverslotweb.Config.Metrics.
 Exit codes: 0 after SIGINT/SIGTERM, 2 bad input (no task found, address in
 use, unreachable database; with --shard, when no shard answers).
 `
-
-// webTasksMax bounds the tasks riverslot web serves.
-const webTasksMax = 100
 
 func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("web", webAbout, stderr)
@@ -126,16 +119,16 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			// A shard that answers must hold River's tables in its
 			// schema: a wrong NAME@SCHEMA is bad input, not an outage.
-			if err := checkRiverSchema(ctx, pool, sp.schema); err != nil {
-				return shardErr(sp.name, err)
+			if err := inspect.CheckRiverSchema(ctx, pool, sp.schema); err != nil {
+				return shardErr(sp.name, inputErr(err))
 			}
 			if tasks == nil {
 				// The tasks of the first shard that has made a cycle (a
 				// shard just added may have none yet).
-				found, err := wantedTasks(ctx, pool, sp.schema, wanted)
-				var ee *exitError
+				found, err := inspect.WantedTasks(ctx, pool, sp.schema, wanted)
+				var ie *inspect.InputError
 				switch {
-				case errors.As(err, &ee): // no cycle there (yet)
+				case errors.As(err, &ie): // no cycle there (yet)
 					noTasks = append(noTasks, fmt.Errorf("shard %q: %w", sp.name, err))
 					continue
 				case err != nil: // its database failed: down
@@ -160,12 +153,9 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 					shardTasks[j].Schema = *accountsSchema
 				}
 			}
-			s, err := riverslot.New(pools[i], &riverslot.Config{Shard: sp.name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: shardTasks})
+			s, err := inspect.Scheduler(pools[i], sp.name, sp.schema, shardTasks...)
 			if err != nil {
-				return usageErr("%v", err)
-			}
-			if err := s.Configure(&river.Config{Schema: sp.schema}); err != nil {
-				return usageErr("%v", err)
+				return inputErr(err)
 			}
 			schedulers = append(schedulers, s)
 		}
@@ -179,18 +169,15 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		defer pool.Close()
-		if tasks, err = wantedTasks(ctx, pool, *schema, wanted); err != nil {
-			return err
+		if tasks, err = inspect.WantedTasks(ctx, pool, *schema, wanted); err != nil {
+			return inputErr(err)
 		}
 		for i := range tasks {
 			tasks[i].Schema, tasks[i].Table, tasks[i].Filter = *accountsSchema, *table, *filter
 		}
-		scheduler, err := riverslot.New(pool, &riverslot.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tasks: tasks})
+		scheduler, err := inspect.Scheduler(pool, "", *schema, tasks...)
 		if err != nil {
-			return usageErr("%v", err)
-		}
-		if err := scheduler.Configure(&river.Config{Schema: *schema}); err != nil {
-			return usageErr("%v", err)
+			return inputErr(err)
 		}
 		if handler, err = riverslotweb.New(scheduler, config); err != nil {
 			return usageErr("%v", err)
@@ -205,7 +192,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(ln) }()
-	fmt.Fprintf(stdout, "serving http://%s/ for %s (%s); Ctrl-C stops\n", ln.Addr(), taskList(tasks), where)
+	fmt.Fprintf(stdout, "serving http://%s/ for %s (%s); Ctrl-C stops\n", ln.Addr(), inspect.TaskList(tasks), where)
 
 	select {
 	case err := <-served:
@@ -218,135 +205,4 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("error stopping the server: %w", err)
 	}
 	return nil
-}
-
-// connectReadOnly is connect with every session read-only
-// (default_transaction_read_only): the page cannot write, whatever it runs.
-func connectReadOnly(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
-	config, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, usageErr("--database-url is not a valid PostgreSQL URL: %v", err)
-	}
-	config.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
-	config.MaxConns = maxConns
-	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(pingCtx, config)
-	if err == nil {
-		err = pool.Ping(pingCtx)
-	}
-	if err != nil {
-		if pool != nil {
-			pool.Close()
-		}
-		return nil, usageErr("cannot reach the database at %s: %v (pass --database-url or set $DATABASE_URL)", redact(config), err)
-	}
-	return pool, nil
-}
-
-// checkRiverSchema returns a usage error unless schema holds River's job
-// table and riverslot's ledger: the schema of the app's River tables.
-func checkRiverSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	var jobs, led bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
-		riverjob.QualifiedTable(schema), ledger.New(schema).QualifiedTable()).Scan(&jobs, &led); err != nil {
-		return fmt.Errorf("error looking for River's tables: %w", err)
-	}
-	switch {
-	case !jobs:
-		return usageErr("--schema %q has no river_job table; give the schema of the app's River tables (river.Config.Schema)", schema)
-	case !led:
-		return usageErr("--schema %q has River's tables but no riverslot ledger (%s); run riverslot.Migrate on it, or give the schema of the app's River tables", schema, ledger.Table)
-	}
-	current, err := ledger.New(schema).Current(ctx, pool)
-	if err != nil {
-		return err
-	}
-	if !current {
-		return usageErr("--schema %q: %v", schema, ledger.ErrOutdated)
-	}
-	return nil
-}
-
-// findTasks returns the tasks the ledger in schema records cycles of, each
-// with the cycle and grid of its latest cycle's plan; the rest of each
-// task (seed, phase, placement) is read from the ledger when shown. It
-// reads the ledger only: River may have deleted every job of the tasks.
-func findTasks(ctx context.Context, pool *pgxpool.Pool, schema string) ([]riverslot.Task, error) {
-	if err := checkRiverSchema(ctx, pool, schema); err != nil {
-		return nil, err
-	}
-	led := ledger.New(schema)
-	names, err := led.Tasks(ctx, pool, webTasksMax)
-	if err != nil {
-		return nil, fmt.Errorf("error finding the tasks: %w", err)
-	}
-	var (
-		tasks       []riverslot.Task
-		unreadable  []string
-		noopSyncErr = func(context.Context, uuid.UUID, *river.Job[riverslot.SyncArgs]) error { return nil }
-	)
-	for _, name := range names {
-		latest, plan, ok, err := led.LatestCycle(ctx, pool, name, "")
-		if err != nil {
-			return nil, fmt.Errorf("error finding the tasks: %w", err)
-		}
-		if !ok {
-			continue
-		}
-		if err := plan.Err(); err != nil || plan.IsZero() {
-			if err == nil {
-				err = errors.New("no plan id")
-			}
-			unreadable = append(unreadable, fmt.Sprintf("%s (%v)", name, err))
-			continue
-		}
-		task := riverslot.Task{Name: name, Seed: plan.Seed, Buckets: plan.Buckets, Sync: noopSyncErr}
-		if plan.Month != "" {
-			// A calendar month: no fixed Cycle to take an offset of.
-			loc, err := time.LoadLocation(plan.Month)
-			if err != nil {
-				unreadable = append(unreadable, fmt.Sprintf("%s (time zone %q: %v)", name, plan.Month, err))
-				continue
-			}
-			task.Monthly, task.Location = true, loc
-		} else {
-			task.Cycle, task.TriggerOffset = plan.Cycle, slotplan.GridOffset(latest, plan.Cycle)
-		}
-		tasks = append(tasks, task)
-	}
-	if len(tasks) == 0 {
-		msg := fmt.Sprintf("no riverslot task in --schema %q: its ledger records no cycle (run the app, or riverslot demo, first)", schema)
-		if len(unreadable) > 0 {
-			msg += "; unreadable plans: " + strings.Join(unreadable, ", ")
-		}
-		return nil, usageErr("%s", msg)
-	}
-	return tasks, nil
-}
-
-// wantedTasks returns the tasks findTasks finds in schema, only those of
-// wanted when it names any.
-func wantedTasks(ctx context.Context, pool *pgxpool.Pool, schema string, wanted []string) ([]riverslot.Task, error) {
-	tasks, err := findTasks(ctx, pool, schema)
-	if err != nil || len(wanted) == 0 {
-		return tasks, err
-	}
-	var kept []riverslot.Task
-	for _, name := range wanted {
-		i := slices.IndexFunc(tasks, func(t riverslot.Task) bool { return t.Name == name })
-		if i < 0 {
-			return nil, usageErr("--task %q has no cycle in the ledger of --schema %q; tasks found: %s", name, schema, taskList(tasks))
-		}
-		kept = append(kept, tasks[i])
-	}
-	return kept, nil
-}
-
-func taskList(tasks []riverslot.Task) string {
-	names := make([]string, len(tasks))
-	for i, t := range tasks {
-		names[i] = fmt.Sprintf("%q", t.Name)
-	}
-	return "tasks " + strings.Join(names, ", ")
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/demo"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/shutdown"
 	"github.com/riverslot/riverslot/riverslotweb"
 )
 
@@ -310,7 +311,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			ln.close()
 		}
 	}
-	stopErr, err := demo.StopThenFlush(client.Stop, scheduler.FlushOutcomes)
+	stopErr, err := shutdown.StopThenFlush(client.Stop, scheduler.FlushOutcomes)
 	if err != nil {
 		fmt.Fprintf(stderr, "riverslot worker: error writing the sync outcomes counted: %v\n", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/shutdown"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/sim"
 	"github.com/riverslot/riverslot/slotplan"
 )
@@ -241,7 +242,7 @@ func (d *demo) run(ctx context.Context) (*Report, error) {
 			stop = client.StopAndCancel
 		}
 		// The outcomes its sync jobs counted, written before it exits.
-		if _, err := StopThenFlush(stop, scheduler.FlushOutcomes); err != nil {
+		if _, err := shutdown.StopThenFlush(stop, scheduler.FlushOutcomes); err != nil {
 			d.logf("warning: %v", err)
 		}
 	}()

@@ -1,10 +1,8 @@
-package main
+package inspect
 
 import (
 	"fmt"
 	"image/color"
-	"os"
-	"path/filepath"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -13,6 +11,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/plotfile"
 )
 
 // slotStateColors are the colours of the slot states in --svg, in legend
@@ -28,44 +27,27 @@ var slotStateColors = []struct {
 	{riverslot.SlotMissing, color.RGBA{R: 0xe3, G: 0x8b, B: 0x00, A: 0xff}},
 }
 
-// checkSVGPath refuses, before anything runs, an --svg path whose directory
-// does not exist.
-func checkSVGPath(path string) error {
-	if filepath.Ext(path) != ".svg" {
-		return usageErr("--svg %q must end in .svg", path)
+// StateColor is the colour --svg draws slots in state in.
+func StateColor(state string) (color.RGBA, bool) {
+	for _, sc := range slotStateColors {
+		if sc.state == state {
+			return sc.color, true
+		}
 	}
-	dir := filepath.Dir(path)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return usageErr("--svg %q: directory %q does not exist; create it or write the file elsewhere", path, dir)
-	}
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return usageErr("--svg %q is a directory; give a file name", path)
-	}
-	return nil
+	return color.RGBA{}, false
 }
 
-// writeStatusSVG draws the current cycle: one bar per slot, coloured by its
+// WriteStatusSVG draws the current cycle: one bar per slot, coloured by its
 // fan-out state (done and running slots show the accounts enqueued, the
 // others the accounts they will select), a mark at each slot's expected
 // accounts (under the cycle's placement), and the verdict, lateness,
 // placement and syncs completed without calling Sync in the title.
-func writeStatusSVG(path string, st *riverslot.TaskStatus) error {
+func WriteStatusSVG(path string, st *riverslot.TaskStatus) error {
 	p, err := statusPlot(st)
 	if err != nil {
 		return err
 	}
-	return savePlot(p, 10*vg.Inch, 4*vg.Inch, path)
-}
-
-// savePlot writes p to path, aside and then renamed: a browser or a script
-// reading the file (status --watch rewrites it) never sees half of it. The
-// format follows path's extension, as plot.Save does.
-func savePlot(p *plot.Plot, w, h vg.Length, path string) error {
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp"+filepath.Ext(path))
-	if err := p.Save(w, h, tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return plotfile.Save(p, 10*vg.Inch, 4*vg.Inch, path)
 }
 
 func statusPlot(st *riverslot.TaskStatus) (*plot.Plot, error) {

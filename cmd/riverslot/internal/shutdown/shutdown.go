@@ -1,4 +1,8 @@
-package demo
+// Package shutdown stops what riverslot's commands run (River's client and
+// riverslot's scheduler) in order, each step within a bound of its own:
+//
+//	stopErr, flushErr := shutdown.StopThenFlush(client.Stop, scheduler.FlushOutcomes)
+package shutdown
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package main
+package plancmd
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/plotfile"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -32,9 +33,9 @@ func circleAccounts(n int) []uuid.UUID {
 // circleAngle is where an account is due on the cycle circle: its time
 // after the cycle start as a fraction of the cycle, in radians clockwise
 // from the top.
-func circleAngle(plan slotplan.Plan, t planTask, id uuid.UUID) float64 {
+func circleAngle(plan slotplan.Plan, t Task, id uuid.UUID) float64 {
 	start := time.Unix(0, 0).UTC()
-	due := plan.ShiftedTarget(start, t.seed, id, t.shift).Sub(start)
+	due := plan.ShiftedTarget(start, t.Seed, id, t.Shift).Sub(start)
 	return 2 * math.Pi * float64(due) / float64(plan.Cycle)
 }
 
@@ -44,16 +45,16 @@ func circleXY(angle, radius float64) plotter.XY {
 
 var circleColors = []color.RGBA{{R: 0x1f, G: 0x6f, B: 0xd1, A: 0xff}, {R: 0xd1, G: 0x5f, B: 0x1f, A: 0xff}}
 
-// writePlanSVG draws the slot circle: the cycle clockwise from the top,
+// writeSVG draws the slot circle: the cycle clockwise from the top,
 // slot boundaries as spokes, and sample accounts at their due times, one
 // ring per task; with two tasks each account's two syncs are joined by a
 // chord. The file is written aside and renamed.
-func writePlanSVG(path string, plan slotplan.Plan, tasks []planTask, highlight *uuid.UUID) error {
+func writeSVG(path string, plan slotplan.Plan, tasks []Task, highlight *uuid.UUID) error {
 	p := plot.New()
 	p.HideAxes()
 	p.Title.Text = fmt.Sprintf("slot circle: %s cycle, %d slots of %s, clockwise from the cycle start at the top", plan.Cycle, plan.Slots, plan.SlotDuration)
 	if len(tasks) == 2 {
-		p.Title.Text += fmt.Sprintf("\n%s (outer ring) and %s (inner ring, opposite): an account's two syncs joined", tasks[0].name, tasks[1].name)
+		p.Title.Text += fmt.Sprintf("\n%s (outer ring) and %s (inner ring, opposite): an account's two syncs joined", tasks[0].Name, tasks[1].Name)
 	}
 	p.Legend.Top = true
 
@@ -109,7 +110,7 @@ func writePlanSVG(path string, plan slotplan.Plan, tasks []planTask, highlight *
 		scatter.Shape = draw.CircleGlyph{}
 		scatter.Radius = vg.Points(3)
 		p.Add(scatter)
-		p.Legend.Add(fmt.Sprintf("%s: %d sample accounts at their due time", t.name, circleSample), scatter)
+		p.Legend.Add(fmt.Sprintf("%s: %d sample accounts at their due time", t.Name, circleSample), scatter)
 		if highlight != nil {
 			mark, err := plotter.NewScatter(plotter.XYs{circleXY(circleAngle(plan, t, *highlight), radii[ti])})
 			if err != nil {
@@ -125,5 +126,5 @@ func writePlanSVG(path string, plan slotplan.Plan, tasks []planTask, highlight *
 		}
 	}
 	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = -1.15, 1.15, -1.15, 1.35
-	return savePlot(p, 7*vg.Inch, 7.5*vg.Inch, path)
+	return plotfile.Save(p, 7*vg.Inch, 7.5*vg.Inch, path)
 }
