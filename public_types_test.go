@@ -14,7 +14,7 @@ import (
 // alias of an internal type showed none: "go doc finds no Limits").
 func TestConfigTypesAreDeclaredHere(t *testing.T) {
 	t.Parallel()
-	for _, v := range []any{riverslot.Config{}, riverslot.Task{}, riverslot.UpstreamLimits{}} {
+	for _, v := range []any{riverslot.Config{}, riverslot.Task{}, riverslot.UpstreamLimits{}, riverslot.UpstreamOverride{}, riverslot.UpstreamState{}} {
 		typ := reflect.TypeOf(v)
 		require.Equal(t, "github.com/riverslot/riverslot", typ.PkgPath(), "%s is declared in %s", typ.Name(), typ.PkgPath())
 	}

@@ -46,7 +46,7 @@ func (s *Scheduler) upstreams(ctx context.Context, spec *taskspec.Spec) (*Upstre
 	}
 	out := &UpstreamsStatus{Keys: keys, NotClosed: notClosed}
 	for _, st := range top {
-		u := UpstreamStatus{UpstreamState: st, RateLimit: spec.Limits.Rate, ConcurrencyLimit: spec.Limits.Concurrency}
+		u := UpstreamStatus{UpstreamState: UpstreamState(st), RateLimit: spec.Limits.Rate, ConcurrencyLimit: spec.Limits.Concurrency}
 		if st.Rate != nil {
 			u.RateLimit = *st.Rate
 		}

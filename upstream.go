@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,15 +19,59 @@ import (
 	"github.com/riverslot/riverslot/sqlbucket"
 )
 
-// UpstreamOverride changes one upstream's limits at run time: a nil field
-// keeps the current override, Clear drops them all (the task's Limits
-// apply again). Rate 0 or Concurrency 0 lifts that limit for the key.
-type UpstreamOverride = upstream.Override
+// UpstreamOverride changes one upstream's limits at run time
+// (Scheduler.SetUpstreamLimits): a nil field keeps the current override.
+type UpstreamOverride struct {
+	// Rate overrides Limits.Rate for the key; 0 lifts the limit.
+	Rate *float64
+	// Burst overrides Limits.Burst for the key.
+	Burst *int
+	// Concurrency overrides Limits.Concurrency for the key; 0 lifts the
+	// limit.
+	Concurrency *int
+	// Clear drops every override of the key: the task's Limits apply
+	// again.
+	Clear bool
+}
 
-// UpstreamState is one upstream of a task as the limiter holds it: the
-// operator's overrides, the breaker, syncs in flight and waiting in line,
-// and counters since the upstream's first sync.
-type UpstreamState = upstream.State
+// UpstreamState is one upstream of a task as the limiter holds it
+// (Scheduler.Upstreams): the operator's overrides, the breaker, syncs in
+// flight and waiting in line, and counters since the upstream's first
+// sync.
+type UpstreamState struct {
+	Task string `json:"task"`
+	Key  string `json:"key"`
+	// Rate, Burst and Concurrency are the operator's overrides (nil: the
+	// task's Limits apply).
+	Rate        *float64 `json:"rate_override"`
+	Burst       *int     `json:"burst_override"`
+	Concurrency *int     `json:"concurrency_override"`
+	// Breaker is "closed", "open" or "half_open"; OpenUntil is when an
+	// open breaker lets a probe through; PausedUntil when a throttle
+	// (Throttled, a 429) ends.
+	Breaker     string     `json:"breaker"`
+	OpenUntil   *time.Time `json:"open_until,omitempty"`
+	PausedUntil *time.Time `json:"paused_until,omitempty"`
+	// Failures counts consecutive failed syncs.
+	Failures int `json:"failures"`
+	// InFlight is the syncs holding a lease now, Waiting those holding a
+	// place in the rate limiter's line.
+	InFlight int `json:"in_flight"`
+	Waiting  int `json:"waiting"`
+	// RateNow is calls a second over the last window of about 10 s.
+	RateNow float64 `json:"rate_now"`
+	// Counters since the key's first sync: calls made, failed, throttled;
+	// syncs deferred by an open breaker, skipped, breaker probes, and
+	// times the breaker opened.
+	Calls     int64     `json:"calls"`
+	Failed    int64     `json:"failed"`
+	Throttled int64     `json:"throttled"`
+	Deferred  int64     `json:"deferred"`
+	Skipped   int64     `json:"skipped"`
+	Probes    int64     `json:"probes"`
+	Opens     int64     `json:"opens"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
 
 // SetUpstreamLimits overrides the limits of the task's upstream key, in
 // River's database: every node's next decision for a sync of that
@@ -36,7 +81,7 @@ func (s *Scheduler) SetUpstreamLimits(ctx context.Context, taskName, key string,
 	if _, err := s.spec(taskName); err != nil {
 		return err
 	}
-	return upstream.New(s.riverSchema).Set(ctx, s.pool, taskName, key, o)
+	return upstream.New(s.riverSchema).Set(ctx, s.pool, taskName, key, upstream.Override(o))
 }
 
 // Upstreams returns the task's upstreams that synced or were given limits,
@@ -50,7 +95,15 @@ func (s *Scheduler) Upstreams(ctx context.Context, taskName, after string, limit
 	if limit < 2 {
 		limit = 1000
 	}
-	return upstream.New(s.riverSchema).List(ctx, s.pool, taskName, after, limit)
+	states, err := upstream.New(s.riverSchema).List(ctx, s.pool, taskName, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]UpstreamState, len(states))
+	for i, st := range states {
+		out[i] = UpstreamState(st)
+	}
+	return out, nil
 }
 
 // UpstreamBudget is one upstream's accounts per cycle against its rate
