@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot"
-	"github.com/riverslot/riverslot/cmd/riverslot/internal/shutdown"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/servecmd"
 	"github.com/riverslot/riverslot/serve"
 )
 
@@ -33,6 +29,8 @@ Targets on loopback, private and link-local addresses are refused, when a
 schedule is created and at every connection, unless --allow-private-targets.
 `
 
+// runServe runs River, riverslot and the HTTP API until interrupted
+// (servecmd.Run).
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", serveAbout, stderr)
 	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "serve")
@@ -78,79 +76,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer ln.close()
+	defer ln.Close()
 
 	pool, err := connect(ctx, databaseURL(), int32(*maxConns))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := serve.Migrate(ctx, pool, *schema); err != nil {
-		return usageErr("%v", err)
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	srv, err := serve.New(serve.Config{
-		Pool: pool, Schema: *schema, Periods: ps, MonthLocation: monthLoc, Guard: &serve.Guard{AllowPrivate: *allowPrivate}, History: *history, Logger: logger,
+	return inputErr(servecmd.Run(ctx, &servecmd.Config{
+		Pool: pool, Listener: ln, Schema: *schema, TokenFile: *tokenFile, AllowPrivate: *allowPrivate, Periods: ps, PeriodsText: *periods,
+		MonthLocation: monthLoc, Workers: *workers, History: *history, RiverLogLevel: *riverLogLevel,
 		HostLimits: riverslot.UpstreamLimits{Rate: *hostRate, Concurrency: *hostConcurrency, FailureThreshold: *hostFailures},
-	})
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	if err := srv.CreateIndexes(ctx); err != nil {
-		return err
-	}
-	created, err := srv.TokenFile(ctx, *tokenFile)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	if created {
-		fmt.Fprintf(stdout, "wrote a new API token to %s\n", *tokenFile)
-	}
-	config := &river.Config{
-		Logger:            slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: *riverLogLevel})),
-		Schema:            *schema,
-		FetchPollInterval: 250 * time.Millisecond,
-	}
-	if err := srv.Configure(config, *workers); err != nil {
-		return usageErr("%v", err)
-	}
-	client, err := river.NewClient(riverpgxv5.New(pool), config)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	if err := client.Start(ctx); err != nil {
-		return err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/v1/", srv.Handler())
-	ln.serve(mux)
-	fmt.Fprintf(stdout, "riverslot serve: API at %s (OpenAPI at %s), periods %s\n", ln.url("/v1/"), ln.url("/v1/openapi.json"), *periods)
-	if w := openWarning("--addr", ln.listener.Addr()); w != "" && *allowPrivate {
-		fmt.Fprint(stderr, "riverslot serve: --allow-private-targets on an address beyond this machine: anyone with a token can make it call your network\n")
-	}
-
-	prune := time.NewTicker(time.Minute)
-	defer prune.Stop()
-	for done := false; !done; {
-		select {
-		case <-ctx.Done():
-			done = true
-		case <-prune.C:
-			if calls, schedules, err := srv.Prune(ctx); err != nil {
-				logger.Warn("riverslot serve: pruning history", slog.String("error", err.Error()))
-			} else if calls+schedules > 0 {
-				logger.Info("riverslot serve: pruned history", slog.Int64("calls", calls), slog.Int64("schedules", schedules))
-			}
-		}
-	}
-	ln.close()
-	stopErr, err := shutdown.StopThenFlush(client.Stop, srv.FlushOutcomes)
-	if err != nil {
-		fmt.Fprintf(stderr, "riverslot serve: error writing the call outcomes counted: %v\n", err)
-	}
-	if stopErr != nil {
-		return fmt.Errorf("error stopping: %w", stopErr)
-	}
-	fmt.Fprintln(stdout, "riverslot serve: stopped")
-	return nil
+	}, stdout, stderr))
 }

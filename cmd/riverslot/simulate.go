@@ -206,13 +206,13 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		fmt.Fprintf(stderr, "riverslot simulate: wrote %s to %s\n", strings.Join(sim.Files, ", "), o.out)
 	}
-	fleet := shardFleet(o, results)
+	fleet := sim.AllShards(results, o.shards)
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
-			Results []*sim.Result `json:"results"`
-			Fleet   []fleetResult `json:"fleet,omitempty"`
+			Results []*sim.Result      `json:"results"`
+			Fleet   []sim.ShardsResult `json:"fleet,omitempty"`
 		}{results, fleet})
 	}
 	if o.shards > 1 {
@@ -230,42 +230,6 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		_ = tw.Flush()
 	}
 	return nil
-}
-
-// fleetResult is a strategy's figures over all the fleet's shards, each
-// alike the one simulated: counts and rates times the shards; a database's
-// queue and the lateness are the shard's own.
-type fleetResult struct {
-	Strategy              sim.Strategy `json:"strategy"`
-	Shards                int          `json:"shards"`
-	Accounts              int64        `json:"accounts"`
-	JobsCompleted         int64        `json:"jobs_completed"`
-	PeakQueuePerDatabase  int64        `json:"peak_queue_depth_per_database"`
-	MeanQueueAllDatabases float64      `json:"mean_queue_depth_all_databases"`
-	MeanStartsPerSecond   float64      `json:"mean_starts_per_second"`
-	// MaxStartsPerSecond is the shards' peaks added up: an upper bound,
-	// as their peaks need not coincide.
-	MaxStartsPerSecond int64   `json:"max_starts_per_second_at_most"`
-	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
-}
-
-// shardFleet scales the one shard simulated to the fleet (nil without
-// --shards).
-func shardFleet(o *simulateOptions, results []*sim.Result) []fleetResult {
-	if o.shards <= 1 {
-		return nil
-	}
-	n := int64(o.shards)
-	out := make([]fleetResult, len(results))
-	for i, r := range results {
-		out[i] = fleetResult{
-			Strategy: r.Strategy, Shards: o.shards, Accounts: int64(r.Accounts) * n, JobsCompleted: r.JobsCompleted * n,
-			PeakQueuePerDatabase: r.PeakQueueDepth, MeanQueueAllDatabases: r.MeanQueueDepth * float64(n),
-			MeanStartsPerSecond: r.MeanStartsPerSecond * float64(n), MaxStartsPerSecond: r.MaxStartsPerSecond * n,
-			LatenessP99Seconds: r.LatenessP99Seconds,
-		}
-	}
-	return out
 }
 
 // simProgress prints each strategy's progress on stderr once a run has

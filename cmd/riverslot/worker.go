@@ -4,23 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
-	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot"
-	"github.com/riverslot/riverslot/cmd/riverslot/internal/demo"
-	"github.com/riverslot/riverslot/cmd/riverslot/internal/shutdown"
-	"github.com/riverslot/riverslot/riverslotweb"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/workercmd"
 )
 
 const workerAbout = `Runs one River client with one riverslot task over a demo's schema until
@@ -61,8 +50,7 @@ together with /metrics on one port. Neither has authentication: bind them to
 
 // runWorker runs one River client with one riverslot task over an existing
 // schema (River's tables and an accounts table, as the demo prepares them)
-// until interrupted. Several workers on one schema form a cluster; the fault
-// tests start, stop and kill them.
+// until interrupted (workercmd.Run).
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("worker", workerAbout, stderr)
 	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
@@ -123,263 +111,47 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := tf.check(); err != nil {
 		return err
 	}
-	var metricsLn, webLn *httpListener
+	c := &workercmd.Config{
+		Schema: *schema, ID: *id, Workers: *workers, WorkSync: *workSync, Periodic: *periodic, Reciprocal: *reciprocal, Record: *record,
+		CompletedRetention: *completedRetention, RescueAfter: *rescueAfter, UpstreamURL: *upstreamURL, Shard: *shard, RiverLogLevel: *riverLogLevel,
+	}
+	var err error
 	if *metricsAddr != "" {
-		var err error
-		if metricsLn, err = listenHTTP("--metrics-addr", *metricsAddr, ":9090 or 127.0.0.1:0"); err != nil {
+		if c.MetricsListener, err = listenHTTP("--metrics-addr", *metricsAddr, ":9090 or 127.0.0.1:0"); err != nil {
 			return err
 		}
-		defer metricsLn.close()
+		defer c.MetricsListener.Close()
 	}
 	if *webAddr != "" {
-		var err error
-		if webLn, err = listenHTTP("--web-addr", *webAddr, "127.0.0.1:8080 or 127.0.0.1:0"); err != nil {
+		if c.WebListener, err = listenHTTP("--web-addr", *webAddr, "127.0.0.1:8080 or 127.0.0.1:0"); err != nil {
 			return err
 		}
-		fmt.Fprint(stderr, openWarning("--web-addr", webLn.listener.Addr()))
-		defer webLn.close()
+		fmt.Fprint(stderr, openWarning("--web-addr", c.WebListener.Addr()))
+		defer c.WebListener.Close()
 	}
-	var metrics *metricsExport
-	if metricsLn != nil || webLn != nil {
-		var err error
-		if metrics, err = newMetricsExport(); err != nil {
-			return err
-		}
-		defer metrics.close()
+	c.Task = tf.riverTask()
+	c.Task.BatchSize, c.Task.Queue = *batch, *syncQueue
+	c.Task.LatePolicy, c.Task.LateGrace, c.Task.PerSlotTimeout, c.Task.SyncTimeout = riverslot.LatePolicy(*latePolicy), *lateGrace, *perSlotTimeout, *syncTimeout
+	c.Task.FirstCycle, c.Task.Punctual = riverslot.FirstCycle(*firstCycle), *punctual
+	if c.Task.Weight != "" {
+		c.Task.PinsTimeout = *pinsTimeout
 	}
-
-	pool, err := connect(ctx, databaseURL(), int32(*maxConns))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := checkWorkerSchema(ctx, pool, *schema); err != nil {
-		return err
-	}
-	var accountsPool *pgxpool.Pool
-	if *accountsURL != "" {
-		if accountsPool, err = connectFlag(ctx, "--accounts-database-url", *accountsURL, int32(*maxConns)); err != nil {
-			return err
-		}
-		defer accountsPool.Close()
-	}
-
-	// riverslot's own lines (a cycle bootstrapped, a failed slot) at info;
-	// River's at --log-level.
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	riverLogger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: *riverLogLevel}))
-	clientID := *id
-	synced := pgx.Identifier{*schema, "synced"}.Sanitize()
-	// The synced table's optional columns this node fills: scheduled_at
-	// (the sync job's scheduled time) and job_id (River's job id: a job
-	// run again after a kill -9 records the same id twice).
-	var (
-		recordOK bool
-		optional []string
-	)
-	if *record {
-		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", synced).Scan(&recordOK); err != nil {
-			return err
-		}
-		if recordOK {
-			if err := pool.QueryRow(ctx, "SELECT coalesce(array_agg(attname::text ORDER BY attname), '{}') FROM pg_attribute WHERE attrelid = $1::regclass AND attname IN ('job_id', 'scheduled_at') AND NOT attisdropped",
-				synced).Scan(&optional); err != nil {
-				return err
-			}
-			logger.Info("recording each sync", slog.String("table", *schema+".synced"), slog.String("optional_columns", strings.Join(optional, ",")))
-		} else {
-			logger.Info("not recording syncs: no such table", slog.String("table", *schema+".synced"))
-		}
-	}
-	insertSynced := "INSERT INTO " + synced + " (task, account_id, cycle_start, client_id"
-	for _, c := range optional {
-		insertSynced += ", " + pgx.Identifier{c}.Sanitize()
-	}
-	insertSynced += ") VALUES ($1, $2, $3, $4"
-	for i := range optional {
-		insertSynced += fmt.Sprintf(", $%d", 5+i)
-	}
-	insertSynced += ")"
-	task := tf.riverTask()
-	task.BatchSize, task.Queue, task.ControlQueue = *batch, *syncQueue, river.QueueDefault
-	task.LatePolicy, task.LateGrace, task.PerSlotTimeout, task.SyncTimeout = riverslot.LatePolicy(*latePolicy), *lateGrace, *perSlotTimeout, *syncTimeout
-	task.FirstCycle, task.Punctual = riverslot.FirstCycle(*firstCycle), *punctual
-	if task.Weight != "" {
-		task.PinsTimeout = *pinsTimeout
-	}
-	task.Upstream = *upstreamExpr
-	task.Limits = riverslot.UpstreamLimits{Rate: *upstreamRate, Burst: *upstreamBurst, Concurrency: *upstreamConcurrency,
+	c.Task.Upstream = *upstreamExpr
+	c.Task.Limits = riverslot.UpstreamLimits{Rate: *upstreamRate, Burst: *upstreamBurst, Concurrency: *upstreamConcurrency,
 		FailureThreshold: *upstreamFailures, Cooldown: *upstreamCooldown}
-	callUpstream := upstreamCaller(*upstreamURL)
-	task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverslot.SyncArgs]) error {
-		if err := callUpstream(ctx, job.Args.Upstream); err != nil {
-			return err
-		}
-		if !recordOK {
-			return nil
-		}
-		args := []any{job.Args.Task, accountID, job.Args.CycleStart, clientID}
-		for _, c := range optional {
-			switch c {
-			case "job_id":
-				args = append(args, job.ID)
-			case "scheduled_at":
-				args = append(args, job.ScheduledAt)
-			}
-		}
-		_, err := pool.Exec(ctx, insertSynced, args...)
+
+	if c.Pool, err = connect(ctx, databaseURL(), int32(*maxConns)); err != nil {
 		return err
 	}
-	tasks := []riverslot.Task{task}
-	if *reciprocal {
-		opposite := task
-		opposite.Name, opposite.OppositeOf = task.Name+"_opposite", task.Name
-		// A task OppositeOf a weighted task follows its pins (shifted by
-		// half a cycle) and has no Weight of its own.
-		opposite.Weight, opposite.PinsTimeout = "", 0
-		tasks = append(tasks, opposite)
+	defer c.Pool.Close()
+	if err := workercmd.CheckSchema(ctx, c.Pool, *schema); err != nil {
+		return inputErr(err)
 	}
-	schedulerConfig := &riverslot.Config{Logger: logger, Tasks: tasks, AccountsPool: accountsPool, Shard: *shard}
-	if metrics != nil {
-		schedulerConfig.MeterProvider = metrics.provider
-	}
-	scheduler, err := riverslot.New(pool, schedulerConfig)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	if err := scheduler.Check(ctx); err != nil {
-		return usageErr("%v", err)
-	}
-	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: *workers}}
-	if *workSync {
-		queues[*syncQueue] = river.QueueConfig{MaxWorkers: *workers}
-	}
-	config := &river.Config{
-		ID:                   *id,
-		Logger:               riverLogger,
-		Queues:               queues,
-		Schema:               *schema,
-		FetchPollInterval:    250 * time.Millisecond,
-		RescueStuckJobsAfter: *rescueAfter,
-
-		CompletedJobRetentionPeriod: *completedRetention,
-	}
-	if *rescueAfter > 0 {
-		// River requires RescueStuckJobsAfter >= JobTimeout (the default
-		// timeout of jobs whose worker sets none, here the bootstrap).
-		config.JobTimeout = *rescueAfter / 2
-	}
-	if err := scheduler.Configure(config); err != nil {
-		return usageErr("%v", err)
-	}
-	if !*periodic {
-		config.PeriodicJobs = nil // cycles are enqueued by another process
-	}
-	client, err := river.NewClient(riverpgxv5.New(pool), config)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	if clientID == "" {
-		clientID = client.ID()
-	}
-	var page http.Handler
-	if webLn != nil {
-		if page, err = riverslotweb.New(scheduler, &riverslotweb.Config{Metrics: metrics.handler, Logger: logger}); err != nil {
+	if *accountsURL != "" {
+		if c.AccountsPool, err = connectFlag(ctx, "--accounts-database-url", *accountsURL, int32(*maxConns)); err != nil {
 			return err
 		}
+		defer c.AccountsPool.Close()
 	}
-	if err := client.Start(ctx); err != nil {
-		return err
-	}
-	if metricsLn != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", metrics.handler)
-		metricsLn.serve(mux)
-		fmt.Fprintf(stdout, "metrics at %s\n", metricsLn.url("/metrics"))
-	}
-	if webLn != nil {
-		webLn.serve(page)
-		fmt.Fprintf(stdout, "operator's page at %s (metrics at %s)\n", webLn.url("/"), webLn.url("/metrics"))
-	}
-	fmt.Fprintf(stdout, "worker %s started\n", client.ID())
-
-	<-ctx.Done()
-	// The page and metrics stop first, while the pool and the meter
-	// provider they read still work.
-	for _, ln := range []*httpListener{webLn, metricsLn} {
-		if ln != nil {
-			ln.close()
-		}
-	}
-	stopErr, err := shutdown.StopThenFlush(client.Stop, scheduler.FlushOutcomes)
-	if err != nil {
-		fmt.Fprintf(stderr, "riverslot worker: error writing the sync outcomes counted: %v\n", err)
-	}
-	if stopErr != nil {
-		return fmt.Errorf("error stopping: %w", stopErr)
-	}
-	fmt.Fprintf(stdout, "worker %s stopped\n", client.ID())
-	return nil
-}
-
-// checkWorkerSchema refuses (exit 2) a River schema that riverslot demo did
-// not create (demo.SchemaComment), before the worker starts anything. The
-// worker's built-in sync records a row or does nothing: its River client
-// would fetch an app's queued riverslot_sync jobs and complete them without
-// the app's Sync ever running.
-func checkWorkerSchema(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, schema string) error {
-	state, err := demo.QuerySchemaState(ctx, q, schema)
-	if err != nil {
-		return err
-	}
-	switch state {
-	case demo.SchemaOwned:
-		return nil
-	case demo.SchemaAbsent:
-		return usageErr("--schema %s: schema %q does not exist; nothing was started. "+
-			"Create it with riverslot demo --schema %s (the worker runs only on a schema the demo created)", schema, schema, schema)
-	default:
-		return usageErr("--schema %s: schema %q was not created by riverslot demo; nothing was started. "+
-			"The worker's built-in sync only records syncs for the demo, so on an app's schema it would complete the app's sync jobs without running them. "+
-			"Run the app's own workers (Scheduler.Configure) to work its jobs, and riverslot status --schema %s or the app's metrics to observe them", schema, schema, schema)
-	}
-}
-
-// upstreamCaller returns the worker's call of an account's upstream: GET
-// base/<key> (nothing without base). A 2xx succeeds; a 429 is
-// riverslot.Throttled for its Retry-After (seconds, default 1 s); anything
-// else is an error that names the status.
-func upstreamCaller(base string) func(ctx context.Context, key string) error {
-	if base == "" {
-		return func(context.Context, string) error { return nil }
-	}
-	client := &http.Client{Timeout: 30 * time.Second}
-	return func(ctx context.Context, key string) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/"+url.PathEscape(key), nil)
-		if err != nil {
-			return err
-		}
-		// When the sync sent it: the limits bound sends; a server sees
-		// them later by however long each took to reach it.
-		req.Header.Set("X-Riverslot-Sent-At", time.Now().UTC().Format(time.RFC3339Nano))
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		switch {
-		case resp.StatusCode == http.StatusTooManyRequests:
-			retry := time.Second
-			if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
-				retry = time.Duration(secs) * time.Second
-			}
-			return riverslot.Throttled(retry, fmt.Errorf("upstream %q answered 429", key))
-		case resp.StatusCode < 200 || resp.StatusCode > 299:
-			return fmt.Errorf("upstream %q answered %d", key, resp.StatusCode)
-		}
-		return nil
-	}
+	return inputErr(workercmd.Run(ctx, c, stdout, stderr))
 }
