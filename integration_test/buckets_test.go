@@ -84,8 +84,12 @@ func TestTwoByteBucketsFullCycle(t *testing.T) {
 	require.Zero(t, m.Missed)
 	require.Zero(t, m.Duplicated)
 	synced := pgx.Identifier{b.schema, "synced"}.Sanitize()
-	require.EqualValues(t, active, b.count(ctx, t, "SELECT count(DISTINCT account_id) FROM "+synced+" WHERE cycle_start = $1", start))
-	require.EqualValues(t, active, b.count(ctx, t, "SELECT count(*) FROM "+synced+" WHERE cycle_start = $1", start))
+	// One Sync call per account, less the syncs that started after their
+	// NotAfter (completed without calling Sync, the next cycle covers
+	// them): how many is the machine's (a CI run at load 12: 654 of
+	// 2,700), the rule is that every account is one or the other.
+	require.EqualValues(t, int64(active)-m.Skipped, b.count(ctx, t, "SELECT count(DISTINCT account_id) FROM "+synced+" WHERE cycle_start = $1", start))
+	require.EqualValues(t, int64(active)-m.Skipped, b.count(ctx, t, "SELECT count(*) FROM "+synced+" WHERE cycle_start = $1", start))
 
 	rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, (args->>'slot')::int, scheduled_at FROM "+jobs+
 		" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.Kind, start)
