@@ -348,12 +348,21 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	// sub-key kept): otherwise one host's schedules would count under two
 	// keys, each with the whole --host-rate. Idempotent: a key already of
 	// the URL's host and port is left alone.
-	if _, err := pool.Exec(ctx, `WITH a AS (
-	SELECT id, lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]+)')) AS auth, lower(substring(url from '^([A-Za-z][A-Za-z0-9+.-]*)://')) AS scheme FROM `+t+`),
-k AS (SELECT id, CASE WHEN auth ~ ':[0-9]+$' THEN auth ELSE auth || ':' || CASE scheme WHEN 'https' THEN '443' ELSE '80' END END AS host FROM a WHERE auth IS NOT NULL)
-UPDATE `+t+` s SET upstream = k.host || coalesce('/' || nullif(split_part(s.upstream, '/', 2), ''), '')
-FROM k WHERE k.id = s.id AND split_part(s.upstream, '/', 1) <> k.host`); err != nil {
-		return fmt.Errorf("error giving the schedules' upstream keys their port in schema %q: %w", schema, err)
+	// In batches of 1,000, each its own statement: a fleet's schedules are
+	// never rewritten in one transaction.
+	for {
+		tag, err := pool.Exec(ctx, `WITH a AS (
+	SELECT id, upstream, lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]+)')) AS auth, lower(substring(url from '^([A-Za-z][A-Za-z0-9+.-]*)://')) AS scheme FROM `+t+`),
+k AS (SELECT id, CASE WHEN auth ~ ':[0-9]+$' THEN auth ELSE auth || ':' || CASE scheme WHEN 'https' THEN '443' ELSE '80' END END AS host, upstream FROM a WHERE auth IS NOT NULL),
+todo AS (SELECT id, host FROM k WHERE split_part(upstream, '/', 1) <> host LIMIT 1000)
+UPDATE `+t+` s SET upstream = todo.host || coalesce('/' || nullif(split_part(s.upstream, '/', 2), ''), '')
+FROM todo WHERE todo.id = s.id`)
+		if err != nil {
+			return fmt.Errorf("error giving the schedules' upstream keys their port in schema %q: %w", schema, err)
+		}
+		if tag.RowsAffected() == 0 {
+			break
+		}
 	}
 	return nil
 }

@@ -48,9 +48,8 @@ type ShardReport struct {
 	Missed     int64 `json:"missed"`
 	Duplicated int64 `json:"duplicated"`
 	// Skipped counts account-cycles skipped by a rule, each a reason the
-	// run recorded: by the fan-out as too late (the ledger's skipped) or
-	// by the sync worker as stale (a sync job's riverslot_skipped
-	// output). On a machine that keeps up it is 0; on a loaded one, every
+	// ledger recorded: by the fan-out as too late, or by the sync worker
+	// as stale or without room at its upstream. On a machine that keeps up it is 0; on a loaded one, every
 	// missed account-cycle is one of these, never lost without a trace.
 	Skipped int64 `json:"skipped"`
 	// RiverJobRows is the rows in the shard's river_job at the end;
@@ -363,14 +362,16 @@ FROM (SELECT a.id, count(s.account_id) n FROM `+d.table()+` a LEFT JOIN `+d.sync
 		r.Missed += missed
 		r.Duplicated += twice
 	}
-	var lateSkipped, staleSkipped int64
-	if err := d.pool.QueryRow(ctx, "SELECT coalesce(sum(skipped), 0)::bigint FROM "+ledger.New(d.cfg.Schema).QualifiedTable()+
-		" WHERE task = $1 AND slot >= 0 AND cycle_start = ANY($2)", d.cfg.Task, starts).Scan(&lateSkipped); err != nil {
+	// From riverslot's ledger, not River's job table (River may have
+	// deleted the finished jobs): the fan-outs' too-late skips on the slot
+	// rows, the sync outcomes stale and upstream-skipped on the cycle rows
+	// (flushed first: the tally writes them in batches).
+	if err := s.sched.FlushOutcomes(ctx); err != nil {
 		return r, err
 	}
-	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM "+riverjob.QualifiedTable(d.cfg.Schema)+
-		" WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = ANY($3) AND metadata->'output' ? $4",
-		syncjob.Kind, d.cfg.Task, starts, syncjob.OutputSkipped).Scan(&staleSkipped); err != nil {
+	var lateSkipped, staleSkipped int64
+	if err := d.pool.QueryRow(ctx, "SELECT coalesce(sum(skipped) FILTER (WHERE slot >= 0), 0)::bigint, coalesce(sum(coalesce(stale, 0) + coalesce(upstream_skipped, 0)) FILTER (WHERE slot = -1), 0)::bigint FROM "+
+		ledger.New(d.cfg.Schema).QualifiedTable()+" WHERE task = $1 AND cycle_start = ANY($2)", d.cfg.Task, starts).Scan(&lateSkipped, &staleSkipped); err != nil {
 		return r, err
 	}
 	r.Skipped = lateSkipped + staleSkipped
