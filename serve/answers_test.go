@@ -2,6 +2,7 @@ package serve_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 	"github.com/riverslot/riverslot/serve"
 )
@@ -138,44 +140,83 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 	require.Equal(t, http.StatusGone, *got.LastCalls[0].Status)
 }
 
-// TestMigrateGivesKeysTheirPort: schedules stored before keys named the
-// port get the URL's host and port (the scheme's default when the URL
-// names none), their sub-key kept; a second Migrate changes nothing. And
-// a key the limiter would cut (over upstream.MaxKeyLen bytes) is refused
-// with the field that made it.
-func TestMigrateGivesKeysTheirPort(t *testing.T) {
+// TestMigrateFromBeforeTenants: a schema of the version before tenants
+// (schedules without a tenant, keys without their port or tenant, tokens
+// without a scope) is brought up to date: its schedules are the default
+// tenant's, counted in its use; each key names the tenant, the URL's
+// scheme, host and port (the scheme's default when the URL names none)
+// and keeps its sub-key; its tokens are admin tokens; a second Migrate
+// changes nothing. And a key the limiter would cut (over
+// upstream.MaxKeyLen bytes) is refused with the field that made it.
+func TestMigrateFromBeforeTenants(t *testing.T) {
 	t.Parallel()
-	a := setup(t, &serve.Guard{AllowPrivate: true}, time.Hour)
 	ctx := context.Background()
-	table := pgx.Identifier{a.srv.Schema(), serve.SchedulesTable}.Sanitize()
-	old := map[string][2]string{ // url → key before, key after
-		"https://API.example.com/hook":   {"api.example.com", "api.example.com:443"},
-		"http://api.example.com:8080/x":  {"api.example.com/tenant-1", "api.example.com:8080/tenant-1"},
-		"http://[2001:db8::1]/y":         {"2001:db8::1", "[2001:db8::1]:80"},
-		"https://fresh.example.com:9443": {"fresh.example.com:9443", "fresh.example.com:9443"},
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.EmptySchema(ctx, t, pool)
+	require.NoError(t, riverslot.Migrate(ctx, pool, schema))
+	table := pgx.Identifier{schema, serve.SchedulesTable}.Sanitize()
+	tokens := pgx.Identifier{schema, serve.TokensTable}.Sanitize()
+	for _, q := range []string{
+		`CREATE TABLE ` + table + ` (id uuid PRIMARY KEY, url text NOT NULL, method text NOT NULL, headers jsonb NOT NULL DEFAULT '{}', body text NOT NULL DEFAULT '',
+	period_ms bigint NOT NULL, timeout_ms int NOT NULL, retries int NOT NULL, upstream text NOT NULL, paused boolean NOT NULL DEFAULT false,
+	created_at timestamptz NOT NULL DEFAULT clock_timestamp(), updated_at timestamptz NOT NULL DEFAULT clock_timestamp(), deleted_at timestamptz)`,
+		`CREATE TABLE ` + tokens + ` (id bigint GENERATED ALWAYS AS IDENTITY UNIQUE, hash bytea PRIMARY KEY, name text NOT NULL DEFAULT '', created_at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+	} {
+		_, err := pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	old := map[string][2]string{ // url → key before, key after (after the tenant)
+		"https://API.example.com/hook":   {"api.example.com", "https://api.example.com:443"},
+		"http://api.example.com:8080/x":  {"api.example.com/tenant-1", "http://api.example.com:8080/tenant-1"},
+		"http://[2001:db8::1]/y":         {"2001:db8::1", "http://[2001:db8::1]:80"},
+		"https://fresh.example.com:9443": {"fresh.example.com:9443", "https://fresh.example.com:9443"},
 	}
 	ids := map[string]uuid.UUID{}
 	for url, k := range old {
 		id := uuid.New()
 		ids[url] = id
-		_, err := a.srv.Pool().Exec(ctx, `INSERT INTO `+table+` (id, url, method, period_ms, timeout_ms, retries, upstream) VALUES ($1, $2, 'POST', 3600000, 10000, 3, $3)`, id, url, k[0])
+		_, err := pool.Exec(ctx, `INSERT INTO `+table+` (id, url, method, period_ms, timeout_ms, retries, upstream) VALUES ($1, $2, 'POST', 60000, 10000, 3, $3)`, id, url, k[0])
 		require.NoError(t, err)
 	}
+	const oldToken = "rs_0123456789abcdef0123456789abcdef"
+	sum := sha256.Sum256([]byte(oldToken))
+	_, err := pool.Exec(ctx, `INSERT INTO `+tokens+` (hash, name) VALUES ($1, 'ci')`, sum[:])
+	require.NoError(t, err)
+
+	var def uuid.UUID
 	for range 2 {
-		require.NoError(t, serve.Migrate(ctx, a.srv.Pool(), a.srv.Schema()))
+		require.NoError(t, serve.Migrate(ctx, pool, schema))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM `+pgx.Identifier{schema, serve.TenantsTable}.Sanitize()+` WHERE name = 'default'`).Scan(&def))
 		for url, k := range old {
-			var got string
-			require.NoError(t, a.srv.Pool().QueryRow(ctx, `SELECT upstream FROM `+table+` WHERE id = $1`, ids[url]).Scan(&got))
-			require.Equal(t, k[1], got, url)
+			var (
+				got    string
+				tenant uuid.UUID
+			)
+			require.NoError(t, pool.QueryRow(ctx, `SELECT upstream, tenant_id FROM `+table+` WHERE id = $1`, ids[url]).Scan(&got, &tenant))
+			require.Equal(t, def.String()+" "+k[1], got, url)
+			require.Equal(t, def, tenant)
 		}
 	}
+	srv, err := serve.New(serve.Config{Pool: pool, Schema: schema, Periods: []time.Duration{time.Minute, time.Hour}, Guard: &serve.Guard{AllowPrivate: true}, Logger: riverslottest.Logger(t)})
+	require.NoError(t, err)
+	a := &api{t: t, srv: srv, http: newHTTP(t, srv), token: oldToken}
+	var me struct {
+		Scope serve.Scope `json:"scope"`
+	}
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/me", nil, &me))
+	require.Equal(t, serve.ScopeAdmin, me.Scope, "a token of before tenants is an admin's")
+	var tenant serve.Tenant
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/tenants/"+def.String(), nil, &tenant))
+	require.EqualValues(t, 4, tenant.Schedules)
+	require.InDelta(t, 4.0/60, tenant.PlannedCallsPerSecond, 1e-6)
+	require.Zero(t, tenant.MaxSchedules, "the default tenant has no quota")
 
 	var e apiErr
-	long := "https://" + strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + ".example/"
+	long := "https://" + strings.Repeat("a", 40) + "." + strings.Repeat("b", 10) + ".example/"
 	require.Equal(t, http.StatusBadRequest, a.do("POST", "/v1/schedules", map[string]any{"url": long, "period": "1h", "upstream": strings.Repeat("s", 40)}, &e))
 	require.Equal(t, "upstream", e.Field, e.Error)
 	// The host name itself as the sub-key is the host's own key.
 	var sc serve.Schedule
 	require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": "https://203.0.113.10/hook", "period": "1h", "upstream": "203.0.113.10"}, &sc))
-	require.Equal(t, "203.0.113.10:443", sc.Upstream)
+	require.Equal(t, def.String()+" https://203.0.113.10:443", sc.Upstream)
 }

@@ -2,22 +2,18 @@ package serve
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -38,16 +34,20 @@ var page []byte
 
 // Schedule is a schedule as the API reads and writes it.
 type Schedule struct {
-	ID       uuid.UUID         `json:"id"`
-	URL      string            `json:"url"`
-	Method   string            `json:"method"`
-	Headers  map[string]string `json:"headers"`
-	Body     string            `json:"body"`
-	Period   string            `json:"period"`
-	Timeout  string            `json:"timeout"`
-	Retries  int               `json:"retries"`
-	Upstream string            `json:"upstream"`
-	Paused   bool              `json:"paused"`
+	ID uuid.UUID `json:"id"`
+	// Tenant owns the schedule; ExternalID is the caller's own id of it,
+	// unique per tenant (a create naming one that exists answers it).
+	Tenant     uuid.UUID         `json:"tenant"`
+	ExternalID *string           `json:"external_id,omitempty"`
+	URL        string            `json:"url"`
+	Method     string            `json:"method"`
+	Headers    map[string]string `json:"headers"`
+	Body       string            `json:"body"`
+	Period     string            `json:"period"`
+	Timeout    string            `json:"timeout"`
+	Retries    int               `json:"retries"`
+	Upstream   string            `json:"upstream"`
+	Paused     bool              `json:"paused"`
 	// Offset is the schedule's place in its period: every call is due
 	// that long after a period starts. For a monthly schedule it is the
 	// place in the current month, and MonthFraction the place in every
@@ -94,15 +94,17 @@ type Call struct {
 
 // input is a create or a change: nil fields are not given.
 type input struct {
-	URL      *string            `json:"url"`
-	Method   *string            `json:"method"`
-	Headers  *map[string]string `json:"headers"`
-	Body     *string            `json:"body"`
-	Period   *string            `json:"period"`
-	Timeout  *string            `json:"timeout"`
-	Retries  *int               `json:"retries"`
-	Upstream *string            `json:"upstream"`
-	Paused   *bool              `json:"paused"`
+	Tenant     *string            `json:"tenant"`
+	ExternalID *string            `json:"external_id"`
+	URL        *string            `json:"url"`
+	Method     *string            `json:"method"`
+	Headers    *map[string]string `json:"headers"`
+	Body       *string            `json:"body"`
+	Period     *string            `json:"period"`
+	Timeout    *string            `json:"timeout"`
+	Retries    *int               `json:"retries"`
+	Upstream   *string            `json:"upstream"`
+	Paused     *bool              `json:"paused"`
 }
 
 // apiError is a 4xx answer: the field at fault and how to fix it.
@@ -111,6 +113,8 @@ type apiError struct {
 	// cause is an internal error: logged under a request id, never sent.
 	cause error
 	Field string `json:"field,omitempty"`
+	// Quota is the tenant's quota a 429 ran into.
+	Quota string `json:"quota,omitempty"`
 	Error string `json:"error"`
 }
 
@@ -118,9 +122,45 @@ func badField(field, format string, args ...any) *apiError {
 	return &apiError{status: http.StatusBadRequest, Field: field, Error: field + " " + fmt.Sprintf(format, args...)}
 }
 
+// Endpoint is one of the API's endpoints and the narrowest scope allowed
+// to call it (ScopeRead: every token; ScopeTenant: tenant and admin
+// tokens; ScopeAdmin: admin tokens). A tenant's token sees its tenant's
+// schedules, tokens, calls and stats only: another tenant's answer 404.
+type Endpoint struct {
+	Method, Path string
+	Scope        Scope
+	handler      func(*Server, http.ResponseWriter, *http.Request) (int, any)
+}
+
+// endpoints are the API's endpoints that need a token.
+var endpoints = []Endpoint{
+	{"POST", "/v1/schedules", ScopeTenant, (*Server).create},
+	{"GET", "/v1/schedules", ScopeRead, (*Server).list},
+	{"GET", "/v1/schedules/{id}", ScopeRead, (*Server).get},
+	{"PATCH", "/v1/schedules/{id}", ScopeTenant, (*Server).patch},
+	{"DELETE", "/v1/schedules/{id}", ScopeTenant, (*Server).delete},
+	{"POST", "/v1/tokens", ScopeTenant, (*Server).newToken},
+	{"GET", "/v1/tokens", ScopeTenant, (*Server).listTokens},
+	{"DELETE", "/v1/tokens/{id}", ScopeTenant, (*Server).deleteToken},
+	{"GET", "/v1/stats", ScopeRead, (*Server).stats},
+	{"GET", "/v1/me", ScopeRead, (*Server).me},
+	{"GET", "/v1/signing-secret", ScopeTenant, (*Server).apiSigningSecret},
+	{"POST", "/v1/signing-secret/rotate", ScopeTenant, (*Server).apiRotate},
+	{"POST", "/v1/tenants", ScopeAdmin, (*Server).createTenant},
+	{"GET", "/v1/tenants", ScopeAdmin, (*Server).listTenants},
+	{"GET", "/v1/tenants/{id}", ScopeAdmin, (*Server).getTenant},
+	{"PATCH", "/v1/tenants/{id}", ScopeAdmin, (*Server).patchTenant},
+	{"DELETE", "/v1/tenants/{id}", ScopeAdmin, (*Server).deleteTenant},
+}
+
+// Endpoints lists the API's endpoints that need a token, with the scope
+// each needs (the OpenAPI document's x-scope).
+func Endpoints() []Endpoint { return slices.Clone(endpoints) }
+
 // Handler is the service's HTTP API (/v1/...); every endpoint but the
 // OpenAPI document and the operator's page (/v1/page, which asks for a
-// token and reads the API with it) needs a token.
+// token and reads the API with it) needs a token, of the scope Endpoints
+// names.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
@@ -134,13 +174,22 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		_, _ = w.Write(page)
 	})
-	auth := func(h func(http.ResponseWriter, *http.Request) (int, any)) http.HandlerFunc {
+	// auth serves h to a token whose scope may do need; every other answer
+	// is 401 (no valid token) or 403 (a valid token of a narrower scope).
+	auth := func(need Scope, h func(http.ResponseWriter, *http.Request) (int, any)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			if !s.authorized(r) {
+			p, ok := s.authenticate(r)
+			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="riverslot"`)
 				s.writeJSON(w, r, http.StatusUnauthorized, &apiError{Error: "a valid token is required: Authorization: Bearer <token> (riverslot serve --token-file writes one)"})
 				return
 			}
+			if !p.can(need) {
+				s.writeJSON(w, r, http.StatusForbidden, &apiError{Error: fmt.Sprintf("this token's scope %q may not %s %s: it needs scope %q%s",
+					p.scope, r.Method, r.URL.Path, need, map[bool]string{true: " or \"admin\"", false: ""}[need != ScopeAdmin])})
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 			r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
 			status, v := h(w, r)
 			if e, ok := v.(*apiError); ok && e.status != 0 {
@@ -149,16 +198,9 @@ func (s *Server) Handler() http.Handler {
 			s.writeJSON(w, r, status, v)
 		}
 	}
-	mux.HandleFunc("POST /v1/schedules", auth(s.create))
-	mux.HandleFunc("GET /v1/schedules", auth(s.list))
-	mux.HandleFunc("GET /v1/schedules/{id}", auth(s.get))
-	mux.HandleFunc("PATCH /v1/schedules/{id}", auth(s.patch))
-	mux.HandleFunc("DELETE /v1/schedules/{id}", auth(s.delete))
-	mux.HandleFunc("POST /v1/tokens", auth(s.newToken))
-	mux.HandleFunc("GET /v1/tokens", auth(s.listTokens))
-	mux.HandleFunc("DELETE /v1/tokens/{id}", auth(s.deleteToken))
-	mux.HandleFunc("GET /v1/stats", auth(s.stats))
-	mux.HandleFunc("GET /v1/signing-secret", auth(s.apiSigningSecret))
+	for _, e := range endpoints {
+		mux.HandleFunc(e.Method+" "+e.Path, auth(e.Scope, func(w http.ResponseWriter, r *http.Request) (int, any) { return e.handler(s, w, r) }))
+	}
 	return mux
 }
 
@@ -232,6 +274,7 @@ func validHeaderValue(v string) bool {
 
 // row is a schedule as stored.
 type row struct {
+	tenant                      uuid.UUID
 	url, method, body, upstream string
 	headers                     map[string]string
 	period, timeout             time.Duration
@@ -320,26 +363,28 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 		if err != nil {
 			return badField("url", "%v", err)
 		}
-		// The upstream key stays the URL's host (and the sub-key it had):
-		// a new URL moves the schedule to its new host's limits.
-		_, sub, _ := strings.Cut(r.upstream, "/")
-		r.url, r.upstream = u.String(), upstreamKey(u, sub)
+		// The upstream key stays the tenant's, of the URL's scheme, host
+		// and port (and the sub-key it had): a new URL moves the schedule
+		// to its new host's limits.
+		sub := subKey(*r)
+		r.url, r.upstream = u.String(), upstreamKey(r.tenant, u, sub)
 	}
 	if in.Upstream != nil {
-		// A sub-key within the URL's host: a schedule can share or split
-		// its own host's limits, not pause another host's schedules.
+		// A sub-key within the tenant's URL host: a schedule can share or
+		// split its own host's limits, never pause another tenant's or
+		// another host's schedules.
 		sub := *in.Upstream
-		if host, _, _ := strings.Cut(r.upstream, "/"); strings.EqualFold(sub, host) || strings.EqualFold(sub, hostOnly(host)) {
+		u, err := url.Parse(r.url)
+		if err != nil {
+			return &apiError{status: http.StatusInternalServerError, cause: fmt.Errorf("schedule's stored url %q: %w", r.url, err)}
+		}
+		if strings.EqualFold(sub, u.Host) || strings.EqualFold(sub, u.Hostname()) {
 			sub = ""
 		}
-		if len(sub) > 64 || strings.Contains(sub, "/") || !validHeaderValue(sub) {
+		if len(sub) > 64 || strings.Contains(sub, "/") || !validHeaderValue(sub) || !utf8.ValidString(sub) {
 			return badField("upstream", "must be a sub-key of at most 64 printable bytes without \"/\" (limits count per host/sub-key; \"\" or the host: the host's own), got %q", *in.Upstream)
 		}
-		host, _, _ := strings.Cut(r.upstream, "/")
-		r.upstream = host
-		if sub != "" {
-			r.upstream += "/" + sub
-		}
+		r.upstream = upstreamKey(r.tenant, u, sub)
 	}
 	// The limiter cuts a longer key (upstream.MaxKeyLen): two schedules
 	// whose keys differ only past it would share limits.
@@ -356,29 +401,32 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 	return nil
 }
 
-// hostOnly is key's host without its port ("api.example.com:443" →
-// "api.example.com"), key itself when it has none.
-func hostOnly(key string) string {
-	if h, _, err := net.SplitHostPort(key); err == nil {
-		return h
-	}
-	return key
-}
-
-// upstreamKey is the limiter's key of a schedule: its URL's host and
-// port (the scheme's default when the URL names none: two services on one
-// host are two upstreams, and one's 429 does not pause the other's
-// schedules), and its sub-key after a "/" when it has one.
-func upstreamKey(u *url.URL, sub string) string {
+// upstreamKey is the limiter's key of a tenant's schedule: the tenant,
+// its URL's scheme, host and port (the scheme's default when the URL
+// names none), "<tenant> https://api.example.com:443", and its sub-key
+// after a "/" when it has one. One tenant's throttled endpoint pauses only
+// that tenant's schedules of that endpoint: never another tenant's, nor
+// another service on the same host.
+func upstreamKey(tenant uuid.UUID, u *url.URL, sub string) string {
 	port := u.Port()
 	if port == "" {
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
-	host := strings.ToLower(net.JoinHostPort(u.Hostname(), port))
+	key := tenant.String() + " " + strings.ToLower(u.Scheme) + "://" + strings.ToLower(net.JoinHostPort(u.Hostname(), port))
 	if sub == "" {
-		return host
+		return key
 	}
-	return host + "/" + sub
+	return key + "/" + sub
+}
+
+// subKey is the sub-key of r's upstream key ("" when none).
+func subKey(r row) string {
+	u, err := url.Parse(r.url)
+	if r.upstream == "" || err != nil {
+		return ""
+	}
+	_, sub, _ := strings.Cut(strings.TrimPrefix(r.upstream, upstreamKey(r.tenant, u, "")), "/")
+	return sub
 }
 
 func (s *Server) periodList() string {
@@ -406,7 +454,7 @@ func absDur(d time.Duration) time.Duration {
 	return d
 }
 
-const scheduleColumns = `id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused, created_at, updated_at, deleted_at`
+const scheduleColumns = `id, tenant_id, external_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused, created_at, updated_at, deleted_at`
 
 func (s *Server) scan(rows pgx.CollectableRow) (Schedule, error) {
 	var (
@@ -418,7 +466,7 @@ func (s *Server) scan(rows pgx.CollectableRow) (Schedule, error) {
 		headers              map[string]string
 		url, method, body, u string
 	)
-	if err := rows.Scan(&sc.ID, &url, &method, &headers, &body, &periodMS, &timeoutMS, &sc.Retries, &u, &sc.Paused, &created, &updated, &deleted); err != nil {
+	if err := rows.Scan(&sc.ID, &sc.Tenant, &sc.ExternalID, &url, &method, &headers, &body, &periodMS, &timeoutMS, &sc.Retries, &u, &sc.Paused, &created, &updated, &deleted); err != nil {
 		return sc, err
 	}
 	// Header values often hold the target's credentials: write-only.
@@ -522,12 +570,56 @@ LEFT JOIN LATERAL (SELECT * FROM `+s.calls+` WHERE schedule_id = s.id ORDER BY s
 	return nil
 }
 
+// requestTenant is the tenant a create is for: the token's, or for an
+// admin the body's "tenant" (default: the default tenant).
+func (s *Server) requestTenant(r *http.Request, named *string) (uuid.UUID, *apiError) {
+	p := principalOf(r)
+	var id uuid.UUID
+	if named != nil {
+		var err error
+		if id, err = uuid.Parse(*named); err != nil {
+			return uuid.Nil, badField("tenant", "must be a tenant's id (GET /v1/tenants lists them), got %q", *named)
+		}
+	}
+	switch {
+	case p.scope != ScopeAdmin && named != nil && id != p.tenant:
+		return uuid.Nil, &apiError{status: http.StatusForbidden, Field: "tenant", Error: "tenant: a tenant's token makes its own tenant's schedules only; leave tenant out"}
+	case p.scope != ScopeAdmin:
+		return p.tenant, nil
+	case named != nil:
+		return id, nil
+	}
+	def, err := s.DefaultTenant(r.Context())
+	if err != nil {
+		return uuid.Nil, &apiError{status: http.StatusInternalServerError, cause: err}
+	}
+	return def, nil
+}
+
+// create serves POST /v1/schedules: 201 and the schedule, or, when the
+// tenant has a schedule of the request's external_id, 200 and that one
+// (a retried create makes one schedule).
 func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any) {
 	var in input
 	if e := decode(r, &in); e != nil {
 		return 0, e
 	}
-	row := row{method: http.MethodPost, headers: map[string]string{}, timeout: DefaultTimeout, retries: DefaultRetries}
+	tenant, e := s.requestTenant(r, in.Tenant)
+	if e != nil {
+		return 0, e
+	}
+	if in.ExternalID != nil && (*in.ExternalID == "" || len(*in.ExternalID) > 200 || !validHeaderValue(*in.ExternalID) || !utf8.ValidString(*in.ExternalID)) {
+		return 0, badField("external_id", "must be one line of 1 to 200 printable characters (your own id of the schedule), got %q", *in.ExternalID)
+	}
+	if in.ExternalID != nil {
+		if sc, found, err := s.byExternalID(r.Context(), s.cfg.Pool, tenant, *in.ExternalID); err != nil || found {
+			if err != nil {
+				return internal(err)
+			}
+			return http.StatusOK, sc
+		}
+	}
+	row := row{tenant: tenant, method: http.MethodPost, headers: map[string]string{}, timeout: DefaultTimeout, retries: DefaultRetries}
 	if in.Timeout == nil && in.Period != nil {
 		if p, err := ParsePeriod(*in.Period); err == nil && p != Monthly && DefaultTimeout > p/2 {
 			row.timeout = p / 2
@@ -540,18 +632,55 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any) {
 	if err != nil {
 		return internal(err)
 	}
-	rows, err := s.cfg.Pool.Query(r.Context(), `INSERT INTO `+s.schedules+` (id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING `+scheduleColumns,
-		id, row.url, row.method, row.headers, row.body, row.period.Milliseconds(), row.timeout.Milliseconds(), row.retries, row.upstream, row.paused)
+	tx, err := s.cfg.Pool.Begin(r.Context())
+	if err != nil {
+		return internal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(r.Context())) }()
+	if e := s.chargeTenant(r.Context(), tx, tenant, 1, row.period.Milliseconds(), 0); e != nil {
+		return 0, e
+	}
+	rows, err := tx.Query(r.Context(), `INSERT INTO `+s.schedules+` (id, tenant_id, external_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING `+scheduleColumns,
+		id, tenant, in.ExternalID, row.url, row.method, row.headers, row.body, row.period.Milliseconds(), row.timeout.Milliseconds(), row.retries, row.upstream, row.paused)
 	if err != nil {
 		return internal(err)
 	}
 	sc, err := pgx.CollectExactlyOneRow(rows, s.scan)
+	if isUniqueViolation(err) && in.ExternalID != nil {
+		// A create of the same external_id committed meanwhile: its
+		// schedule is the answer, and this one's charge is undone.
+		_ = tx.Rollback(r.Context())
+		sc, found, err := s.byExternalID(r.Context(), s.cfg.Pool, tenant, *in.ExternalID)
+		if err != nil || !found {
+			return internal(fmt.Errorf("schedule of external_id %q neither made nor found: %v", *in.ExternalID, err))
+		}
+		return http.StatusOK, sc
+	}
 	if err != nil {
+		return internal(err)
+	}
+	if err := tx.Commit(r.Context()); err != nil {
 		return internal(err)
 	}
 	w.Header().Set("Location", "/v1/schedules/"+sc.ID.String())
 	return http.StatusCreated, sc
+}
+
+// byExternalID returns tenant's schedule (not deleted) of externalID.
+func (s *Server) byExternalID(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, tenant uuid.UUID, externalID string,
+) (Schedule, bool, error) {
+	rows, err := db.Query(ctx, `SELECT `+scheduleColumns+` FROM `+s.schedules+` WHERE tenant_id = $1 AND external_id = $2 AND deleted_at IS NULL`, tenant, externalID)
+	if err != nil {
+		return Schedule{}, false, err
+	}
+	sc, err := pgx.CollectExactlyOneRow(rows, s.scan)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Schedule{}, false, nil
+	}
+	return sc, err == nil, err
 }
 
 func (s *Server) list(_ http.ResponseWriter, r *http.Request) (int, any) {
@@ -600,6 +729,15 @@ func (s *Server) list(_ http.ResponseWriter, r *http.Request) (int, any) {
 	add := func(cond string, v any) {
 		args = append(args, v)
 		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if p := principalOf(r); p.scope != ScopeAdmin {
+		add("tenant_id = $%d", p.tenant)
+	} else if v := q.Get("tenant"); v != "" {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			return 0, badField("tenant", "must be a tenant's id, got %q", v)
+		}
+		add("tenant_id = $%d", id)
 	}
 	if periodMS != nil {
 		add("period_ms = $%d", *periodMS)
@@ -655,7 +793,7 @@ func (s *Server) get(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if e != nil {
 		return 0, e
 	}
-	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT `+scheduleColumns+` FROM `+s.schedules+` WHERE id = $1`, id)
+	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT `+scheduleColumns+` FROM `+s.schedules+` WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)`, id, principalOf(r).tenantFilter())
 	if err != nil {
 		return internal(err)
 	}
@@ -707,8 +845,9 @@ func (s *Server) patch(_ http.ResponseWriter, r *http.Request) (int, any) {
 		cur                 row
 		periodMS, timeoutMS int64
 	)
-	err = tx.QueryRow(r.Context(), `SELECT url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused FROM `+s.schedules+`
-WHERE id = $1 AND deleted_at IS NULL FOR UPDATE`, id).Scan(&cur.url, &cur.method, &cur.headers, &cur.body, &periodMS, &timeoutMS, &cur.retries, &cur.upstream, &cur.paused)
+	err = tx.QueryRow(r.Context(), `SELECT tenant_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused FROM `+s.schedules+`
+WHERE id = $1 AND deleted_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2) FOR UPDATE`, id, principalOf(r).tenantFilter()).
+		Scan(&cur.tenant, &cur.url, &cur.method, &cur.headers, &cur.body, &periodMS, &timeoutMS, &cur.retries, &cur.upstream, &cur.paused)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, notFound(id)
 	}
@@ -716,8 +855,16 @@ WHERE id = $1 AND deleted_at IS NULL FOR UPDATE`, id).Scan(&cur.url, &cur.method
 		return internal(err)
 	}
 	cur.period, cur.timeout = time.Duration(periodMS)*time.Millisecond, time.Duration(timeoutMS)*time.Millisecond
+	if in.Tenant != nil || in.ExternalID != nil {
+		return 0, badField(map[bool]string{true: "tenant", false: "external_id"}[in.Tenant != nil], "is set when the schedule is made and never changes")
+	}
 	if e := s.apply(r.Context(), &cur, in, false); e != nil {
 		return 0, e
+	}
+	if cur.period != time.Duration(periodMS)*time.Millisecond {
+		if e := s.chargeTenant(r.Context(), tx, cur.tenant, 0, cur.period.Milliseconds(), periodMS); e != nil {
+			return 0, e
+		}
 	}
 	rows, err := tx.Query(r.Context(), `UPDATE `+s.schedules+` SET url = $2, method = $3, headers = $4, body = $5, period_ms = $6, timeout_ms = $7, retries = $8,
 	upstream = $9, paused = $10, updated_at = clock_timestamp() WHERE id = $1 RETURNING `+scheduleColumns,
@@ -740,7 +887,12 @@ func (s *Server) delete(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if e != nil {
 		return 0, e
 	}
-	tag, err := s.cfg.Pool.Exec(r.Context(), `UPDATE `+s.schedules+` SET deleted_at = clock_timestamp(), updated_at = clock_timestamp() WHERE id = $1 AND deleted_at IS NULL`, id)
+	// The schedule and its tenant's counts in one statement.
+	tag, err := s.cfg.Pool.Exec(r.Context(), `WITH d AS (
+	UPDATE `+s.schedules+` SET deleted_at = clock_timestamp(), updated_at = clock_timestamp()
+	WHERE id = $1 AND deleted_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2) RETURNING tenant_id, period_ms)
+UPDATE `+s.tenants+` t SET schedules = t.schedules - 1, planned_ncps = t.planned_ncps - `+plannedNCPS("d.period_ms")+` FROM d WHERE t.id = d.tenant_id`,
+		id, principalOf(r).tenantFilter())
 	if err != nil {
 		return internal(err)
 	}
@@ -758,11 +910,22 @@ func (s *Server) stats(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if unit != "second" && unit != "minute" && unit != "hour" {
 		return 0, badField("granularity", "must be second, minute or hour, got %q", unit)
 	}
+	// A tenant's token sees its tenant's calls; an admin's every call, or
+	// the ?tenant= one's.
+	tenant := principalOf(r).tenantFilter()
+	if v := r.URL.Query().Get("tenant"); v != "" && tenant == nil {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			return 0, badField("tenant", "must be a tenant's id, got %q", v)
+		}
+		tenant = &id
+	}
 	// The last 60 units.
 	span := map[string]time.Duration{"second": time.Minute, "minute": time.Hour, "hour": 60 * time.Hour}[unit]
 	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT date_trunc($1, started_at) AS at, count(*), count(*) FILTER (WHERE NOT ok),
 	percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness_ms) / 1000
-FROM `+s.calls+` WHERE started_at >= clock_timestamp() - $2 * interval '1 millisecond' GROUP BY 1 ORDER BY 1`, unit, span.Milliseconds())
+FROM `+s.calls+` WHERE started_at >= clock_timestamp() - $2 * interval '1 millisecond' AND ($3::uuid IS NULL OR tenant_id = $3)
+GROUP BY 1 ORDER BY 1`, unit, span.Milliseconds(), tenant)
 	if err != nil {
 		return internal(err)
 	}
@@ -784,200 +947,4 @@ FROM `+s.calls+` WHERE started_at >= clock_timestamp() - $2 * interval '1 millis
 		points = []point{}
 	}
 	return http.StatusOK, map[string]any{"granularity": unit, "points": points}
-}
-
-// Tokens are 32 random bytes, hex, prefixed "rs_"; the server keeps their
-// SHA-256 only.
-func newTokenValue() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return "rs_" + hex.EncodeToString(b), nil
-}
-
-func tokenHash(token string) []byte {
-	h := sha256.Sum256([]byte(token))
-	return h[:]
-}
-
-// authCacheFor is how long a token found valid is trusted without a query:
-// a revoked token stops working within it.
-const authCacheFor = 10 * time.Second
-
-func (s *Server) authorized(r *http.Request) bool {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || len(token) > 256 {
-		return false
-	}
-	hash := tokenHash(token)
-	key := string(hash)
-	s.authMu.Lock()
-	expires, cached := s.authOK[key]
-	s.authMu.Unlock()
-	if cached && time.Now().Before(expires) {
-		return true
-	}
-	if !s.lookups.allow() {
-		return false // too many lookups of unknown tokens: refused without a query
-	}
-	var found bool
-	err := s.cfg.Pool.QueryRow(r.Context(), `SELECT EXISTS (SELECT 1 FROM `+s.tokens+` WHERE hash = $1)`, hash).Scan(&found)
-	if err != nil || !found {
-		s.lookups.failed()
-		return false
-	}
-	s.authMu.Lock()
-	if s.authOK == nil || len(s.authOK) > 10_000 {
-		s.authOK = map[string]time.Time{}
-	}
-	s.authOK[key] = time.Now().Add(authCacheFor)
-	s.authMu.Unlock()
-	return true
-}
-
-// lookupBudget bounds the token lookups that find nothing: after
-// failedLookupsPerSecond a second (a burst of as many), unknown tokens are
-// refused without a query until the budget refills, so that requests with
-// made-up tokens cannot take the pool the calls need. Known tokens are
-// served from the cache meanwhile; a valid token not yet cached may be
-// refused (401) while the budget is spent.
-type lookupBudget struct {
-	mu     sync.Mutex
-	tokens float64
-	at     time.Time
-}
-
-const failedLookupsPerSecond = 20
-
-func (b *lookupBudget) refill() {
-	now := time.Now()
-	if b.at.IsZero() {
-		b.tokens = failedLookupsPerSecond
-	} else {
-		b.tokens = min(failedLookupsPerSecond, b.tokens+now.Sub(b.at).Seconds()*failedLookupsPerSecond)
-	}
-	b.at = now
-}
-
-func (b *lookupBudget) allow() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.refill()
-	return b.tokens >= 1
-}
-
-func (b *lookupBudget) failed() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.refill()
-	b.tokens--
-}
-
-// tokenInfo is a token as GET /v1/tokens lists it (never the token).
-type tokenInfo struct {
-	ID        int64     `json:"id"`
-	Name      string    `json:"name"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-func (s *Server) listTokens(_ http.ResponseWriter, r *http.Request) (int, any) {
-	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT id, name, created_at FROM `+s.tokens+` ORDER BY id`)
-	if err != nil {
-		return internal(err)
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[tokenInfo])
-	if err != nil {
-		return internal(err)
-	}
-	return http.StatusOK, map[string]any{"tokens": list}
-}
-
-func (s *Server) deleteToken(_ http.ResponseWriter, r *http.Request) (int, any) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil {
-		return 0, &apiError{status: http.StatusNotFound, Field: "id", Error: fmt.Sprintf("no token %q: ids are the numbers GET /v1/tokens lists", r.PathValue("id"))}
-	}
-	tag, err := s.cfg.Pool.Exec(r.Context(), `DELETE FROM `+s.tokens+` WHERE id = $1`, id)
-	if err != nil {
-		return internal(err)
-	}
-	if tag.RowsAffected() == 0 {
-		return 0, &apiError{status: http.StatusNotFound, Field: "id", Error: fmt.Sprintf("no token %d", id)}
-	}
-	s.authMu.Lock()
-	s.authOK = nil // every process forgets within authCacheFor; this one at once
-	s.authMu.Unlock()
-	return http.StatusOK, map[string]any{"id": id, "deleted": true}
-}
-
-func (s *Server) newToken(_ http.ResponseWriter, r *http.Request) (int, any) {
-	var in struct {
-		Name string `json:"name"`
-	}
-	if r.ContentLength != 0 {
-		if e := decode(r, &in); e != nil {
-			return 0, e
-		}
-	}
-	if len(in.Name) > 200 {
-		return 0, badField("name", "must be at most 200 bytes")
-	}
-	token, err := s.AddToken(r.Context(), in.Name)
-	if err != nil {
-		return internal(err)
-	}
-	return http.StatusCreated, map[string]string{"token": token, "name": in.Name, "note": "shown once; the server keeps only its hash"}
-}
-
-// AddToken makes a new token named name and returns it.
-func (s *Server) AddToken(ctx context.Context, name string) (string, error) {
-	token, err := newTokenValue()
-	if err != nil {
-		return "", err
-	}
-	_, err = s.cfg.Pool.Exec(ctx, `INSERT INTO `+s.tokens+` (hash, name) VALUES ($1, $2)`, tokenHash(token), name)
-	return token, err
-}
-
-// TokenFile makes sure the token in path is accepted: when the file is
-// missing, it writes a new random token there (mode 0600); either way the
-// token's hash is stored. It reports whether it wrote the file.
-func (s *Server) TokenFile(ctx context.Context, path string) (bool, error) {
-	b, err := os.ReadFile(path)
-	created := false
-	var token string
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if token, err = newTokenValue(); err != nil {
-			return false, err
-		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, os.ErrExist) {
-			// Another process on this host wrote it first: accept its token
-			// once it is complete.
-			time.Sleep(100 * time.Millisecond)
-			return s.TokenFile(ctx, path)
-		}
-		if err != nil {
-			return false, fmt.Errorf("--token-file: %w", err)
-		}
-		if _, err := f.WriteString(token + "\n"); err != nil {
-			_ = f.Close()
-			return false, fmt.Errorf("--token-file: %w", err)
-		}
-		if err := f.Close(); err != nil {
-			return false, fmt.Errorf("--token-file: %w", err)
-		}
-		created = true
-	case err != nil:
-		return false, fmt.Errorf("--token-file: %w", err)
-	default:
-		token = strings.TrimSpace(string(b))
-		if len(token) < 16 {
-			return false, fmt.Errorf("--token-file %s holds a token of %d characters; tokens are at least 16 (delete the file for a new one)", path, len(token))
-		}
-	}
-	_, err = s.cfg.Pool.Exec(ctx, `INSERT INTO `+s.tokens+` (hash, name) VALUES ($1, 'token-file') ON CONFLICT (hash) DO NOTHING`, tokenHash(token))
-	return created, err
 }

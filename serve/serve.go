@@ -18,7 +18,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,24 +77,26 @@ type Config struct {
 	// HostLimits are each upstream's limits (an upstream is a schedule's
 	// upstream, by default its URL's host).
 	HostLimits riverslot.UpstreamLimits
+	// TenantQuota is a new tenant's quota unless POST /v1/tenants gives
+	// one (default: DefaultMaxSchedules schedules, no calls-per-second
+	// quota; the default tenant has none).
+	TenantQuota TenantQuota
 	// Logger (default: discard).
 	Logger *slog.Logger
 }
 
 // Server is the service's state: its tasks and its HTTP API.
 type Server struct {
-	cfg       Config
-	authMu    sync.Mutex
-	authOK    map[string]time.Time // token hash to when its check expires
-	lookups   lookupBudget
-	scheduler *riverslot.Scheduler
-	tasks     map[time.Duration]riverslot.TaskInfo
-	http      *http.Client
-	schedules string // qualified table names
-	calls     string
-	tokens    string
-	signing   string
-	secret    atomic.Pointer[string] // SigningSecret, once read
+	cfg           Config
+	tokenSet      tokenSet
+	scheduler     *riverslot.Scheduler
+	tasks         map[time.Duration]riverslot.TaskInfo
+	http          *http.Client
+	schedules     string // qualified table names
+	calls         string
+	tokens        string
+	tenants       string
+	defaultTenant atomic.Pointer[uuid.UUID]
 }
 
 // TaskName is the riverslot task of period.
@@ -177,7 +178,16 @@ func New(cfg Config) (*Server, error) {
 		schedules: pgx.Identifier{cfg.Schema, SchedulesTable}.Sanitize(),
 		calls:     pgx.Identifier{cfg.Schema, CallsTable}.Sanitize(),
 		tokens:    pgx.Identifier{cfg.Schema, TokensTable}.Sanitize(),
-		signing:   pgx.Identifier{cfg.Schema, SigningTable}.Sanitize(),
+		tenants:   pgx.Identifier{cfg.Schema, TenantsTable}.Sanitize(),
+	}
+	switch q := &s.cfg.TenantQuota; {
+	case *q == TenantQuota{}:
+		q.MaxSchedules = DefaultMaxSchedules
+	case q.MaxSchedules < 0:
+		q.MaxSchedules = 0 // none
+	}
+	if q := s.cfg.TenantQuota; q.MaxSchedules > 10_000_000 || q.MaxCallsPerSecond < 0 || q.MaxCallsPerSecond > 1e6 {
+		return nil, fmt.Errorf("serve: Config.TenantQuota: MaxSchedules must be at most 10000000 (-1: no quota) and MaxCallsPerSecond between 0 (no quota) and 1000000, got %d and %g", q.MaxSchedules, q.MaxCallsPerSecond)
 	}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, Control: cfg.Guard.Control}
 	s.http = &http.Client{
@@ -293,18 +303,53 @@ func (s *Server) Configure(config *river.Config, workers int) error {
 func (s *Server) FlushOutcomes(ctx context.Context) error { return s.scheduler.FlushOutcomes(ctx) }
 
 // Migrate creates River's tables, riverslot's, and the service's in schema;
-// Server.CreateIndexes the schedules' bucket indexes.
+// Server.CreateIndexes the schedules' bucket indexes. It is idempotent, and
+// brings a schema of an earlier version up to date: schedules and tokens
+// made before tenants existed belong to the default tenant (the tokens as
+// admin tokens), whose signing secret is the one the server had.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	// One migration of the schema at a time: servers starting together
+	// wait for the first.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("error connecting to migrate schema %q: %w", schema, err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('riverslot serve migrate ' || $1))`, schema); err != nil {
+		return fmt.Errorf("error locking schema %q to migrate it: %w", schema, err)
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext('riverslot serve migrate ' || $1))`, schema)
+	}()
 	if err := riverslot.Migrate(ctx, pool, schema); err != nil {
 		return err
 	}
 	t := pgx.Identifier{schema, SchedulesTable}.Sanitize()
 	c := pgx.Identifier{schema, CallsTable}.Sanitize()
 	k := pgx.Identifier{schema, TokensTable}.Sanitize()
-	for _, q := range []string{
-		signingDDL(pgx.Identifier{schema, SigningTable}.Sanitize()),
-		`CREATE TABLE IF NOT EXISTS ` + t + ` (
+	tn := pgx.Identifier{schema, TenantsTable}.Sanitize()
+	signing := pgx.Identifier{schema, SigningTable}.Sanitize()
+	fresh, err := newSigningSecret()
+	if err != nil {
+		return err
+	}
+	exec := func(q string, args ...any) error {
+		if _, err := conn.Exec(ctx, q, args...); err != nil {
+			return fmt.Errorf("error creating the service's tables in schema %q: %w", schema, err)
+		}
+		return nil
+	}
+	for _, q := range append(tenantsDDL(tn),
+		signingDDL(signing),
+		// The default tenant, signing with the secret the server had
+		// before tenants (receivers keep verifying), or a new one.
+		`INSERT INTO `+tn+` (id, name, max_schedules, signing_secret)
+SELECT gen_random_uuid(), '`+DefaultTenantName+`', 0, coalesce((SELECT secret FROM `+signing+`), $1)
+ON CONFLICT (name) WHERE deleted_at IS NULL DO NOTHING`,
+		`CREATE TABLE IF NOT EXISTS `+t+` (
 	id uuid PRIMARY KEY,
+	tenant_id uuid NOT NULL,
+	external_id text,
 	url text NOT NULL,
 	method text NOT NULL,
 	headers jsonb NOT NULL DEFAULT '{}',
@@ -318,8 +363,10 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
 	deleted_at timestamptz
 )`,
-		`CREATE TABLE IF NOT EXISTS ` + c + ` (
+		`ALTER TABLE `+t+` ADD COLUMN IF NOT EXISTS tenant_id uuid, ADD COLUMN IF NOT EXISTS external_id text`,
+		`CREATE TABLE IF NOT EXISTS `+c+` (
 	schedule_id uuid NOT NULL,
+	tenant_id uuid,
 	period_ms bigint NOT NULL,
 	job_id bigint,
 	attempt int NOT NULL,
@@ -331,40 +378,95 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	error text,
 	ok boolean NOT NULL
 )`,
-		`CREATE INDEX IF NOT EXISTS riverslot_call_schedule ON ` + c + ` (schedule_id, started_at DESC)`,
-		`CREATE INDEX IF NOT EXISTS riverslot_call_started ON ` + c + ` (started_at)`,
-		`CREATE TABLE IF NOT EXISTS ` + k + ` (
+		`ALTER TABLE `+c+` ADD COLUMN IF NOT EXISTS tenant_id uuid`,
+		`CREATE INDEX IF NOT EXISTS riverslot_call_schedule ON `+c+` (schedule_id, started_at DESC)`,
+		`CREATE INDEX IF NOT EXISTS riverslot_call_started ON `+c+` (started_at)`,
+		`CREATE INDEX IF NOT EXISTS riverslot_call_tenant ON `+c+` (tenant_id, started_at)`,
+		`CREATE TABLE IF NOT EXISTS `+k+` (
 	id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
 	hash bytea PRIMARY KEY,
 	name text NOT NULL DEFAULT '',
-	created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+	scope text NOT NULL DEFAULT 'admin',
+	tenant_id uuid,
+	created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	revoked_at timestamptz
 )`,
+		`ALTER TABLE `+k+` ADD COLUMN IF NOT EXISTS scope text NOT NULL DEFAULT 'admin', ADD COLUMN IF NOT EXISTS tenant_id uuid, ADD COLUMN IF NOT EXISTS revoked_at timestamptz`,
+	) {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = []any{fresh}
+		}
+		if err := exec(q, args...); err != nil {
+			return err
+		}
+	}
+	var def uuid.UUID
+	if err := conn.QueryRow(ctx, `SELECT id FROM `+tn+` WHERE name = $1 AND deleted_at IS NULL`, DefaultTenantName).Scan(&def); err != nil {
+		return fmt.Errorf("error reading the default tenant in schema %q: %w", schema, err)
+	}
+	// In batches of 1,000, each its own statement: a fleet's schedules are
+	// never rewritten in one transaction.
+	batches := func(what, q string, args ...any) (int64, error) {
+		var total int64
+		for {
+			tag, err := conn.Exec(ctx, q, args...)
+			if err != nil {
+				return total, fmt.Errorf("error %s in schema %q: %w", what, schema, err)
+			}
+			total += tag.RowsAffected()
+			if tag.RowsAffected() == 0 {
+				return total, nil
+			}
+		}
+	}
+	// Schedules of before tenants: the default tenant's, and its counts.
+	moved, err := batches("giving the schedules their tenant", `UPDATE `+t+` SET tenant_id = $1
+WHERE id = ANY (ARRAY(SELECT id FROM `+t+` WHERE tenant_id IS NULL LIMIT 1000))`, def)
+	if err != nil {
+		return err
+	}
+	if moved > 0 {
+		if err := exec(`UPDATE `+tn+` SET (schedules, planned_ncps) = (SELECT count(*), coalesce(sum(`+plannedNCPS("period_ms")+`), 0)
+	FROM `+t+` WHERE tenant_id = $1 AND deleted_at IS NULL) WHERE id = $1`, def); err != nil {
+			return err
+		}
+	}
+	var nullable string
+	if err := conn.QueryRow(ctx, `SELECT is_nullable FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 AND column_name = 'tenant_id'`,
+		schema, SchedulesTable).Scan(&nullable); err != nil {
+		return fmt.Errorf("error reading the schedules' columns in schema %q: %w", schema, err)
+	}
+	if nullable == "YES" {
+		if err := exec(`ALTER TABLE ` + t + ` ALTER COLUMN tenant_id SET NOT NULL`); err != nil {
+			return err
+		}
+	}
+	for _, q := range []string{
+		`CREATE INDEX IF NOT EXISTS riverslot_schedule_tenant ON ` + t + ` (tenant_id, id)`,
+		`CREATE UNIQUE INDEX IF NOT EXISTS riverslot_schedule_external_id ON ` + t + ` (tenant_id, external_id) WHERE external_id IS NOT NULL AND deleted_at IS NULL`,
 	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			return fmt.Errorf("error creating the service's tables in schema %q: %w", schema, err)
+		if err := exec(q); err != nil {
+			return err
 		}
 	}
 	// Keys made before keys named the port ("host" → "host:443", the
-	// sub-key kept): otherwise one host's schedules would count under two
-	// keys, each with the whole --host-rate. Idempotent: a key already of
-	// the URL's host and port is left alone.
-	// In batches of 1,000, each its own statement: a fleet's schedules are
-	// never rewritten in one transaction.
-	for {
-		tag, err := pool.Exec(ctx, `WITH a AS (
-	SELECT id, upstream, lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]+)')) AS auth, lower(substring(url from '^([A-Za-z][A-Za-z0-9+.-]*)://')) AS scheme FROM `+t+`),
+	// sub-key kept), then before they named the tenant and the scheme
+	// ("host:443/sub" → "<tenant> https://host:443/sub"): otherwise one
+	// host's schedules would count under two keys, each with the whole
+	// --host-rate. Idempotent: a key naming its tenant is left alone.
+	if _, err := batches("giving the schedules' upstream keys their port", `WITH a AS (
+	SELECT id, upstream, lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]+)')) AS auth, lower(substring(url from '^([A-Za-z][A-Za-z0-9+.-]*)://')) AS scheme
+	FROM `+t+` WHERE position(' ' in upstream) = 0),
 k AS (SELECT id, CASE WHEN auth ~ ':[0-9]+$' THEN auth ELSE auth || ':' || CASE scheme WHEN 'https' THEN '443' ELSE '80' END END AS host, upstream FROM a WHERE auth IS NOT NULL),
 todo AS (SELECT id, host FROM k WHERE split_part(upstream, '/', 1) <> host LIMIT 1000)
 UPDATE `+t+` s SET upstream = todo.host || coalesce('/' || nullif(split_part(s.upstream, '/', 2), ''), '')
-FROM todo WHERE todo.id = s.id`)
-		if err != nil {
-			return fmt.Errorf("error giving the schedules' upstream keys their port in schema %q: %w", schema, err)
-		}
-		if tag.RowsAffected() == 0 {
-			break
-		}
+FROM todo WHERE todo.id = s.id`); err != nil {
+		return err
 	}
-	return nil
+	_, err = batches("giving the schedules' upstream keys their tenant", `UPDATE `+t+` SET upstream = tenant_id::text || ' ' || lower(substring(url from '^([A-Za-z][A-Za-z0-9+.-]*)://')) || '://' || upstream
+WHERE id = ANY (ARRAY(SELECT id FROM `+t+` WHERE position(' ' in upstream) = 0 AND url ~ '^[A-Za-z][A-Za-z0-9+.-]*://' LIMIT 1000))`)
+	return err
 }
 
 // pruneBatch is how many rows one pruning statement deletes: a server
@@ -402,6 +504,7 @@ type target struct {
 	headers           map[string]string
 	timeout           time.Duration
 	retries           int
+	secrets           []string // the tenant's signing secrets in force
 }
 
 // call is the tasks' sync: one call of the schedule id.
@@ -411,17 +514,33 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 		timeoutMS int
 		periodMS  int64
 		live      bool
+		tenant    uuid.UUID
+		secret    *string
+		previous  *string
 	)
-	err := s.cfg.Pool.QueryRow(ctx, `SELECT url, method, headers, body, timeout_ms, retries, period_ms, deleted_at IS NULL AND NOT paused FROM `+s.schedules+` WHERE id = $1`, id).
-		Scan(&t.url, &t.method, &t.headers, &t.body, &timeoutMS, &t.retries, &periodMS, &live)
+	// The tenant's secrets with the schedule: a schedule whose tenant is
+	// deleted is deleted with it.
+	err := s.cfg.Pool.QueryRow(ctx, `SELECT s.url, s.method, s.headers, s.body, s.timeout_ms, s.retries, s.period_ms, s.deleted_at IS NULL AND NOT s.paused, s.tenant_id,
+	t.signing_secret, CASE WHEN t.previous_until > clock_timestamp() THEN t.previous_secret END
+FROM `+s.schedules+` s LEFT JOIN `+s.tenants+` t ON t.id = s.tenant_id WHERE s.id = $1`, id).
+		Scan(&t.url, &t.method, &t.headers, &t.body, &timeoutMS, &t.retries, &periodMS, &live, &tenant, &secret, &previous)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && !live {
 		return nil // deleted or paused since its fan-out: never called
 	}
 	if err == nil && job.Args.Task != TaskName(time.Duration(periodMS)*time.Millisecond) {
 		return nil // moved to another period since its fan-out: that period's task calls it
 	}
+	if err == nil && secret == nil {
+		err = fmt.Errorf("schedule %s's tenant %s has no signing secret (run serve.Migrate)", id, tenant)
+	}
 	if err != nil {
+		// The server's fault, not the upstream's: no breaker count, no
+		// call recorded with the database's error text.
 		return riverslot.NotUpstream(fmt.Errorf("error reading schedule %s: %w", id, err))
+	}
+	t.secrets = []string{*secret}
+	if previous != nil {
+		t.secrets = append(t.secrets, *previous)
 	}
 	t.timeout = time.Duration(timeoutMS) * time.Millisecond
 	t.msgID = messageID(id, job.Args.CycleStart)
@@ -431,12 +550,6 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 		due = &d
 	}
 
-	// The secret before the call: a failure to read it is the server's,
-	// not the upstream's (no breaker count, no retry spent, no call
-	// recorded with the database's error text).
-	if _, err := s.SigningSecret(ctx); err != nil {
-		return riverslot.NotUpstream(err)
-	}
 	started := time.Now()
 	status, wait, callErr := s.do(ctx, t)
 	latency := time.Since(started)
@@ -457,8 +570,8 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := s.cfg.Pool.Exec(rctx, `INSERT INTO `+s.calls+` (schedule_id, period_ms, job_id, attempt, due_at, started_at, lateness_ms, status, latency_ms, error, ok)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, id, periodMS, job.ID, job.Attempt, due, started, lateness, statusCol, float64(latency)/float64(time.Millisecond), errText, ok); err != nil {
+	if _, err := s.cfg.Pool.Exec(rctx, `INSERT INTO `+s.calls+` (schedule_id, tenant_id, period_ms, job_id, attempt, due_at, started_at, lateness_ms, status, latency_ms, error, ok)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, id, tenant, periodMS, job.ID, job.Attempt, due, started, lateness, statusCol, float64(latency)/float64(time.Millisecond), errText, ok); err != nil {
 		s.cfg.Logger.WarnContext(ctx, "riverslot serve: could not record a call", slog.String("schedule", id.String()), slog.String("error", err.Error()))
 	}
 	switch {
@@ -512,7 +625,7 @@ func (s *Server) do(ctx context.Context, t target) (int, time.Duration, error) {
 		req.Header.Set(k, v)
 	}
 	req.Header.Set("User-Agent", "riverslot-serve")
-	if err := s.sign(ctx, req, t.msgID, []byte(t.body)); err != nil {
+	if err := sign(req, t.msgID, []byte(t.body), t.secrets); err != nil {
 		return 0, 0, err
 	}
 	resp, err := s.http.Do(req)

@@ -266,7 +266,7 @@ func TestAPI(t *testing.T) {
 	require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": "https://203.0.113.10/hook?a=1", "period": "1h",
 		"headers": map[string]string{"X-Tenant": "42"}, "body": `{"ping":true}`}, &sc))
 	require.NotEqual(t, uuid.Nil, sc.ID)
-	require.Equal(t, "203.0.113.10:443", sc.Upstream, "the URL's host and port by default")
+	require.Equal(t, sc.Tenant.String()+" https://203.0.113.10:443", sc.Upstream, "the tenant, the URL's scheme, host and port by default")
 	require.Equal(t, "POST", sc.Method)
 	require.Equal(t, 3, sc.Retries)
 	require.Len(t, sc.NextCalls, 3)
@@ -356,11 +356,11 @@ func TestAPI(t *testing.T) {
 	// URL moves it to the new host's limits, keeping the sub-key.
 	var moved serve.Schedule
 	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), map[string]any{"upstream": "tenant-42"}, &moved))
-	require.Equal(t, "203.0.113.10:443/tenant-42", moved.Upstream)
+	require.Equal(t, moved.Tenant.String()+" https://203.0.113.10:443/tenant-42", moved.Upstream)
 	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), map[string]any{"url": "https://198.51.100.9/hook"}, &moved))
-	require.Equal(t, "198.51.100.9:443/tenant-42", moved.Upstream)
+	require.Equal(t, moved.Tenant.String()+" https://198.51.100.9:443/tenant-42", moved.Upstream)
 	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+sc.ID.String(), map[string]any{"upstream": ""}, &moved))
-	require.Equal(t, "198.51.100.9:443", moved.Upstream)
+	require.Equal(t, moved.Tenant.String()+" https://198.51.100.9:443", moved.Upstream)
 	for _, bad := range []map[string]any{
 		{"upstream": "other.example/x"},
 		{"headers": map[string]string{"X-A": "1", "x-a": "2"}},

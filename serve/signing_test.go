@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
@@ -70,14 +72,21 @@ func TestSignedCalls(t *testing.T) {
 		mu       sync.Mutex
 		arrivals []signedArrival
 		forged   []error
+		// The tenant's secret after the rotation below.
+		rotated struct {
+			Secret             string    `json:"secret"`
+			PreviousSignsUntil time.Time `json:"previous_signs_until"`
+		}
+		newReceiver *standardwebhooks.Webhook
 	)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		defer mu.Unlock()
 		ts, _ := strconv.ParseInt(r.Header.Get(serve.HeaderWebhookTimestamp), 10, 64)
-		arrivals = append(arrivals, signedArrival{id: r.Header.Get(serve.HeaderWebhookID), verified: receiver.Verify(body, r.Header),
-			byHand: signByHand(t, secret.Secret, r.Header.Get(serve.HeaderWebhookID), r.Header.Get(serve.HeaderWebhookTimestamp), body),
+		id, stamp := r.Header.Get(serve.HeaderWebhookID), r.Header.Get(serve.HeaderWebhookTimestamp)
+		arrivals = append(arrivals, signedArrival{id: id, verified: errors.Join(receiver.Verify(body, r.Header), newReceiver.Verify(body, r.Header)),
+			byHand: signByHand(t, rotated.Secret, id, stamp, body) + " " + signByHand(t, secret.Secret, id, stamp, body),
 			header: r.Header.Get(serve.HeaderWebhookSignature), skew: time.Since(time.Unix(ts, 0))})
 		forged = append(forged, forger.Verify(body, r.Header))
 		if len(arrivals) == 1 {
@@ -95,6 +104,16 @@ func TestSignedCalls(t *testing.T) {
 	var sc serve.Schedule
 	require.Equal(t, http.StatusCreated, a.do("POST", "/v1/schedules", map[string]any{"url": ts.URL + "/hook", "period": "24s", "method": "POST",
 		"body": `{"hello":"world"}`, "retries": 1, "timeout": "2s"}, &sc))
+	// A rotation: every call then carries the new secret's signature and
+	// the old one's, so a receiver still on the old secret verifies it,
+	// and one on the new secret too.
+	mu.Lock()
+	require.Equal(t, http.StatusOK, a.do("POST", "/v1/signing-secret/rotate", nil, &rotated))
+	require.NotEqual(t, secret.Secret, rotated.Secret)
+	require.WithinDuration(t, time.Now().Add(serve.RotationOverlap), rotated.PreviousSignsUntil, time.Minute)
+	newReceiver, err = standardwebhooks.NewWebhook(rotated.Secret)
+	mu.Unlock()
+	require.NoError(t, err)
 
 	ctx := context.Background()
 	config := &river.Config{Schema: a.srv.Schema(), FetchPollInterval: 100 * time.Millisecond}
@@ -109,8 +128,8 @@ func TestSignedCalls(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for i, c := range arrivals {
-		require.NoError(t, c.verified, "call %d verifies with the server's secret", i)
-		require.Equal(t, c.byHand, c.header, "call %d: the signature is the specification's", i)
+		require.NoError(t, c.verified, "call %d verifies with the tenant's old secret and its new one", i)
+		require.Equal(t, c.byHand, c.header, "call %d: the signatures are the specification's, the new secret's first", i)
 		require.Less(t, c.skew.Abs(), 5*time.Second, "call %d: webhook-timestamp is the time of the call", i)
 		require.Error(t, forged[i], "call %d does not verify with another secret", i)
 		require.True(t, strings.HasPrefix(c.id, "msg_"+sc.ID.String()+"_"), c.id)
@@ -119,28 +138,39 @@ func TestSignedCalls(t *testing.T) {
 	require.NotEqual(t, arrivals[1].id, arrivals[2].id, "the next period's call carries another")
 }
 
-// TestSigningSecretMadeOnce: servers of one schema asking for the signing
-// secret at once, before any exists, all get the same one (the losers of
-// the insert read the winner's), and never an error.
-func TestSigningSecretMadeOnce(t *testing.T) {
+// TestMigrateKeepsTheSecret: a schema of before tenants (one signing
+// secret for the server) keeps signing with that secret: Migrate gives it
+// to the default tenant, once, however many servers migrate at once.
+func TestMigrateKeepsTheSecret(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := riverslottest.Pool(t)
 	schema := riverslottest.EmptySchema(ctx, t, pool)
+	table := pgx.Identifier{schema, serve.SigningTable}.Sanitize()
+	_, err := pool.Exec(ctx, `CREATE TABLE `+table+` (one boolean PRIMARY KEY DEFAULT true CHECK (one), secret text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`)
+	require.NoError(t, err)
+	const old = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	_, err = pool.Exec(ctx, `INSERT INTO `+table+` (secret) VALUES ($1)`, old)
+	require.NoError(t, err)
 	require.NoError(t, serve.Migrate(ctx, pool, schema))
-	const n = 8
-	secrets := make([]string, n)
-	errs := make([]error, n)
+	const n = 4
 	var wg sync.WaitGroup
+	errs := make([]error, n)
 	for i := range n {
-		srv, err := serve.New(serve.Config{Pool: pool, Schema: schema, Logger: riverslottest.Logger(t)})
-		require.NoError(t, err)
-		wg.Go(func() { secrets[i], errs[i] = srv.SigningSecret(ctx) })
+		wg.Go(func() { errs[i] = serve.Migrate(ctx, pool, schema) })
 	}
 	wg.Wait()
-	for i := range n {
-		require.NoError(t, errs[i])
-		require.Equal(t, secrets[0], secrets[i])
+	for _, err := range errs {
+		require.NoError(t, err)
 	}
-	require.True(t, strings.HasPrefix(secrets[0], "whsec_"))
+	var defaults int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, serve.TenantsTable}.Sanitize()+` WHERE name = 'default'`).Scan(&defaults))
+	require.Equal(t, 1, defaults)
+	srv, err := serve.New(serve.Config{Pool: pool, Schema: schema, Logger: riverslottest.Logger(t)})
+	require.NoError(t, err)
+	def, err := srv.DefaultTenant(ctx)
+	require.NoError(t, err)
+	secret, err := srv.SigningSecret(ctx, def)
+	require.NoError(t, err)
+	require.Equal(t, old, secret)
 }

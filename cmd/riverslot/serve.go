@@ -19,11 +19,16 @@ period, timeout, retries, upstream, paused) is called once per period at a
 fixed place in it (its offset, from its id), spread evenly with every other
 schedule of the period. Several processes on one --schema form a cluster.
 
-Every endpoint but /v1/openapi.json and /v1/page (the operator's page,
-static: it asks for a token) needs a token (Authorization: Bearer TOKEN).
---token-file writes a new random token there when the file is missing, and
-accepts the one in it; POST /v1/tokens makes more, DELETE /v1/tokens/{id}
-revokes one. Tokens are stored hashed.
+Tenants: each owns its schedules, its tokens and the secret its calls are
+signed with (Standard Webhooks). Every endpoint but /v1/openapi.json and
+/v1/page (the operator's page, static: it asks for a token) needs a token
+(Authorization: Bearer TOKEN) of a wide enough scope: admin (tenants,
+quotas, every tenant's schedules), tenant (its own tenant's schedules,
+tokens and secret) or read. --token-file holds the admin token: written
+with a new random one when the file is missing, refused (exit 2) when it
+was revoked. POST /v1/tenants makes a tenant and its first token; POST
+/v1/tokens makes more, DELETE /v1/tokens/{id} revokes one for good.
+Tokens are stored hashed.
 
 Targets on loopback, private and link-local addresses are refused, when a
 schedule is created and at every connection, unless --allow-private-targets.
@@ -42,9 +47,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	monthLocation := fs.String("month-location", "UTC", "time zone of the monthly period's months (an IANA name, e.g. Europe/London)")
 	workers := fs.Int("workers", 100, "calls in flight at once per process (MaxWorkers of the calls queue)")
 	history := fs.Duration("history", serve.DefaultHistory, "how long calls and deleted schedules stay readable")
-	hostRate := fs.Float64("host-rate", 0, "calls started per second per upstream (default: a schedule's URL host); 0: no limit")
+	hostRate := fs.Float64("host-rate", 0, "calls started per second per upstream (default: a tenant's scheme://host:port of a schedule's URL); 0: no limit")
 	hostConcurrency := fs.Int("host-concurrency", 0, "calls in flight per upstream; 0: no limit")
 	hostFailures := fs.Int("host-failures", 20, "consecutive failed calls that open an upstream's circuit breaker (0: no breaker)")
+	tenantSchedules := fs.Int("tenant-max-schedules", serve.DefaultMaxSchedules, "a new tenant's schedules quota unless POST /v1/tenants gives one (-1: none)")
+	tenantRate := fs.Float64("tenant-max-calls-per-second", 0, "a new tenant's quota of calls a second its schedules plan, unless POST /v1/tenants gives one (0: none)")
 	maxConns := fs.Int("max-conns", 20, "database connections this process may open")
 	riverLogLevel := logLevelFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -71,6 +78,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--history must be at least 1h, got %s", *history)
 	case *hostRate < 0 || *hostConcurrency < 0 || *hostFailures < 0:
 		return usageErr("--host-rate, --host-concurrency and --host-failures must not be negative")
+	case *tenantSchedules < -1 || *tenantSchedules > 10_000_000:
+		return usageErr("--tenant-max-schedules must be between -1 (no quota) and 10000000, got %d", *tenantSchedules)
+	case *tenantRate < 0 || *tenantRate > 1e6:
+		return usageErr("--tenant-max-calls-per-second must be between 0 (no quota) and 1000000, got %g", *tenantRate)
+	}
+	quota := serve.TenantQuota{MaxSchedules: *tenantSchedules, MaxCallsPerSecond: *tenantRate}
+	if quota.MaxSchedules == 0 {
+		quota.MaxSchedules = -1 // 0 on the command line is no quota too
 	}
 	ln, err := listenHTTP("--addr", *addr, "127.0.0.1:8080 or 127.0.0.1:0")
 	if err != nil {
@@ -86,6 +101,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return inputErr(servecmd.Run(ctx, &servecmd.Config{
 		Pool: pool, Listener: ln, Schema: *schema, TokenFile: *tokenFile, AllowPrivate: *allowPrivate, Periods: ps, PeriodsText: *periods,
 		MonthLocation: monthLoc, Workers: *workers, History: *history, RiverLogLevel: *riverLogLevel,
-		HostLimits: riverslot.UpstreamLimits{Rate: *hostRate, Concurrency: *hostConcurrency, FailureThreshold: *hostFailures},
+		HostLimits:  riverslot.UpstreamLimits{Rate: *hostRate, Concurrency: *hostConcurrency, FailureThreshold: *hostFailures},
+		TenantQuota: quota,
 	}, stdout, stderr))
 }

@@ -22,6 +22,8 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--history", "10m"}, "--history must be at least 1h"},
 		{[]string{"--host-rate", "-1"}, "must not be negative"},
 		{[]string{"--addr", "not-an-address"}, "--addr"},
+		{[]string{"--tenant-max-schedules", "-2"}, "--tenant-max-schedules must be between -1 (no quota)"},
+		{[]string{"--tenant-max-calls-per-second", "-1"}, "--tenant-max-calls-per-second must be between 0 (no quota)"},
 	} {
 		code, _, stderr := runCmd(t, append([]string{"serve", "--database-url", "postgres://nobody@127.0.0.1:1/none"}, tt.args...)...)
 		require.Equal(t, 2, code, "%v: %s", tt.args, stderr)

@@ -49,6 +49,8 @@ type Config struct {
 	History time.Duration
 	// HostLimits are each upstream's limits.
 	HostLimits riverslot.UpstreamLimits
+	// TenantQuota is a new tenant's quota (serve.Config.TenantQuota).
+	TenantQuota serve.TenantQuota
 	// RiverLogLevel is the level of River's logger; the service logs at
 	// info.
 	RiverLogLevel slog.Level
@@ -64,7 +66,7 @@ func Run(ctx context.Context, c *Config, stdout, stderr io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	srv, err := serve.New(serve.Config{
 		Pool: c.Pool, Schema: c.Schema, Periods: c.Periods, MonthLocation: c.MonthLocation, Guard: &serve.Guard{AllowPrivate: c.AllowPrivate},
-		History: c.History, Logger: logger, HostLimits: c.HostLimits,
+		History: c.History, Logger: logger, HostLimits: c.HostLimits, TenantQuota: c.TenantQuota,
 	})
 	if err != nil {
 		return &inspect.InputError{Err: err}
