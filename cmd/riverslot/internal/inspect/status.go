@@ -3,6 +3,7 @@ package inspect
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,15 +35,7 @@ func WriteStatus(w io.Writer, st *riverslot.TaskStatus) {
 			cs.CycleStart.Format(time.RFC3339), cs.Stalls, cs.StalledSince.Format(time.RFC3339))
 	}
 	if us := st.Upstreams; us != nil {
-		fmt.Fprintf(w, "upstreams: %d, %d with a breaker open or half-open (all: riverslot upstream list)\n", us.Keys, us.NotClosed)
-		for _, u := range us.Top {
-			limit := "no rate limit"
-			if u.RateLimit > 0 {
-				limit = fmt.Sprintf("limit %g/s", u.RateLimit)
-			}
-			fmt.Fprintf(w, "  %q: breaker %s, %.1f/s now (%s), %d in flight, %d waiting; throttled %d, deferred %d, skipped %d, probes %d\n",
-				u.Key, u.Breaker, u.RateNow, limit, u.InFlight, u.Waiting, u.Throttled, u.Deferred, u.Skipped, u.Probes)
-		}
+		writeUpstreams(w, us, time.Now())
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := "slot\tstarts\tstate\tenqueued/expected\t"
@@ -79,6 +72,36 @@ func WriteStatus(w io.Writer, st *riverslot.TaskStatus) {
 		fmt.Fprintf(w, "note: %s\n", c.AccountsError)
 	}
 	fmt.Fprintf(w, "verdict: %s\n", c.Verdict)
+}
+
+// writeUpstreams prints a task's upstreams, each with the limits in force
+// and, while an upstream's pause (a 429) lasts at now, when it ends.
+func writeUpstreams(w io.Writer, us *riverslot.UpstreamsStatus, now time.Time) {
+	fmt.Fprintf(w, "upstreams: %d, %d with a breaker open or half-open (all: riverslot upstream list)\n", us.Keys, us.NotClosed)
+	if us.TaskLimitsUnknown {
+		fmt.Fprintln(w, "  limits without an override are the task's default (the app's Task.Limits, not known here); riverslot upstream set overrides one")
+	}
+	for _, u := range us.Top {
+		rate, concurrency := "task default", "task default"
+		if u.Rate != nil || !us.TaskLimitsUnknown {
+			rate = "none"
+			if u.RateLimit > 0 {
+				rate = fmt.Sprintf("%g/s", u.RateLimit)
+			}
+		}
+		if u.Concurrency != nil || !us.TaskLimitsUnknown {
+			concurrency = "none"
+			if u.ConcurrencyLimit > 0 {
+				concurrency = strconv.Itoa(u.ConcurrencyLimit)
+			}
+		}
+		line := fmt.Sprintf("  %q: breaker %s, %.1f/s now (rate limit %s), %d in flight (concurrency limit %s), %d waiting; throttled %d, deferred %d, skipped %d, probes %d",
+			u.Key, u.Breaker, u.RateNow, rate, u.InFlight, concurrency, u.Waiting, u.Throttled, u.Deferred, u.Skipped, u.Probes)
+		if u.PausedUntil != nil && u.PausedUntil.After(now) {
+			line += fmt.Sprintf("; paused (429) until %s", u.PausedUntil.UTC().Format(time.RFC3339))
+		}
+		fmt.Fprintln(w, line)
+	}
 }
 
 // latenessText prints a cycle's lateness percentiles, or says they are

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -32,9 +33,11 @@ type ListConfig struct {
 	JSON bool
 }
 
-// List prints the upstreams the limiter holds (their overrides, breaker, in
-// flight, waiting and counters) to w, and how to get the next page when
-// there may be more. Missing tables are an *inspect.InputError.
+// List prints the upstreams the limiter holds to w (their limits in force:
+// an override, else "task default", the app's Task.Limits, which the
+// command cannot see; the breaker, when a 429's pause ends, in flight,
+// waiting and counters), and how to get the next page when there may be
+// more. Missing tables are an *inspect.InputError.
 func List(ctx context.Context, c *ListConfig, w io.Writer) error {
 	list, err := upstream.New(c.Schema).List(ctx, c.Pool, c.Task, c.After, c.Limit)
 	if err != nil {
@@ -43,30 +46,63 @@ func List(ctx context.Context, c *ListConfig, w io.Writer) error {
 	if c.JSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		// UpstreamState's own JSON form: the overrides, the breaker,
-		// in flight, waiting and the counters.
+		// UpstreamState's own JSON form: the overrides (null: the
+		// task's), the breaker, paused_until, in flight, waiting and
+		// the counters.
 		return enc.Encode(list)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tKEY\tRATE\tBURST\tCONC\tBREAKER\tIN FLIGHT\tWAITING\tCALLS\tFAILED\tTHROTTLED\tDEFERRED\tSKIPPED\tPROBES")
-	opt := func(p *int) string {
-		if p == nil {
-			return "task"
+	return writeList(w, list, c.Limit, time.Now())
+}
+
+// taskDefault stands for a limit without an override: the task's, which
+// the app sets (Task.Limits) and the command cannot see.
+const taskDefault = "task default"
+
+// writeList prints list as a table: each upstream's limits in force (its
+// overrides, else taskDefault) and, while its pause (a 429) lasts at now,
+// when it ends; then how to get the next page when list is a full page of
+// limit.
+func writeList(w io.Writer, list []upstream.State, limit int, now time.Time) error {
+	defaults := false
+	rate := func(v *float64) string {
+		switch {
+		case v == nil:
+			defaults = true
+			return taskDefault
+		case *v == 0:
+			return "none" // 0 lifts the limit
 		}
-		return strconv.Itoa(*p)
+		return strconv.FormatFloat(*v, 'g', -1, 64)
 	}
-	for _, s := range list {
-		r := "task"
-		if s.Rate != nil {
-			r = strconv.FormatFloat(*s.Rate, 'g', -1, 64)
+	// count prints an override, zero for 0 (as the limiter takes it).
+	count := func(v *int, zero string) string {
+		switch {
+		case v == nil:
+			defaults = true
+			return taskDefault
+		case *v == 0:
+			return zero
 		}
-		fmt.Fprintf(tw, "%s\t%q\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Task, s.Key, r, opt(s.Burst), opt(s.Concurrency), s.Breaker,
+		return strconv.Itoa(*v)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tKEY\tRATE/S\tBURST\tCONCURRENCY\tBREAKER\tPAUSED UNTIL\tIN FLIGHT\tWAITING\tCALLS\tFAILED\tTHROTTLED\tDEFERRED\tSKIPPED\tPROBES")
+	for _, s := range list {
+		paused := "-"
+		if s.PausedUntil != nil && s.PausedUntil.After(now) {
+			paused = s.PausedUntil.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%q\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Task, s.Key,
+			rate(s.Rate), count(s.Burst, "1"), count(s.Concurrency, "none"), s.Breaker, paused,
 			s.InFlight, s.Waiting, s.Calls, s.Failed, s.Throttled, s.Deferred, s.Skipped, s.Probes)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(list) == c.Limit {
+	if defaults {
+		fmt.Fprintf(w, "%s: the key has no override; the task's Limits apply, as the app sets them (not known here; riverslot upstream set overrides them)\n", taskDefault)
+	}
+	if len(list) == limit {
 		fmt.Fprintf(w, "(more: --after %q)\n", list[len(list)-1].Key)
 	}
 	return nil
