@@ -32,6 +32,17 @@ var openAPI []byte
 //go:embed page.html
 var page []byte
 
+//go:embed page.js
+var pageJS []byte
+
+//go:embed page.css
+var pageCSS []byte
+
+// PageCSP is the Content-Security-Policy of the operator's page: its own
+// script and style files only (no inline script or style), requests to
+// the API only.
+const PageCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+
 // Schedule is a schedule as the API reads and writes it.
 type Schedule struct {
 	ID uuid.UUID `json:"id"`
@@ -167,13 +178,25 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
 	})
-	mux.HandleFunc("GET /v1/page", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'none'; frame-ancestors 'none'")
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Header().Set("Referrer-Policy", "no-referrer")
-		_, _ = w.Write(page)
-	})
+	// The page and its script and style, each its own file: the policy
+	// allows no inline script or style.
+	for path, file := range map[string]struct {
+		body []byte
+		typ  string
+	}{
+		"/v1/page":     {page, "text/html; charset=utf-8"},
+		"/v1/page.js":  {pageJS, "text/javascript; charset=utf-8"},
+		"/v1/page.css": {pageCSS, "text/css; charset=utf-8"},
+	} {
+		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", file.typ)
+			w.Header().Set("Content-Security-Policy", PageCSP)
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.Header().Set("Referrer-Policy", "no-referrer")
+			w.Header().Set("Cache-Control", "no-cache")
+			_, _ = w.Write(file.body)
+		})
+	}
 	// auth serves h to a token whose scope may do need; every other answer
 	// is 401 (no valid token) or 403 (a valid token of a narrower scope).
 	auth := func(need Scope, h func(http.ResponseWriter, *http.Request) (int, any)) http.HandlerFunc {
