@@ -90,6 +90,8 @@ type Scheduler struct {
 	// punctual names the tasks whose sync jobs are inserted available
 	// (Task.Punctual).
 	punctual map[string]bool
+	// onSkip is each task's Task.OnSkip.
+	onSkip map[string]SkipFunc
 	// syncWorkers are the sync workers Configure registered: each counts
 	// its jobs' outcomes into the ledger (FlushOutcomes).
 	syncWorkers []*syncjob.Worker
@@ -134,6 +136,7 @@ func newScheduler(config *Config) (*Scheduler, error) {
 		logger:   config.Logger,
 		byName:   make(map[string]*taskspec.Spec),
 		punctual: make(map[string]bool),
+		onSkip:   make(map[string]SkipFunc),
 	}
 
 	configs := make([]taskspec.Config, len(config.Tasks))
@@ -148,6 +151,7 @@ func newScheduler(config *Config) (*Scheduler, error) {
 		}
 		if _, dup := syncs[t.Name]; !dup {
 			syncs[t.Name] = t.Sync
+			s.onSkip[t.Name] = t.OnSkip
 		}
 	}
 	specs, err := taskspec.Build(configs)
@@ -237,6 +241,9 @@ func (s *Scheduler) Configure(config *river.Config) error {
 		bootstrapWorker.AddTask(spec)
 		perSlotWorker.AddTask(spec)
 		syncWorker.AddTask(spec, s.syncs[i])
+		if f := s.onSkip[spec.Name]; f != nil {
+			syncWorker.OnSkip(spec.Name, f)
+		}
 		if spec.Weighted() {
 			censusWorker.AddTask(spec)
 		}

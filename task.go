@@ -104,6 +104,21 @@ type SyncArgs = syncjob.Args
 // MaxAttempts.
 type SyncFunc = syncjob.SyncFunc
 
+// SkipFunc hears of a sync that completed without calling Sync, and why:
+// SkippedStale (it could start only less than half a cycle before the
+// account's next regular sync: an outage, a backlog), SkippedUpstreamDown
+// or SkippedUpstreamThrottled (its upstream's breaker or rate limit held
+// it past that time). It runs once per such sync, before the job
+// completes; it must be quick, and the skip stands whatever it does.
+type SkipFunc = syncjob.SkipFunc
+
+// The reasons a SkipFunc hears.
+const (
+	SkippedStale             = syncjob.SkippedStale
+	SkippedUpstreamDown      = upstream.SkippedDown
+	SkippedUpstreamThrottled = upstream.SkippedThrottled
+)
+
 // Task is one periodic per-account task.
 type Task struct {
 	// Name identifies the task in job args, unique jobs and logs. Required;
@@ -320,6 +335,13 @@ type Task struct {
 
 	// Sync is the application's work for one account. Required.
 	Sync SyncFunc
+
+	// OnSkip, when set, hears of each sync completed without calling Sync
+	// and why (SkipFunc): an app that keeps a history per account records
+	// the miss there. Accounts a fan-out skipped (LatePolicySkip, or a
+	// cycle that began before the first) had no sync job: the ledger
+	// counts them, OnSkip does not hear of them. Defaults to nil.
+	OnSkip SkipFunc
 }
 
 // UpstreamLimits are an upstream's limits (Task.Limits); a zero field sets

@@ -35,6 +35,7 @@ func TestSkippedSyncs(t *testing.T) {
 	var (
 		mu    sync.Mutex
 		calls = map[string]int{}
+		heard = map[string]string{} // OnSkip's account → reason
 	)
 	w := syncjob.NewWorker(pool, riverslottest.Logger(t))
 	w.AddTask(riverslottest.Spec(t, "reports", schema, "accounts", "active", 2*time.Minute, 100), func(_ context.Context, id uuid.UUID, _ *river.Job[syncjob.Args]) error {
@@ -42,6 +43,12 @@ func TestSkippedSyncs(t *testing.T) {
 		defer mu.Unlock()
 		calls[id.String()]++
 		return nil
+	})
+	w.OnSkip("reports", func(_ context.Context, id uuid.UUID, job *river.Job[syncjob.Args], reason string) {
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, id, job.Args.AccountID)
+		heard[id.String()] += reason
 	})
 	client, events := startWorker(ctx, t, pool, schema, w, 4)
 	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
@@ -80,6 +87,7 @@ func TestSkippedSyncs(t *testing.T) {
 		stale.String(): 1, // the legacy job only
 		fresh.String(): 1,
 	}, calls)
+	require.Equal(t, map[string]string{stale.String(): syncjob.SkippedStale}, heard, "OnSkip hears of the stale job once, and of nothing else")
 }
 
 // TestOutcomesCounted runs sync jobs of one cycle that end every way

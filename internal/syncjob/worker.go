@@ -44,6 +44,12 @@ const OutputNotAfter = "not_after"
 // MaxAttempts.
 type SyncFunc func(ctx context.Context, accountID uuid.UUID, job *river.Job[Args]) error
 
+// SkipFunc hears of a sync completed without calling its SyncFunc, and why
+// (SkippedStale, or the upstream's upstream_throttled or upstream_down),
+// once per job, before the job completes. It must be quick and must not
+// fail the job: the skip stands whatever it does.
+type SkipFunc func(ctx context.Context, accountID uuid.UUID, job *river.Job[Args], reason string)
+
 // Worker works sync jobs for one or more tasks.
 type Worker struct {
 	river.WorkerDefaults[Args]
@@ -93,8 +99,9 @@ type cycleInfo struct {
 }
 
 type workerTask struct {
-	spec *taskspec.Spec
-	sync SyncFunc
+	spec   *taskspec.Spec
+	sync   SyncFunc
+	onSkip SkipFunc
 }
 
 // NewWorker returns a sync worker. riverslot builds it.
@@ -126,6 +133,13 @@ func (w *Worker) FlushOutcomes(ctx context.Context) error { return w.tally.Flush
 // AddTask makes the worker serve the task of spec with sync.
 func (w *Worker) AddTask(spec *taskspec.Spec, sync SyncFunc) {
 	w.tasks[spec.Name] = workerTask{spec: spec, sync: sync}
+}
+
+// OnSkip sets the task's SkipFunc (none by default).
+func (w *Worker) OnSkip(task string, f SkipFunc) {
+	t := w.tasks[task]
+	t.onSkip = f
+	w.tasks[task] = t
 }
 
 // Register adds the worker to workers.
@@ -367,6 +381,9 @@ func (w *Worker) cycle(ctx context.Context, nodeSpec *taskspec.Spec, job *river.
 // kv are extra key-value pairs of the output.
 func (w *Worker) skip(ctx context.Context, spec *taskspec.Spec, job *river.Job[Args], reason, msg string, kv ...string) error {
 	spec.Metrics.SyncSkipped(ctx, spec.Name, reason)
+	if f := w.tasks[spec.Name].onSkip; f != nil {
+		f(ctx, job.Args.AccountID, job, reason)
+	}
 	w.warnOnce(ctx, spec, job, reason, msg, slog.String("reason", reason))
 	out := map[string]string{OutputSkipped: reason}
 	for i := 0; i+1 < len(kv); i += 2 {
