@@ -176,6 +176,7 @@ func DDL(schema string) []string {
 	line_tat timestamptz,
 	start_tat timestamptz,
 	paused_until timestamptz,
+	paused_since timestamptz,
 	state text NOT NULL DEFAULT 'closed',
 	failures int NOT NULL DEFAULT 0,
 	in_flight int NOT NULL DEFAULT 0,
@@ -196,6 +197,7 @@ func DDL(schema string) []string {
 	updated_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (task, key)
 )`,
+		`ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS paused_since timestamptz`,
 		`COMMENT ON TABLE ` + t + ` IS 'riverslot: per-upstream limits (operator overrides), rate limiter, 429 pauses and circuit breaker, one row per task and upstream key'`,
 		`CREATE UNLOGGED TABLE IF NOT EXISTS ` + j + ` (
 	task text NOT NULL,
@@ -334,6 +336,7 @@ type state struct {
 	burst, concurrency            int
 	lineTAT, startTAT             *time.Time
 	pausedUntil                   *time.Time
+	pausedSince                   *time.Time // when the pause in force began
 	breaker                       string
 	openUntil                     *time.Time
 	probeJob                      *int64
@@ -385,13 +388,13 @@ func (l *Limiter) Acquire(ctx context.Context, db DB, r Request) (Decision, erro
 	INSERT INTO `+l.table+` (task, key, rate, burst, concurrency)
 	SELECT $1, $2, o.rate, o.burst, o.concurrency FROM (SELECT 1) x LEFT JOIN `+l.limits+` o ON o.task = $1 AND o.key = $2
 	ON CONFLICT (task, key) DO UPDATE SET task = EXCLUDED.task
-	RETURNING rate, burst, concurrency, line_tat, start_tat, paused_until, state, failures, open_until, probe_job, probe_until, leases)
-SELECT u.rate, u.burst, u.concurrency, u.line_tat, u.start_tat, u.paused_until, u.state, u.failures, u.open_until, u.probe_job, u.probe_until,
+	RETURNING rate, burst, concurrency, line_tat, start_tat, paused_until, paused_since, state, failures, open_until, probe_job, probe_until, leases)
+SELECT u.rate, u.burst, u.concurrency, u.line_tat, u.start_tat, u.paused_until, u.paused_since, u.state, u.failures, u.open_until, u.probe_job, u.probe_until,
 	clock_timestamp(),
 	(SELECT count(*) FROM jsonb_each_text(u.leases) e WHERE e.key <> $3::text AND e.value::float8 > extract(epoch FROM clock_timestamp())),
 	j.job_id IS NOT NULL, j.reserved_at, coalesce(j.throttled, false), coalesce(j.deferred, false)
 FROM u LEFT JOIN `+l.places+` j ON j.task = $1 AND j.key = $2 AND j.job_id = $3`, r.Task, r.Key, r.JobID).
-		Scan(&s.overrideRate, &s.overrideBurst, &s.overrideConcur, &s.lineTAT, &s.startTAT, &s.pausedUntil, &s.breaker, &s.failures, &s.openUntil, &s.probeJob, &s.probeUntil,
+		Scan(&s.overrideRate, &s.overrideBurst, &s.overrideConcur, &s.lineTAT, &s.startTAT, &s.pausedUntil, &s.pausedSince, &s.breaker, &s.failures, &s.openUntil, &s.probeJob, &s.probeUntil,
 			&s.now, &s.inFlight, &s.hasJob, &s.reservedAt, &s.throttled, &s.deferred)
 	if err != nil {
 		return Decision{}, wrap(err, "reading the upstream's state")
@@ -498,10 +501,22 @@ func (s *state) decide() Decision {
 		return waitUntil(t, 100*time.Millisecond, WaitConcurrency, SkippedThrottled)
 	}
 	if s.pausedUntil != nil && s.pausedUntil.After(now) {
-		// The upstream asked for a pause: every sync waits it out and
-		// then takes a new place in line.
+		// The upstream asked for a pause: every sync waits it out, then
+		// takes a new place in line. Each waits past the pause's end as
+		// long as it came after the pause began, so that the syncs the
+		// pause held come back as spaced as they came, not in a burst;
+		// one whose NotAfter comes sooner is spread over the time it has
+		// left after the pause, in the same order.
 		s.markThrottled = true
-		return waitUntil(*s.pausedUntil, min(time.Second, s.pausedUntil.Sub(now)/4), "paused", SkippedThrottled)
+		wake := *s.pausedUntil
+		if s.pausedSince != nil && now.After(*s.pausedSince) && s.pausedUntil.After(*s.pausedSince) {
+			into := now.Sub(*s.pausedSince)
+			wake = s.pausedUntil.Add(into)
+			if left := s.notAfter.Sub(*s.pausedUntil); !s.notAfter.IsZero() && left > 0 && wake.After(s.notAfter) {
+				wake = s.pausedUntil.Add(time.Duration(float64(left) * float64(into) / float64(s.pausedUntil.Sub(*s.pausedSince))))
+			}
+		}
+		return waitUntil(wake, 0, "paused", SkippedThrottled)
 	}
 	if s.threshold > 0 {
 		probe := false
@@ -733,6 +748,7 @@ UPDATE `+l.table+` u SET
 	failed = failed + CASE WHEN $4 = 1 THEN 1 ELSE 0 END,
 	failures = CASE $4 WHEN 0 THEN 0 WHEN 1 THEN failures + 1 ELSE failures END,
 	paused_until = CASE WHEN $4 = 2 THEN greatest(coalesce(paused_until, clock_timestamp()), clock_timestamp() + $5 * interval '1 microsecond') ELSE paused_until END,
+	paused_since = CASE WHEN $4 = 2 AND (paused_until IS NULL OR paused_until <= clock_timestamp()) THEN clock_timestamp() ELSE paused_since END,
 	state = CASE
 		WHEN $4 = 0 AND state = 'half_open' AND probe_job = $3 THEN 'closed'
 		WHEN $4 = 1 AND $6 > 0 AND (state = 'closed' AND failures + 1 >= $6 OR state = 'half_open' AND probe_job = $3) THEN 'open'

@@ -358,6 +358,45 @@ func TestThrottledPausesTheUpstream(t *testing.T) {
 	require.EqualValues(t, 1, b.state(t, "bank-1").Skipped)
 }
 
+// TestPauseEndsWithoutABurst: the syncs a pause holds wake after it as
+// spaced as they came (in their order, each as long after the pause's end
+// as it came after its start), not all at once; one whose NotAfter comes
+// sooner than that wakes before its NotAfter, not skipped.
+func TestPauseEndsWithoutABurst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var limits upstream.Limits
+	r := b.req("bank-1", limits)
+	require.Equal(t, upstream.Run, b.acquire(t, r).Verdict)
+	const pause = 3 * time.Second
+	b.release(t, r, upstream.Throttled, pause)
+	var arrived, wakes []time.Time
+	for range 8 {
+		time.Sleep(100 * time.Millisecond)
+		at := time.Now()
+		d := b.acquire(t, b.req("bank-1", limits))
+		require.Equal(t, upstream.Wait, d.Verdict)
+		require.Equal(t, "paused", d.Reason)
+		arrived, wakes = append(arrived, at), append(wakes, at.Add(d.Wait))
+	}
+	for i := 1; i < len(wakes); i++ {
+		gap, came := wakes[i].Sub(wakes[i-1]), arrived[i].Sub(arrived[i-1])
+		// The database's clock decided each wake: the gap is the arrivals'
+		// gap, give or take the two queries' latencies (a busy machine's
+		// included; a burst would put them together, in any order).
+		require.InDelta(t, came.Seconds(), gap.Seconds(), 0.1, "sync %d wakes %s after the one before, as it came %s after it", i, gap, came)
+	}
+	require.Greater(t, wakes[0].Sub(arrived[0]), pause-time.Second, "after the pause")
+	// A sync whose NotAfter is a moment after the pause's end, less than
+	// it came after the pause's start: woken within its time left.
+	short := b.req("bank-1", limits)
+	short.NotAfter = wakes[0].Add(300 * time.Millisecond) // the pause ends some 100 ms before wakes[0]
+	at := time.Now()
+	d := b.acquire(t, short)
+	require.Equal(t, upstream.Wait, d.Verdict)
+	require.True(t, at.Add(d.Wait).Before(short.NotAfter), "woken %s, before its NotAfter %s", at.Add(d.Wait), short.NotAfter)
+}
+
 // TestOverride: an operator's rate for one key wins over the task's until
 // it is cleared; a key that never synced can be given one; List's first
 // page includes the task's default upstream "".
