@@ -79,7 +79,8 @@ type Schedule struct {
 // Health sums a schedule's recent calls up.
 type Health struct {
 	// Status is "ok" (its last call succeeded), "failing" (it failed),
-	// "never_called", "paused" or "deleted".
+	// "missed" (its last period's call was not made: LastCall.Missed says
+	// why), "never_called", "paused" or "deleted".
 	Status string `json:"status"`
 	// LastCall is its latest call (a retry counts).
 	LastCall *Call `json:"last_call,omitempty"`
@@ -101,6 +102,14 @@ type Call struct {
 	LatencySeconds  float64    `json:"latency_seconds"`
 	OK              bool       `json:"ok"`
 	Error           *string    `json:"error,omitempty"`
+	// Missed, set on an entry of a call that was not made, says why
+	// (MissedServerDown, MissedFanOutLate, MissedLate,
+	// MissedUpstreamPaused, MissedUpstreamDown); StartedAt is then its
+	// place.
+	Missed *string `json:"missed,omitempty"`
+	// Triggered is a call made by POST /v1/schedules/{id}/trigger, outside
+	// its place.
+	Triggered bool `json:"triggered,omitempty"`
 }
 
 // input is a create or a change: nil fields are not given.
@@ -150,6 +159,7 @@ var endpoints = []Endpoint{
 	{"GET", "/v1/schedules/{id}", ScopeRead, (*Server).get},
 	{"PATCH", "/v1/schedules/{id}", ScopeTenant, (*Server).patch},
 	{"DELETE", "/v1/schedules/{id}", ScopeTenant, (*Server).delete},
+	{"POST", "/v1/schedules/{id}/trigger", ScopeTenant, (*Server).trigger},
 	{"POST", "/v1/tokens", ScopeTenant, (*Server).newToken},
 	{"GET", "/v1/tokens", ScopeTenant, (*Server).listTokens},
 	{"DELETE", "/v1/tokens/{id}", ScopeTenant, (*Server).deleteToken},
@@ -542,7 +552,7 @@ func (s *Server) health(ctx context.Context, list []Schedule) error {
 	for i, sc := range list {
 		ids[i] = sc.ID
 	}
-	rows, err := s.cfg.Pool.Query(ctx, `SELECT s.id, c.started_at, c.due_at, c.lateness_ms / 1000, c.attempt, c.status, c.latency_ms / 1000, c.ok, c.error,
+	rows, err := s.cfg.Pool.Query(ctx, `SELECT s.id, c.started_at, c.due_at, c.lateness_ms / 1000, c.attempt, c.status, c.latency_ms / 1000, c.ok, c.error, c.missed, coalesce(c.triggered, false),
 	(SELECT count(*) FILTER (WHERE NOT x.ok) FROM (SELECT ok FROM `+s.calls+` WHERE schedule_id = s.id ORDER BY started_at DESC LIMIT 10) x)
 FROM unnest($1::uuid[]) AS s(id)
 LEFT JOIN LATERAL (SELECT * FROM `+s.calls+` WHERE schedule_id = s.id ORDER BY started_at DESC LIMIT 1) c ON true`, ids)
@@ -559,14 +569,18 @@ LEFT JOIN LATERAL (SELECT * FROM `+s.calls+` WHERE schedule_id = s.id ORDER BY s
 		failures int
 		c        Call
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &started, &c.DueAt, &c.LatenessSeconds, &attempt, &c.Status, &latency, &ok, &c.Error, &failures}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &started, &c.DueAt, &c.LatenessSeconds, &attempt, &c.Status, &latency, &ok, &c.Error, &c.Missed, &c.Triggered, &failures}, func() error {
 		h := &Health{RecentFailures: failures, Status: "never_called"}
 		if started != nil {
 			call := c
 			call.StartedAt, call.Attempt, call.LatencySeconds, call.OK = *started, *attempt, *latency, *ok
 			h.LastCall = &call
-			h.Status = "ok"
-			if !call.OK {
+			switch {
+			case call.Missed != nil:
+				h.Status = "missed"
+			case call.OK:
+				h.Status = "ok"
+			default:
 				h.Status = "failing"
 			}
 		}
@@ -827,14 +841,14 @@ func (s *Server) get(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if err != nil {
 		return internal(err)
 	}
-	calls, err := s.cfg.Pool.Query(r.Context(), `SELECT started_at, due_at, lateness_ms / 1000, attempt, status, latency_ms / 1000, ok, error FROM `+s.calls+`
+	calls, err := s.cfg.Pool.Query(r.Context(), `SELECT started_at, due_at, lateness_ms / 1000, attempt, status, latency_ms / 1000, ok, error, missed, triggered FROM `+s.calls+`
 WHERE schedule_id = $1 ORDER BY started_at DESC LIMIT 20`, id)
 	if err != nil {
 		return internal(err)
 	}
 	sc.LastCalls, err = pgx.CollectRows(calls, func(row pgx.CollectableRow) (Call, error) {
 		var c Call
-		err := row.Scan(&c.StartedAt, &c.DueAt, &c.LatenessSeconds, &c.Attempt, &c.Status, &c.LatencySeconds, &c.OK, &c.Error)
+		err := row.Scan(&c.StartedAt, &c.DueAt, &c.LatenessSeconds, &c.Attempt, &c.Status, &c.LatencySeconds, &c.OK, &c.Error, &c.Missed, &c.Triggered)
 		return c, err
 	})
 	if err != nil {
@@ -945,7 +959,8 @@ func (s *Server) stats(_ http.ResponseWriter, r *http.Request) (int, any) {
 	}
 	// The last 60 units.
 	span := map[string]time.Duration{"second": time.Minute, "minute": time.Hour, "hour": 60 * time.Hour}[unit]
-	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT date_trunc($1, started_at) AS at, count(*), count(*) FILTER (WHERE NOT ok),
+	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT date_trunc($1, started_at) AS at, count(*) FILTER (WHERE missed IS NULL), count(*) FILTER (WHERE missed IS NULL AND NOT ok),
+	count(*) FILTER (WHERE missed IS NOT NULL), count(*) FILTER (WHERE triggered),
 	percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness_ms) / 1000
 FROM `+s.calls+` WHERE started_at >= clock_timestamp() - $2 * interval '1 millisecond' AND ($3::uuid IS NULL OR tenant_id = $3)
 GROUP BY 1 ORDER BY 1`, unit, span.Milliseconds(), tenant)
@@ -956,11 +971,13 @@ GROUP BY 1 ORDER BY 1`, unit, span.Milliseconds(), tenant)
 		At                 time.Time `json:"at"`
 		Calls              int64     `json:"calls"`
 		Failures           int64     `json:"failures"`
+		Missed             int64     `json:"missed"`
+		Triggered          int64     `json:"triggered"`
 		LatenessP99Seconds *float64  `json:"lateness_p99_seconds"`
 	}
 	points, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (point, error) {
 		var p point
-		err := row.Scan(&p.At, &p.Calls, &p.Failures, &p.LatenessP99Seconds)
+		err := row.Scan(&p.At, &p.Calls, &p.Failures, &p.Missed, &p.Triggered, &p.LatenessP99Seconds)
 		return p, err
 	})
 	if err != nil {

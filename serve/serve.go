@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,10 +26,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/slotplan"
 )
+
+// callsQueue is the River queue of the calls.
+const callsQueue = "riverslot_calls"
 
 // Tables of the service, in its schema (River's).
 const (
@@ -97,6 +102,11 @@ type Server struct {
 	tokens        string
 	tenants       string
 	defaultTenant atomic.Pointer[uuid.UUID]
+	// inserter queues triggered calls (a River client that works no job).
+	inserter *river.Client[pgx.Tx]
+	// missedSwept is, per task, the latest period RecordMissed finished.
+	missedMu    sync.Mutex
+	missedSwept map[string]time.Time
 }
 
 // TaskName is the riverslot task of period.
@@ -238,6 +248,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	s.scheduler = scheduler
+	if s.inserter, err = river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{Schema: cfg.Schema, Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
 	for i, t := range tasks {
 		info, err := scheduler.Task(t.Name)
 		if err != nil {
@@ -261,11 +274,12 @@ func (s *Server) task(p time.Duration, t riverslot.Task) riverslot.Task {
 	t.Punctual = true
 	t.Schema, t.Table = s.cfg.Schema, SchedulesTable
 	t.Filter = "deleted_at IS NULL AND NOT paused AND period_ms = " + strconv.FormatInt(p.Milliseconds(), 10)
-	t.Queue = "riverslot_calls"
+	t.Queue = callsQueue
 	t.MaxAttempts = MaxRetries + 1
 	t.SyncTimeout = MaxTimeout + 5*time.Second
 	t.Upstream, t.Limits = "upstream", s.cfg.HostLimits
 	t.Sync = s.call
+	t.OnSkip = s.skipped
 	return t
 }
 
@@ -291,11 +305,14 @@ func (s *Server) Configure(config *river.Config, workers int) error {
 	if config.Queues == nil {
 		config.Queues = map[string]river.QueueConfig{}
 	}
-	config.Queues["riverslot_calls"] = river.QueueConfig{MaxWorkers: workers}
+	config.Queues[callsQueue] = river.QueueConfig{MaxWorkers: workers}
 	if _, ok := config.Queues[river.QueueDefault]; !ok {
 		config.Queues[river.QueueDefault] = river.QueueConfig{MaxWorkers: 10}
 	}
-	return s.scheduler.Configure(config)
+	if err := s.scheduler.Configure(config); err != nil {
+		return err
+	}
+	return river.AddWorkerSafely(config.Workers, &triggerWorker{s: s})
 }
 
 // FlushOutcomes writes the call outcomes counted and not yet written to
@@ -378,7 +395,9 @@ ON CONFLICT (name) WHERE deleted_at IS NULL DO NOTHING`,
 	error text,
 	ok boolean NOT NULL
 )`,
-		`ALTER TABLE `+c+` ADD COLUMN IF NOT EXISTS tenant_id uuid`,
+		`ALTER TABLE `+c+` ADD COLUMN IF NOT EXISTS tenant_id uuid, ADD COLUMN IF NOT EXISTS period_start timestamptz,
+	ADD COLUMN IF NOT EXISTS missed text, ADD COLUMN IF NOT EXISTS triggered boolean NOT NULL DEFAULT false`,
+		`CREATE INDEX IF NOT EXISTS riverslot_call_period ON `+c+` (schedule_id, period_start)`,
 		`CREATE INDEX IF NOT EXISTS riverslot_call_schedule ON `+c+` (schedule_id, started_at DESC)`,
 		`CREATE INDEX IF NOT EXISTS riverslot_call_started ON `+c+` (started_at)`,
 		`CREATE INDEX IF NOT EXISTS riverslot_call_tenant ON `+c+` (tenant_id, started_at)`,
@@ -507,58 +526,64 @@ type target struct {
 	secrets           []string // the tenant's signing secrets in force
 }
 
-// call is the tasks' sync: one call of the schedule id.
-func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslot.SyncArgs]) error {
+// loaded is a schedule as a call needs it.
+type loaded struct {
+	target
+	tenant   uuid.UUID
+	periodMS int64
+	live     bool // not deleted nor paused
+}
+
+// load reads what a call of schedule id needs (pgx.ErrNoRows when there
+// is no such schedule): the tenant's secrets come with it, and a schedule
+// whose tenant is deleted is deleted with it.
+func (s *Server) load(ctx context.Context, id uuid.UUID) (loaded, error) {
 	var (
-		t         target
-		timeoutMS int
-		periodMS  int64
-		live      bool
-		tenant    uuid.UUID
-		secret    *string
-		previous  *string
+		l                loaded
+		timeoutMS        int
+		secret, previous *string
 	)
-	// The tenant's secrets with the schedule: a schedule whose tenant is
-	// deleted is deleted with it.
 	err := s.cfg.Pool.QueryRow(ctx, `SELECT s.url, s.method, s.headers, s.body, s.timeout_ms, s.retries, s.period_ms, s.deleted_at IS NULL AND NOT s.paused, s.tenant_id,
 	t.signing_secret, CASE WHEN t.previous_until > clock_timestamp() THEN t.previous_secret END
 FROM `+s.schedules+` s LEFT JOIN `+s.tenants+` t ON t.id = s.tenant_id WHERE s.id = $1`, id).
-		Scan(&t.url, &t.method, &t.headers, &t.body, &timeoutMS, &t.retries, &periodMS, &live, &tenant, &secret, &previous)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && !live {
-		return nil // deleted or paused since its fan-out: never called
-	}
-	if err == nil && job.Args.Task != TaskName(time.Duration(periodMS)*time.Millisecond) {
-		return nil // moved to another period since its fan-out: that period's task calls it
-	}
-	if err == nil && secret == nil {
-		err = fmt.Errorf("schedule %s's tenant %s has no signing secret (run serve.Migrate)", id, tenant)
-	}
+		Scan(&l.url, &l.method, &l.headers, &l.body, &timeoutMS, &l.retries, &l.periodMS, &l.live, &l.tenant, &secret, &previous)
 	if err != nil {
-		// The server's fault, not the upstream's: no breaker count, no
-		// call recorded with the database's error text.
-		return riverslot.NotUpstream(fmt.Errorf("error reading schedule %s: %w", id, err))
+		return l, err
 	}
-	t.secrets = []string{*secret}
+	if secret == nil {
+		return l, fmt.Errorf("schedule %s's tenant %s has no signing secret (run serve.Migrate)", id, l.tenant)
+	}
+	l.secrets = []string{*secret}
 	if previous != nil {
-		t.secrets = append(t.secrets, *previous)
+		l.secrets = append(l.secrets, *previous)
 	}
-	t.timeout = time.Duration(timeoutMS) * time.Millisecond
-	t.msgID = messageID(id, job.Args.CycleStart)
-	var due *time.Time
-	if info, ok := s.tasks[time.Duration(periodMS)*time.Millisecond]; ok && info.Name == job.Args.Task {
-		d := info.Due(job.Args.CycleStart, id)
-		due = &d
-	}
+	l.timeout = time.Duration(timeoutMS) * time.Millisecond
+	return l, nil
+}
 
+// attempt is one call made, as the history records it.
+type attempt struct {
+	schedule    uuid.UUID
+	l           loaded
+	periodStart *time.Time // nil for a triggered call
+	jobID       int64
+	attempt     int
+	due         *time.Time
+	triggered   bool
+}
+
+// make does the call of a and records it; it returns the answer's status
+// (0 when none came), its Retry-After and the call's error.
+func (s *Server) make(ctx context.Context, a attempt) (ok bool, status int, wait time.Duration, callErr error) {
 	started := time.Now()
-	status, wait, callErr := s.do(ctx, t)
+	status, wait, callErr = s.do(ctx, a.l.target)
 	latency := time.Since(started)
 	var lateness *float64
-	if due != nil && job.Attempt == 1 {
-		l := float64(started.Sub(*due)) / float64(time.Millisecond)
+	if a.due != nil && a.attempt == 1 {
+		l := float64(started.Sub(*a.due)) / float64(time.Millisecond)
 		lateness = &l
 	}
-	ok := callErr == nil && status >= 200 && status < 300
+	ok = callErr == nil && status >= 200 && status < 300
 	var errText *string
 	if callErr != nil {
 		e := callErr.Error()
@@ -570,10 +595,39 @@ FROM `+s.schedules+` s LEFT JOIN `+s.tenants+` t ON t.id = s.tenant_id WHERE s.i
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := s.cfg.Pool.Exec(rctx, `INSERT INTO `+s.calls+` (schedule_id, tenant_id, period_ms, job_id, attempt, due_at, started_at, lateness_ms, status, latency_ms, error, ok)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, id, tenant, periodMS, job.ID, job.Attempt, due, started, lateness, statusCol, float64(latency)/float64(time.Millisecond), errText, ok); err != nil {
-		s.cfg.Logger.WarnContext(ctx, "riverslot serve: could not record a call", slog.String("schedule", id.String()), slog.String("error", err.Error()))
+	if _, err := s.cfg.Pool.Exec(rctx, `INSERT INTO `+s.calls+` (schedule_id, tenant_id, period_ms, period_start, job_id, attempt, due_at, started_at, lateness_ms, status, latency_ms, error, ok, triggered)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`, a.schedule, a.l.tenant, a.l.periodMS, a.periodStart, a.jobID, a.attempt, a.due, started, lateness,
+		statusCol, float64(latency)/float64(time.Millisecond), errText, ok, a.triggered); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "riverslot serve: could not record a call", slog.String("schedule", a.schedule.String()), slog.String("error", err.Error()))
 	}
+	return ok, status, wait, callErr
+}
+
+// call is the tasks' sync: one call of the schedule id.
+func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslot.SyncArgs]) error {
+	l, err := s.load(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && !l.live {
+		return nil // deleted or paused since its fan-out: never called
+	}
+	if err == nil && job.Args.Task != TaskName(time.Duration(l.periodMS)*time.Millisecond) {
+		return nil // moved to another period since its fan-out: that period's task calls it
+	}
+	if err != nil {
+		// The server's fault, not the upstream's: no breaker count, no
+		// call recorded with the database's error text.
+		return riverslot.NotUpstream(fmt.Errorf("error reading schedule %s: %w", id, err))
+	}
+	t, periodMS := l.target, l.periodMS
+	l.msgID = messageID(id, job.Args.CycleStart)
+	var due *time.Time
+	if info, ok := s.tasks[time.Duration(periodMS)*time.Millisecond]; ok && info.Name == job.Args.Task {
+		d := info.Due(job.Args.CycleStart, id)
+		due = &d
+	}
+	periodStart := job.Args.CycleStart
+	ok, status, wait, callErr := s.make(ctx, attempt{schedule: id, l: l, periodStart: &periodStart, jobID: job.ID, attempt: job.Attempt, due: due})
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	switch {
 	case ok:
 		return nil

@@ -106,10 +106,17 @@ func Run(ctx context.Context, c *Config, stdout, stderr io.Writer) error {
 
 	prune := time.NewTicker(time.Minute)
 	defer prune.Stop()
+	missed := time.NewTicker(10 * time.Second)
+	defer missed.Stop()
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
 			done = true
+		case <-missed.C:
+			// The calls the ended periods did not make: a history entry each.
+			if _, err := srv.RecordMissed(ctx); err != nil && ctx.Err() == nil {
+				logger.Warn("riverslot serve: recording missed calls", slog.String("error", err.Error()))
+			}
 		case <-prune.C:
 			if calls, schedules, err := srv.Prune(ctx); err != nil {
 				logger.Warn("riverslot serve: pruning history", slog.String("error", err.Error()))

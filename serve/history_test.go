@@ -1,0 +1,201 @@
+package serve_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/serve"
+)
+
+// received is what a loopback receiver saw: each call's path and
+// webhook-id, and whether its signature verified with the tenant's secret.
+type received struct {
+	mu    sync.Mutex
+	calls []receivedCall
+	wh    *standardwebhooks.Webhook
+}
+
+type receivedCall struct {
+	path, id string
+	verified error
+}
+
+func (rc *received) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.calls = append(rc.calls, receivedCall{path: r.URL.Path, id: r.Header.Get(serve.HeaderWebhookID), verified: rc.wh.Verify(body, r.Header)})
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (rc *received) of(path string) []receivedCall {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var out []receivedCall
+	for _, c := range rc.calls {
+		if c.path == path {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestTriggerAndMissed: a triggered call comes at once, signed, with an id
+// of its own, once however often it is asked for within 10 s, and counted
+// apart; a sync riverslot skips as stale is a history entry "late"; each
+// call periods the service did not run (no cycle) did not make is a
+// history entry "server_down", once, also when another process sweeps the
+// same periods, and never for a paused schedule; the stats count them.
+func TestTriggerAndMissed(t *testing.T) {
+	t.Parallel()
+	const period = 24 * time.Second
+	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
+	ctx := context.Background()
+	acme := a.tenant("acme", nil)
+	as := a.as(acme.Token)
+	rc := &received{}
+	var err error
+	rc.wh, err = standardwebhooks.NewWebhook(acme.SigningSecret)
+	require.NoError(t, err)
+	ts := httptest.NewServer(rc)
+	t.Cleanup(ts.Close)
+
+	var live []serve.Schedule
+	for i := range 4 {
+		live = append(live, as.schedule(map[string]any{"url": ts.URL + "/s/" + string(rune('a'+i)), "period": "24s", "timeout": "2s"}))
+	}
+	paused := as.schedule(map[string]any{"url": ts.URL + "/paused", "period": "24s", "paused": true})
+	var e apiErr
+	require.Equal(t, http.StatusConflict, as.do("POST", "/v1/schedules/"+paused.ID.String()+"/trigger", nil, &e))
+	require.Equal(t, "paused", e.Field)
+
+	config := &river.Config{Schema: a.srv.Schema(), FetchPollInterval: 100 * time.Millisecond}
+	require.NoError(t, a.srv.Configure(config, 10))
+	client, _ := riverslottest.StartClient(ctx, t, a.srv.Pool(), config)
+
+	// Triggered twice: one call, at once (long before its place, most
+	// likely), with the webhook-id the answer named.
+	type queued struct {
+		JobID     int64  `json:"job_id"`
+		WebhookID string `json:"webhook_id"`
+		Duplicate bool   `json:"duplicate"`
+	}
+	var first, second queued
+	require.Equal(t, http.StatusAccepted, as.do("POST", "/v1/schedules/"+live[0].ID.String()+"/trigger", nil, &first))
+	require.Equal(t, http.StatusAccepted, as.do("POST", "/v1/schedules/"+live[0].ID.String()+"/trigger", nil, &second))
+	require.False(t, first.Duplicate)
+	require.True(t, second.Duplicate)
+	require.Equal(t, first.JobID, second.JobID)
+	require.Equal(t, first.WebhookID, second.WebhookID)
+	require.True(t, strings.HasPrefix(first.WebhookID, "msg_"+live[0].ID.String()+"_trigger_"), first.WebhookID)
+	riverslottest.WaitFor(t, 10*time.Second, "the triggered call", func() bool {
+		for _, c := range rc.of("/s/a") {
+			if c.id == first.WebhookID {
+				return true
+			}
+		}
+		return false
+	})
+
+	// A sync of a long-gone period whose NotAfter has passed: skipped as
+	// stale, and the schedule's history says so.
+	gone := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	_, err = client.Insert(ctx, riverslot.SyncArgs{Task: serve.TaskName(period), AccountID: live[1].ID, CycleStart: gone, NotAfter: gone.Add(period)},
+		&river.InsertOpts{Queue: "riverslot_calls"})
+	require.NoError(t, err)
+	riverslottest.WaitFor(t, 15*time.Second, "the stale sync's history entry", func() bool {
+		var sc struct {
+			LastCalls []serve.Call `json:"last_calls"`
+		}
+		require.Equal(t, http.StatusOK, as.do("GET", "/v1/schedules/"+live[1].ID.String(), nil, &sc))
+		for _, c := range sc.LastCalls {
+			if c.Missed != nil && *c.Missed == serve.MissedLate {
+				return true
+			}
+		}
+		return false
+	})
+	require.Empty(t, rc.of("/s/b"), "the stale sync made no call")
+
+	// Every schedule called once at its place: the service ran, so the
+	// periods after are promised.
+	riverslottest.WaitFor(t, 4*period, "a call of every schedule at its place", func() bool {
+		for i := range live {
+			n := 0
+			for _, c := range rc.of("/s/" + string(rune('a'+i))) {
+				if !strings.Contains(c.id, "_trigger_") {
+					n++
+				}
+			}
+			if n == 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Ten periods on, no process having run the last ones: the sweep
+	// writes one entry per schedule and period (it looks at the last 4),
+	// and a second process sweeping the same periods writes none.
+	later := time.Now().Add(10 * period)
+	n, err := a.srv.RecordMissedAt(ctx, later)
+	require.NoError(t, err)
+	require.EqualValues(t, 4*len(live), n)
+	other, err := serve.New(serve.Config{Pool: a.srv.Pool(), Schema: a.srv.Schema(), Periods: []time.Duration{period}, Logger: riverslottest.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, other.Configure(&river.Config{Schema: a.srv.Schema()}, 1)) // a process that runs, not started here
+	n, err = other.RecordMissedAt(ctx, later)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	for _, sc := range live {
+		var got serve.Schedule
+		require.Equal(t, http.StatusOK, as.do("GET", "/v1/schedules/"+sc.ID.String(), nil, &got))
+		require.Equal(t, "missed", got.Health.Status)
+		downs := map[time.Time]bool{}
+		for _, c := range got.LastCalls {
+			if c.Missed != nil && *c.Missed == serve.MissedServerDown {
+				require.NotNil(t, c.DueAt)
+				require.Equal(t, *c.DueAt, c.StartedAt, "a missed call's time is its place")
+				downs[*c.DueAt] = true
+			}
+		}
+		require.Len(t, downs, 4, "one entry per period")
+		offset := time.Duration(sc.OffsetSeconds * float64(time.Second))
+		for due := range downs {
+			require.InDelta(t, offset.Seconds(), due.Sub(due.Truncate(period)).Seconds(), 1e-3, "at the schedule's place in its period")
+		}
+	}
+	var pausedNow serve.Schedule
+	require.Equal(t, http.StatusOK, as.do("GET", "/v1/schedules/"+paused.ID.String(), nil, &pausedNow))
+	require.Empty(t, pausedNow.LastCalls, "a paused schedule misses nothing")
+
+	var stats struct {
+		Points []struct {
+			Missed, Triggered int64
+		}
+	}
+	require.Equal(t, http.StatusOK, as.do("GET", "/v1/stats?granularity=hour", nil, &stats))
+	var missed, triggered int64
+	for _, p := range stats.Points {
+		missed += p.Missed
+		triggered += p.Triggered
+	}
+	require.EqualValues(t, 4*len(live)+1, missed, "the sweep's and the stale one")
+	require.EqualValues(t, 1, triggered)
+	for _, c := range rc.of("/s/a") {
+		require.NoError(t, c.verified)
+	}
+}
