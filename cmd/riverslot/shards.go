@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,18 +27,34 @@ in force at its start.
                           [--at TIME] [--cycle D --buckets N]
   riverslot shards move   --task T --shard NAME=URL ... --range LO-HI --to NAME --at TIME
                           [--cycle D --buckets N]
+  riverslot shards add    --task T --shard NAME=URL ... --at TIME [--range LO-HI]
+                          [--cycle D --buckets N]
+  riverslot shards repair --task T --shard NAME=URL ... [--ranges ...] [--at TIME]
+                          [--cycle D --buckets N]
 
 --shard names each shard and its database (repeat it for every shard):
 NAME=URL, with River's schema --schema, or NAME@SCHEMA=URL for a shard
-whose River schema differs. set creates the shard-map table (and
-riverslot's ledger) where missing, as riverslot.MigrateLedger does. Buckets are the 65,536 two-byte
+whose River schema differs. set, add and repair create the shard-map
+table (and riverslot's ledger) where missing, as riverslot.MigrateLedger
+does. Buckets are the 65,536 two-byte
 buckets (the last two bytes of an account's UUID, byte 15 high), LO-HI
 inclusive. --at is when the change takes effect: the cycles starting at or
 after it follow it (RFC 3339, at least 30 s ahead, after every shard's
 last cycle); set without --at makes the fleet's first map, for every
-cycle, before any shard has made one. With --cycle (and --buckets) the
-ranges are checked against the task's slots: a range that does not fall on
-them is refused, naming the nearest bounds.
+cycle, before any shard has made one. Every range must fall on the task's
+slots, by the plan of its latest cycle in the shards' ledgers, or by
+--cycle (and --buckets) when given (give them when the plan changes): a
+range that does not is refused, naming the nearest bounds.
+
+set and move write the next version to every shard; a shard holding no map
+of the task (a new one) joins at that version. add joins the new shards
+(those holding no map) to the fleet's latest map from --at, nothing moved
+or, with --range, those buckets given to the new shard. repair brings every
+shard to one map after a change written on some shards only (show exits 1
+naming them), whatever versions they hold: the ranges of the highest
+version any shard holds (or --ranges), from its start (or --at, at least
+30 s ahead); it refuses only a map that would change the shards of a cycle
+a shard has already made, and writes nothing when the shards agree.
 
 show prints each shard's latest map and its latest cycle (the map version
 it followed, its slots, its syncs as the ledger counts them) and the total
@@ -52,12 +69,12 @@ func (s *shardFlag) String() string     { return strings.Join(*s, " ") }
 func (s *shardFlag) Set(v string) error { *s = append(*s, v); return nil }
 
 func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "show" && args[0] != "set" && args[0] != "move") {
+	if len(args) == 0 || !slices.Contains([]string{"show", "set", "move", "add", "repair"}, args[0]) {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(stdout, shardsAbout)
 			return nil
 		}
-		return usageErr("shards needs a subcommand: show, set or move (riverslot shards -h)")
+		return usageErr("shards needs a subcommand: show, set, move, add or repair (riverslot shards -h)")
 	}
 	sub := args[0]
 	fs := newFlagSet("shards "+sub, shardsAbout, stderr)
@@ -81,9 +98,13 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	switch sub {
 	case "set":
 		ranges = fs.String("ranges", "", "the map: NAME:LO-HI[,LO-HI] for each shard, separated by '/'")
+	case "repair":
+		ranges = fs.String("ranges", "", "the map to bring every shard to: NAME:LO-HI[,LO-HI] for each shard, separated by '/' (default: the highest version's ranges)")
 	case "move":
 		rng = fs.String("range", "", "the buckets to move, LO-HI")
 		to = fs.String("to", "", "the shard that gets them")
+	case "add":
+		rng = fs.String("range", "", "the buckets the new shard takes from --at, LO-HI (default: none, nothing moves)")
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -112,8 +133,12 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	// Parse everything before connecting.
 	var next slotplan.ShardMap
+	var repairMap *slotplan.ShardMap
 	switch sub {
-	case "set":
+	case "set", "repair":
+		if sub == "repair" && *ranges == "" {
+			break
+		}
 		m, err := parseShardRanges(*ranges)
 		if err != nil {
 			return usageErr("--ranges: %v", err)
@@ -123,7 +148,11 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				return usageErr("%v", err)
 			}
 		}
-		next = m
+		next, repairMap = m, &m
+	case "add":
+		if from.IsZero() {
+			return usageErr("add needs --at: the first cycle start the new shard is in the map (RFC 3339, at least 30 s ahead)")
+		}
 	case "move":
 		if *rng == "" || *to == "" {
 			return usageErr("move needs --range LO-HI and --to NAME")
@@ -137,12 +166,15 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	var move *shardscmd.Move
-	if sub == "move" {
+	if sub == "move" || (sub == "add" && *rng != "") {
 		lo, hi, err := parseBucketRange(*rng)
 		if err != nil {
 			return usageErr("--range: %v", err)
 		}
-		move = &shardscmd.Move{Lo: lo, Hi: hi, To: *to}
+		move = &shardscmd.Move{Lo: lo, Hi: hi}
+		if to != nil {
+			move.To = *to
+		}
 	}
 	shards := make([]riverslot.Shard, 0, len(parsed))
 	for _, sp := range parsed {
@@ -153,8 +185,17 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		defer pool.Close()
 		shards = append(shards, riverslot.Shard{Name: sp.name, Pool: pool, Schema: sp.schema})
 	}
-	if sub == "show" {
+	switch sub {
+	case "show":
 		return shardscmd.Show(ctx, stdout, shards, *task, *asJSON)
+	case "add":
+		return inputErr(shardscmd.Add(ctx, &shardscmd.AddConfig{Shards: shards, Task: *task, From: from, Range: move, Plan: plan}, stdout))
+	case "repair":
+		var at *time.Time
+		if !from.IsZero() {
+			at = &from
+		}
+		return inputErr(shardscmd.Repair(ctx, &shardscmd.RepairConfig{Shards: shards, Task: *task, Map: repairMap, From: at, Plan: plan}, stdout))
 	}
 	return inputErr(shardscmd.Set(ctx, &shardscmd.SetConfig{Shards: shards, Task: *task, Map: next, Move: move, From: from, Plan: plan}, stdout))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -110,14 +111,17 @@ var ErrShardMapLate = errors.New("the shard has already made a cycle the new sha
 
 // InsertShardMap records m, effective from cycles starting at or after
 // from, as the task's next version in tx, after LockShards(exclusive).
-// It refuses a version that is not the shard's latest + 1 and, wrapping
+// It refuses a version that is not the shard's latest + 1 (any version
+// on a shard with no map of the task: it joins the fleet) and, wrapping
 // ErrShardMapLate, a map whose first cycle this shard has bootstrapped.
 func (l Ledger) InsertShardMap(ctx context.Context, tx pgx.Tx, task string, m slotplan.ShardMap, from time.Time) error {
 	latest, ok, err := l.LatestShardMap(ctx, tx, task)
 	if err != nil {
 		return err
 	}
-	if want := latest.Version + 1; m.Version != want {
+	// A shard with no map of the task joins the fleet at the fleet's next
+	// version; one with maps takes only the version after its latest.
+	if want := latest.Version + 1; (ok && m.Version != want) || m.Version < 1 {
 		return fmt.Errorf("shard map version %d of task %q: this shard's latest is %d (want %d); the shards' maps disagree, or another change came first", m.Version, task, latest.Version, want)
 	}
 	if ok && from.Before(latest.EffectiveFrom) {
@@ -152,4 +156,87 @@ func (l Ledger) DeleteShardMap(ctx context.Context, tx pgx.Tx, task string, vers
 	}
 	_, err := tx.Exec(ctx, "DELETE FROM "+l.shards+" WHERE task = $1 AND version = $2", task, version)
 	return wrap(err, "undoing the shard map")
+}
+
+// RepairShardMap records m, effective from cycles starting at or after
+// from, as the task's version m.Version in tx (after
+// LockShards(exclusive)), whatever versions the shard holds: it brings a
+// shard to the map its fleet agreed on after a change written on some
+// shards only. m.Version must be above every version the shard holds
+// (the versions it skips stay, never in force again). It refuses, wrapping
+// ErrShardMapLate, only a map that would change the shards of a cycle
+// this shard has made: one at or after from that followed other ranges
+// (or no map).
+func (l Ledger) RepairShardMap(ctx context.Context, tx pgx.Tx, task string, m slotplan.ShardMap, from time.Time) error {
+	latest, _, err := l.LatestShardMap(ctx, tx, task)
+	if err != nil {
+		return err
+	}
+	if m.Version <= latest.Version {
+		return fmt.Errorf("shard map version %d of task %q: this shard holds version %d; give a later version", m.Version, task, latest.Version)
+	}
+	if err := l.CheckMadeCycles(ctx, tx, task, m, from); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, "INSERT INTO "+l.shards+" (task, version, effective_from, map) VALUES ($1, $2, $3, $4)", task, m.Version, from, raw)
+	return wrap(err, "recording the shard map")
+}
+
+// CheckMadeCycles refuses, wrapping ErrShardMapLate, a map from from that
+// would change the shards of a cycle this shard has made: one at or after
+// from that followed other ranges (or no map).
+func (l Ledger) CheckMadeCycles(ctx context.Context, q Queryer, task string, m slotplan.ShardMap, from time.Time) error {
+	rows, err := q.Query(ctx, "SELECT cycle_start, shard_version FROM "+l.table+" WHERE task = $1 AND slot = $2 AND cycle_start >= $3 ORDER BY cycle_start", task, BootstrapSlot, from)
+	if err != nil {
+		return wrap(err, "reading the shard's cycles")
+	}
+	type made struct {
+		start   time.Time
+		version *int64
+	}
+	cycles, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (made, error) {
+		var c made
+		return c, r.Scan(&c.start, &c.version)
+	})
+	if err != nil {
+		return wrap(err, "reading the shard's cycles")
+	}
+	for _, c := range cycles {
+		var followed ShardMap
+		if c.version != nil {
+			if followed, _, err = l.ShardMapVersion(ctx, q, task, *c.version); err != nil {
+				return err
+			}
+		}
+		if !slices.Equal(followed.Ranges, m.Ranges) {
+			was := "no shard map"
+			if c.version != nil {
+				was = followed.String()
+			}
+			return fmt.Errorf("%w (task %q: cycle %s followed %s, the map from %s gives other ranges): give a start after the shard's last cycle, or the ranges that cycle followed",
+				ErrShardMapLate, task, c.start.UTC().Format(time.RFC3339), was, from.UTC().Format(time.RFC3339))
+		}
+	}
+	return nil
+}
+
+// LatestPlan returns the plan id and start of the task's latest cycle on
+// this shard; false when it has made none.
+func (l Ledger) LatestPlan(ctx context.Context, q Queryer, task string) (string, time.Time, bool, error) {
+	var (
+		plan  string
+		start time.Time
+	)
+	err := q.QueryRow(ctx, "SELECT plan, cycle_start FROM "+l.table+" WHERE task = $1 AND slot = $2 ORDER BY cycle_start DESC LIMIT 1", task, BootstrapSlot).Scan(&plan, &start)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), isUndefinedTable(err):
+		return "", time.Time{}, false, nil
+	case err != nil:
+		return "", time.Time{}, false, wrap(err, "reading the task's latest cycle")
+	}
+	return plan, start.UTC(), true, nil
 }

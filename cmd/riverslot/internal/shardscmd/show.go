@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -51,11 +52,20 @@ func Show(ctx context.Context, stdout io.Writer, shards []riverslot.Shard, task 
 		}
 		views = append(views, v)
 	}
-	maps := map[string]bool{}
+	// Each distinct latest map (version, ranges and start) and its shards.
+	maps := map[string][]string{}
+	var order []string
 	var total shardView
 	total.Shard, total.CycleStart = "all", latest
 	for _, v := range views {
-		maps[v.Map] = true
+		key := "no map"
+		if v.Map != "" {
+			key = v.Map + " from " + fromText(v.EffectiveFrom)
+		}
+		if maps[key] == nil {
+			order = append(order, key)
+		}
+		maps[key] = append(maps[key], v.Shard)
 		if v.CycleStart.Equal(latest) {
 			total.Slots += v.Slots
 			total.SlotsDone += v.SlotsDone
@@ -92,9 +102,21 @@ func Show(ctx context.Context, stdout io.Writer, shards []riverslot.Shard, task 
 		}
 	}
 	if len(maps) > 1 {
-		return errors.New("the shards' latest maps disagree: a change was made on some shards only; set the map again (riverslot shards set) on every shard")
+		var held []string
+		for _, key := range order {
+			held = append(held, strings.Join(maps[key], ", ")+": "+key)
+		}
+		return fmt.Errorf("the shards' latest maps of task %s disagree (%s): a change was made on some shards only, or a shard is new; riverslot shards repair brings every shard to one map (the highest version's, or --ranges and --at), riverslot shards add joins a new shard",
+			task, strings.Join(held, "; "))
 	}
 	return nil
+}
+
+func fromText(from time.Time) string {
+	if from.IsZero() {
+		return "every cycle"
+	}
+	return from.UTC().Format(time.RFC3339)
 }
 
 // shardOf reads one shard's latest map and latest cycle of the task.
