@@ -50,8 +50,9 @@ func (a *answering) calls(path string) []time.Time {
 // TestThrottleGoneAndPorts: a 429 from one service pauses only the
 // schedules of that service (host and port), for at most half the period
 // whatever its Retry-After; another service on the same host keeps its
-// places. A 503 with Retry-After is a throttle too (tried again after it,
-// not given up with retries 0); a 410 Gone pauses its schedule, which is
+// places. A 503 with Retry-After is a throttle too, tried again after it
+// when the schedule has retries left (a 429 or 503 counts as a call: with
+// retries 0, one call a period); a 410 Gone pauses its schedule, which is
 // then called no more.
 func TestThrottleGoneAndPorts(t *testing.T) {
 	t.Parallel()
@@ -67,7 +68,7 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 	// (503 with Retry-After: 2 once) and /gone (410).
 	svc2, url2 := newAnswering(t, func(path string, n int, w http.ResponseWriter) {
 		switch {
-		case path == "/unavailable" && n == 0:
+		case (path == "/unavailable" || path == "/unavailable1") && n == 0:
 			w.Header().Set("Retry-After", "2")
 			w.WriteHeader(http.StatusServiceUnavailable)
 		case path == "/gone":
@@ -89,6 +90,7 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 		fine = append(fine, create(url2+"/fine"+string(rune('a'+i)), 3))
 	}
 	create(url2+"/unavailable", 0)
+	create(url2+"/unavailable1", 1)
 	gone := create(url2+"/gone", 3)
 	require.NotEqual(t, throttled.Upstream, fine[0].Upstream, "two ports, two upstreams")
 
@@ -103,7 +105,7 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 				return false
 			}
 		}
-		return len(svc2.calls("/unavailable")) >= 2 && len(throttler.calls("/t")) >= 2
+		return len(svc2.calls("/unavailable")) >= 2 && len(svc2.calls("/unavailable1")) >= 2 && len(throttler.calls("/t")) >= 2
 	})
 
 	// Service 2's schedules kept one call per period at their places:
@@ -127,10 +129,14 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 		require.Less(t, at.Sub(due), period/2, "the throttled schedule called %s after its place", at.Sub(due))
 	}
 	require.GreaterOrEqual(t, tc[1].Sub(tc[0]), period/2, "the throttle held its upstream")
-	// The 503 with Retry-After: tried again after it, with no retries.
+	// The 503 with Retry-After counts against retries: with none, the
+	// period made one call (the next is the next period's, at its place);
+	// with one, it was tried again after the Retry-After, in its period.
 	uc := svc2.calls("/unavailable")
-	require.GreaterOrEqual(t, uc[1].Sub(uc[0]), 2*time.Second)
-	require.Less(t, uc[1].Sub(uc[0]), period/2, "tried again in its period (given up, the next call would be the next period's)")
+	require.Greater(t, uc[1].Sub(uc[0]), period/2, "retries 0: one call a period, a 503 or 429 included")
+	uc1 := svc2.calls("/unavailable1")
+	require.GreaterOrEqual(t, uc1[1].Sub(uc1[0]), 2*time.Second)
+	require.Less(t, uc1[1].Sub(uc1[0]), period/2, "retries 1: tried again in its period after the Retry-After")
 	// The 410: called once, then paused.
 	require.Len(t, svc2.calls("/gone"), 1)
 	var got serve.Schedule

@@ -398,6 +398,7 @@ ON CONFLICT (name) WHERE deleted_at IS NULL DO NOTHING`,
 		`ALTER TABLE `+c+` ADD COLUMN IF NOT EXISTS tenant_id uuid, ADD COLUMN IF NOT EXISTS period_start timestamptz,
 	ADD COLUMN IF NOT EXISTS missed text, ADD COLUMN IF NOT EXISTS triggered boolean NOT NULL DEFAULT false`,
 		`CREATE INDEX IF NOT EXISTS riverslot_call_period ON `+c+` (schedule_id, period_start)`,
+		`CREATE INDEX IF NOT EXISTS riverslot_call_job ON `+c+` (job_id) WHERE job_id IS NOT NULL`,
 		`CREATE INDEX IF NOT EXISTS riverslot_call_schedule ON `+c+` (schedule_id, started_at DESC)`,
 		`CREATE INDEX IF NOT EXISTS riverslot_call_started ON `+c+` (started_at)`,
 		`CREATE INDEX IF NOT EXISTS riverslot_call_tenant ON `+c+` (tenant_id, started_at)`,
@@ -618,6 +619,18 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 		return riverslot.NotUpstream(fmt.Errorf("error reading schedule %s: %w", id, err))
 	}
 	t, periodMS := l.target, l.periodMS
+	// The calls this job made before (a retry, or a call again after its
+	// upstream's pause, which riverslot may make in the same attempt):
+	// retries counts every call made, a 429's included, so "retries": 0 is
+	// one call a period whatever the answer. One probe of the calls' job
+	// index.
+	var made int
+	if err := s.cfg.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s.calls+` WHERE job_id = $1 AND missed IS NULL`, job.ID).Scan(&made); err != nil {
+		return riverslot.NotUpstream(fmt.Errorf("error counting schedule %s's calls: %w", id, err))
+	}
+	if made > l.retries {
+		return river.JobCancel(fmt.Errorf("giving up: %d calls made this period, the schedule's retries are %d", made, l.retries))
+	}
 	l.msgID = messageID(id, job.Args.CycleStart)
 	var due *time.Time
 	if info, ok := s.tasks[time.Duration(periodMS)*time.Millisecond]; ok && info.Name == job.Args.Task {
@@ -655,9 +668,9 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 	if failure == nil {
 		failure = fmt.Errorf("%s answered %d", t.url, status)
 	}
-	if job.Attempt > t.retries {
+	if made+1 > t.retries {
 		// The schedule's retries are spent: the next period calls again.
-		return river.JobCancel(fmt.Errorf("giving up after %d attempts: %w", job.Attempt, failure))
+		return river.JobCancel(fmt.Errorf("giving up after %d calls: %w", made+1, failure))
 	}
 	return failure
 }
