@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/riverslot/riverslot/internal/bootstrap"
 	"github.com/riverslot/riverslot/internal/httpjson"
 	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/slotplan"
@@ -514,9 +515,66 @@ func (s *Server) scan(rows pgx.CollectableRow) (Schedule, error) {
 	return sc, nil
 }
 
+// periodBegun is whether a task's period starting at start is begun, as
+// read at read: bootstrapped (riverslot's ledger has its cycle: final), or
+// about to be (its bootstrap job is queued or running), or neither.
+type periodBegun struct {
+	start, read time.Time
+	yes, final  bool
+}
+
+// readBegun reads, for each task whose current period is not known to be
+// bootstrapped, whether it is now (at most every 2 s): place promises the
+// current period's calls only then. A period whose bootstrap job is queued
+// or running counts as begun until the job ends without making the cycle
+// (a server's first period: Task.FirstCycle).
+func (s *Server) readBegun(ctx context.Context) error {
+	now := time.Now()
+	for _, info := range s.tasks {
+		start := info.Schedule.Start(now)
+		s.beganMu.Lock()
+		b := s.began[info.Name]
+		s.beganMu.Unlock()
+		if b.start.Equal(start) && (b.final || now.Sub(b.read) < 2*time.Second) {
+			continue
+		}
+		cycles, err := s.ledger.Cycles(ctx, s.cfg.Pool, info.Name, start, start.Add(time.Nanosecond), 1)
+		if err != nil {
+			return err
+		}
+		b = periodBegun{start: start, read: now, yes: len(cycles) > 0, final: len(cycles) > 0}
+		if !b.yes {
+			// River's bootstrap job of the period, by the args' index.
+			err := s.cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+pgx.Identifier{s.cfg.Schema, "river_job"}.Sanitize()+`
+WHERE kind = $1 AND args @> jsonb_build_object('task', $2::text) AND (args->>'cycle_start')::timestamptz = $3
+	AND state NOT IN ('completed', 'cancelled', 'discarded'))`, bootstrap.Kind, info.Name, start).Scan(&b.yes)
+			if err != nil {
+				return err
+			}
+		}
+		s.beganMu.Lock()
+		s.began[info.Name] = b
+		s.beganMu.Unlock()
+	}
+	return nil
+}
+
+// begun reports whether the task's period starting at start is
+// bootstrapped, as readBegun last read.
+func (s *Server) begun(task string, start time.Time) bool {
+	s.beganMu.Lock()
+	defer s.beganMu.Unlock()
+	b := s.began[task]
+	return b.yes && b.start.Equal(start)
+}
+
 // place fills the schedule's offset and next calls (none while paused or
-// deleted): a period whose fan-out for the schedule's slot has already run
-// is skipped, as the schedule was not there to be selected.
+// deleted): the calls that will be made, from the first. A period whose
+// fan-out for the schedule's slot has already run is skipped, as the
+// schedule was not there to be selected; so is the current period when no
+// process has started it (a server's first period, from its start, is the
+// next one: Task.FirstCycle; a period the service was down for at its
+// start is made late, if at all, and shown once it is).
 func (s *Server) place(sc *Schedule, period time.Duration, now time.Time) {
 	info, ok := s.tasks[period]
 	if !ok {
@@ -535,6 +593,9 @@ func (s *Server) place(sc *Schedule, period time.Duration, now time.Time) {
 		return
 	}
 	for c := start; len(sc.NextCalls) < 3; c = info.Schedule.Next(c) {
+		if c.Equal(start) && !s.begun(info.Name, start) {
+			continue
+		}
 		due := info.Due(c, sc.ID)
 		if info.SlotStartOf(c, sc.ID).Add(-info.Lead).After(now) {
 			sc.NextCalls = append(sc.NextCalls, due.UTC())
@@ -637,6 +698,9 @@ func (s *Server) requestTenant(r *http.Request, named *string) (uuid.UUID, *apiE
 // tenant has a schedule of the request's external_id, 200 and that one
 // (a retried create makes one schedule).
 func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any) {
+	if err := s.readBegun(r.Context()); err != nil {
+		return internal(err)
+	}
 	var in input
 	if e := decode(r, &in); e != nil {
 		return 0, e
@@ -721,6 +785,9 @@ func (s *Server) byExternalID(ctx context.Context, db interface {
 }
 
 func (s *Server) list(_ http.ResponseWriter, r *http.Request) (int, any) {
+	if err := s.readBegun(r.Context()); err != nil {
+		return internal(err)
+	}
 	q := r.URL.Query()
 	limit := 100
 	if v := q.Get("limit"); v != "" {
@@ -826,6 +893,9 @@ func notFound(id uuid.UUID) *apiError {
 }
 
 func (s *Server) get(_ http.ResponseWriter, r *http.Request) (int, any) {
+	if err := s.readBegun(r.Context()); err != nil {
+		return internal(err)
+	}
 	id, e := pathID(r)
 	if e != nil {
 		return 0, e
@@ -865,6 +935,9 @@ WHERE schedule_id = $1 ORDER BY started_at DESC LIMIT 20`, id)
 }
 
 func (s *Server) patch(_ http.ResponseWriter, r *http.Request) (int, any) {
+	if err := s.readBegun(r.Context()); err != nil {
+		return internal(err)
+	}
 	id, e := pathID(r)
 	if e != nil {
 		return 0, e

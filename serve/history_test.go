@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
@@ -29,6 +30,7 @@ type received struct {
 
 type receivedCall struct {
 	path, id string
+	at       time.Time
 	verified error
 }
 
@@ -36,7 +38,7 @@ func (rc *received) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	rc.calls = append(rc.calls, receivedCall{path: r.URL.Path, id: r.Header.Get(serve.HeaderWebhookID), verified: rc.wh.Verify(body, r.Header)})
+	rc.calls = append(rc.calls, receivedCall{path: r.URL.Path, id: r.Header.Get(serve.HeaderWebhookID), at: time.Now(), verified: rc.wh.Verify(body, r.Header)})
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -197,5 +199,56 @@ func TestTriggerAndMissed(t *testing.T) {
 	require.EqualValues(t, 1, triggered)
 	for _, c := range rc.of("/s/a") {
 		require.NoError(t, c.verified)
+	}
+}
+
+// TestNextCallsComeTrue: right after a fresh start (its first period is
+// the next one: Task.FirstCycle), each schedule's first next_calls entry
+// is the first call it gets, within a second, never one in a period the
+// service does not serve.
+func TestNextCallsComeTrue(t *testing.T) {
+	t.Parallel()
+	const period = 24 * time.Second
+	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
+	ctx := context.Background()
+	rc := &received{}
+	def, err := a.srv.DefaultTenant(ctx)
+	require.NoError(t, err)
+	secret, err := a.srv.SigningSecret(ctx, def)
+	require.NoError(t, err)
+	rc.wh, err = standardwebhooks.NewWebhook(secret)
+	require.NoError(t, err)
+	ts := httptest.NewServer(rc)
+	t.Cleanup(ts.Close)
+
+	config := &river.Config{Schema: a.srv.Schema(), FetchPollInterval: 100 * time.Millisecond}
+	require.NoError(t, a.srv.Configure(config, 10))
+	riverslottest.StartClient(ctx, t, a.srv.Pool(), config)
+	// The server's start has decided its first period: made (it began
+	// within the trigger's lead) or left to the next (FirstCycleNext).
+	riverslottest.WaitFor(t, 30*time.Second, "the first bootstrap to end", func() bool {
+		var n int
+		require.NoError(t, a.srv.Pool().QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{a.srv.Schema(), "river_job"}.Sanitize()+`
+WHERE kind = 'riverslot_bootstrap' AND state = 'completed'`).Scan(&n))
+		return n > 0
+	})
+	var list []serve.Schedule
+	for i := range 12 {
+		list = append(list, a.schedule(map[string]any{"url": ts.URL + "/n/" + string(rune('a'+i)), "period": "24s", "timeout": "2s"}))
+	}
+	riverslottest.WaitFor(t, 3*period+10*time.Second, "every schedule's first call", func() bool {
+		for i := range list {
+			if len(rc.of("/n/"+string(rune('a'+i)))) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, sc := range list {
+		require.NotEmpty(t, sc.NextCalls)
+		first := rc.of("/n/" + string(rune('a'+i)))[0]
+		// The receiver's clock: the call's arrival, a moment after its start.
+		at := first.at
+		require.WithinDuration(t, sc.NextCalls[0], at, 1500*time.Millisecond, "schedule %d: promised %s, first called %s", i, sc.NextCalls[0], at)
 	}
 }
