@@ -29,7 +29,9 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/slotplan"
+	"github.com/riverslot/riverslot/sqlbucket"
 )
 
 // callsQueue is the River queue of the calls.
@@ -104,6 +106,11 @@ type Server struct {
 	defaultTenant atomic.Pointer[uuid.UUID]
 	// inserter queues triggered calls (a River client that works no job).
 	inserter *river.Client[pgx.Tx]
+	// ledger is riverslot's ledger, and begun, per task, whether its
+	// current period is bootstrapped (read at most every 2 s).
+	ledger  ledger.Ledger
+	beganMu sync.Mutex
+	began   map[string]periodBegun
 	// missedSwept is, per task, the latest period RecordMissed finished.
 	missedMu    sync.Mutex
 	missedSwept map[string]time.Time
@@ -189,6 +196,8 @@ func New(cfg Config) (*Server, error) {
 		calls:     pgx.Identifier{cfg.Schema, CallsTable}.Sanitize(),
 		tokens:    pgx.Identifier{cfg.Schema, TokensTable}.Sanitize(),
 		tenants:   pgx.Identifier{cfg.Schema, TenantsTable}.Sanitize(),
+		ledger:    ledger.New(cfg.Schema),
+		began:     map[string]periodBegun{},
 	}
 	switch q := &s.cfg.TenantQuota; {
 	case *q == TenantQuota{}:
@@ -273,7 +282,7 @@ func (s *Server) task(p time.Duration, t riverslot.Task) riverslot.Task {
 	// River's next 5 s scheduler tick.
 	t.Punctual = true
 	t.Schema, t.Table = s.cfg.Schema, SchedulesTable
-	t.Filter = "deleted_at IS NULL AND NOT paused AND period_ms = " + strconv.FormatInt(p.Milliseconds(), 10)
+	t.Filter = periodFilter(p)
 	t.Queue = callsQueue
 	t.MaxAttempts = MaxRetries + 1
 	t.SyncTimeout = MaxTimeout + 5*time.Second
@@ -283,10 +292,48 @@ func (s *Server) task(p time.Duration, t riverslot.Task) riverslot.Task {
 	return t
 }
 
-// CreateIndexes creates the schedules' bucket indexes (one per bucket
-// count of the server's periods).
+// periodFilter is the condition of the schedules a period's task calls.
+func periodFilter(p time.Duration) string {
+	return "deleted_at IS NULL AND NOT paused AND period_ms = " + strconv.FormatInt(p.Milliseconds(), 10)
+}
+
+// PeriodIndexName is the name of the bucket index of period's schedules.
+func PeriodIndexName(period time.Duration) string {
+	if period == Monthly {
+		return "riverslot_schedule_monthly_bucket"
+	}
+	return "riverslot_schedule_" + strconv.FormatInt(period.Milliseconds(), 10) + "ms_bucket"
+}
+
+// CreateIndexes creates the schedules' bucket indexes: riverslot's (one per
+// bucket count of the server's periods) and one per period, partial on the
+// period's live schedules, so that each period's fan-out reads only its
+// own schedules, not every period's of its slot's buckets. Each is built
+// CONCURRENTLY (writes go on), an INVALID one left by an interrupted build
+// dropped and built again.
 func (s *Server) CreateIndexes(ctx context.Context) error {
-	return s.scheduler.CreateIndexes(ctx)
+	if err := s.scheduler.CreateIndexes(ctx); err != nil {
+		return err
+	}
+	for _, p := range s.cfg.Periods {
+		info := s.tasks[p]
+		name := PeriodIndexName(p)
+		valid, exists, err := sqlbucket.IndexValid(ctx, s.cfg.Pool, s.cfg.Schema, SchedulesTable, name)
+		if err != nil {
+			return err
+		}
+		if exists && !valid {
+			if _, err := s.cfg.Pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+pgx.Identifier{s.cfg.Schema, name}.Sanitize()); err != nil {
+				return fmt.Errorf("error dropping the INVALID index %s to build it again: %w", name, err)
+			}
+		}
+		expr := sqlbucket.ExprFor("id", info.Plan.Buckets)
+		if _, err := s.cfg.Pool.Exec(ctx, "CREATE INDEX CONCURRENTLY IF NOT EXISTS "+pgx.Identifier{name}.Sanitize()+" ON "+s.schedules+
+			" (("+expr+"), id) WHERE "+periodFilter(p)); err != nil {
+			return fmt.Errorf("error creating the index of period %s's schedules: %w", FormatPeriod(p), err)
+		}
+	}
+	return nil
 }
 
 // Schema is the schema of River's tables and the service's.
