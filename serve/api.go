@@ -60,6 +60,10 @@ type Schedule struct {
 	Retries    int               `json:"retries"`
 	Upstream   string            `json:"upstream"`
 	Paused     bool              `json:"paused"`
+	// CatchUp is what a period the service did not start brings: CatchUpSkip
+	// (the next call at its place) or CatchUpOne (one call as soon as the
+	// service knows, then the places).
+	CatchUp string `json:"catch_up"`
 	// Offset is the schedule's place in its period: every call is due
 	// that long after a period starts. For a monthly schedule it is the
 	// place in the current month, and MonthFraction the place in every
@@ -126,6 +130,7 @@ type input struct {
 	Retries    *int               `json:"retries"`
 	Upstream   *string            `json:"upstream"`
 	Paused     *bool              `json:"paused"`
+	CatchUp    *string            `json:"catch_up"`
 }
 
 // apiError is a 4xx answer: the field at fault and how to fix it.
@@ -314,6 +319,7 @@ type row struct {
 	period, timeout             time.Duration
 	retries                     int
 	paused                      bool
+	catchUp                     string
 }
 
 // apply checks in's fields and sets them on r (create: every required
@@ -429,6 +435,12 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 		}
 		return badField(field, "makes the upstream key %q, %d bytes; keys are at most %d (a shorter sub-key, or a shorter host name)", r.upstream, len(r.upstream), upstream.MaxKeyLen)
 	}
+	if in.CatchUp != nil {
+		if *in.CatchUp != CatchUpSkip && *in.CatchUp != CatchUpOne {
+			return badField("catch_up", "must be %q (a missed period's call is not made again) or %q (one call as soon as the service is back), got %q", CatchUpSkip, CatchUpOne, *in.CatchUp)
+		}
+		r.catchUp = *in.CatchUp
+	}
 	if in.Paused != nil {
 		r.paused = *in.Paused
 	}
@@ -488,7 +500,7 @@ func absDur(d time.Duration) time.Duration {
 	return d
 }
 
-const scheduleColumns = `id, tenant_id, external_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused, created_at, updated_at, deleted_at`
+const scheduleColumns = `id, tenant_id, external_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused, catch_up, created_at, updated_at, deleted_at`
 
 func (s *Server) scan(rows pgx.CollectableRow) (Schedule, error) {
 	var (
@@ -500,7 +512,7 @@ func (s *Server) scan(rows pgx.CollectableRow) (Schedule, error) {
 		headers              map[string]string
 		url, method, body, u string
 	)
-	if err := rows.Scan(&sc.ID, &sc.Tenant, &sc.ExternalID, &url, &method, &headers, &body, &periodMS, &timeoutMS, &sc.Retries, &u, &sc.Paused, &created, &updated, &deleted); err != nil {
+	if err := rows.Scan(&sc.ID, &sc.Tenant, &sc.ExternalID, &url, &method, &headers, &body, &periodMS, &timeoutMS, &sc.Retries, &u, &sc.Paused, &sc.CatchUp, &created, &updated, &deleted); err != nil {
 		return sc, err
 	}
 	// Header values often hold the target's credentials: write-only.
@@ -720,7 +732,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any) {
 			return http.StatusOK, sc
 		}
 	}
-	row := row{tenant: tenant, method: http.MethodPost, headers: map[string]string{}, timeout: DefaultTimeout, retries: DefaultRetries}
+	row := row{tenant: tenant, method: http.MethodPost, headers: map[string]string{}, timeout: DefaultTimeout, retries: DefaultRetries, catchUp: CatchUpSkip}
 	if in.Timeout == nil && in.Period != nil {
 		if p, err := ParsePeriod(*in.Period); err == nil && p != Monthly && DefaultTimeout > p/2 {
 			row.timeout = p / 2
@@ -741,9 +753,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any) {
 	if e := s.chargeTenant(r.Context(), tx, tenant, 1, row.period.Milliseconds(), 0); e != nil {
 		return 0, e
 	}
-	rows, err := tx.Query(r.Context(), `INSERT INTO `+s.schedules+` (id, tenant_id, external_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING `+scheduleColumns,
-		id, tenant, in.ExternalID, row.url, row.method, row.headers, row.body, row.period.Milliseconds(), row.timeout.Milliseconds(), row.retries, row.upstream, row.paused)
+	rows, err := tx.Query(r.Context(), `INSERT INTO `+s.schedules+` (id, tenant_id, external_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused, catch_up)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING `+scheduleColumns,
+		id, tenant, in.ExternalID, row.url, row.method, row.headers, row.body, row.period.Milliseconds(), row.timeout.Milliseconds(), row.retries, row.upstream, row.paused, row.catchUp)
 	if err != nil {
 		return internal(err)
 	}
@@ -955,9 +967,9 @@ func (s *Server) patch(_ http.ResponseWriter, r *http.Request) (int, any) {
 		cur                 row
 		periodMS, timeoutMS int64
 	)
-	err = tx.QueryRow(r.Context(), `SELECT tenant_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused FROM `+s.schedules+`
+	err = tx.QueryRow(r.Context(), `SELECT tenant_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused, catch_up FROM `+s.schedules+`
 WHERE id = $1 AND deleted_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2) FOR UPDATE`, id, principalOf(r).tenantFilter()).
-		Scan(&cur.tenant, &cur.url, &cur.method, &cur.headers, &cur.body, &periodMS, &timeoutMS, &cur.retries, &cur.upstream, &cur.paused)
+		Scan(&cur.tenant, &cur.url, &cur.method, &cur.headers, &cur.body, &periodMS, &timeoutMS, &cur.retries, &cur.upstream, &cur.paused, &cur.catchUp)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, notFound(id)
 	}
@@ -977,8 +989,8 @@ WHERE id = $1 AND deleted_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2) FO
 		}
 	}
 	rows, err := tx.Query(r.Context(), `UPDATE `+s.schedules+` SET url = $2, method = $3, headers = $4, body = $5, period_ms = $6, timeout_ms = $7, retries = $8,
-	upstream = $9, paused = $10, updated_at = clock_timestamp() WHERE id = $1 RETURNING `+scheduleColumns,
-		id, cur.url, cur.method, cur.headers, cur.body, cur.period.Milliseconds(), cur.timeout.Milliseconds(), cur.retries, cur.upstream, cur.paused)
+	upstream = $9, paused = $10, catch_up = $11, updated_at = clock_timestamp() WHERE id = $1 RETURNING `+scheduleColumns,
+		id, cur.url, cur.method, cur.headers, cur.body, cur.period.Milliseconds(), cur.timeout.Milliseconds(), cur.retries, cur.upstream, cur.paused, cur.catchUp)
 	if err != nil {
 		return internal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -78,6 +79,13 @@ func TestTriggerAndMissed(t *testing.T) {
 	for i := range 4 {
 		live = append(live, as.schedule(map[string]any{"url": ts.URL + "/s/" + string(rune('a'+i)), "period": "24s", "timeout": "2s"}))
 	}
+	// The last one catches up a period the service did not start.
+	var e0 apiErr
+	require.Equal(t, http.StatusBadRequest, as.do("PATCH", "/v1/schedules/"+live[3].ID.String(), map[string]any{"catch_up": "all"}, &e0))
+	require.Equal(t, "catch_up", e0.Field)
+	require.Equal(t, http.StatusOK, as.do("PATCH", "/v1/schedules/"+live[3].ID.String(), map[string]any{"catch_up": serve.CatchUpOne}, &live[3]))
+	require.Equal(t, serve.CatchUpOne, live[3].CatchUp)
+	require.Equal(t, serve.CatchUpSkip, live[0].CatchUp, "the default")
 	paused := as.schedule(map[string]any{"url": ts.URL + "/paused", "period": "24s", "paused": true})
 	var e apiErr
 	require.Equal(t, http.StatusConflict, as.do("POST", "/v1/schedules/"+paused.ID.String()+"/trigger", nil, &e))
@@ -155,6 +163,21 @@ func TestTriggerAndMissed(t *testing.T) {
 	n, err := a.srv.RecordMissedAt(ctx, later)
 	require.NoError(t, err)
 	require.EqualValues(t, 4*len(live), n)
+	// The catch-up: one call of the newest missed period, with its
+	// webhook-id, for the schedule that asked for it only.
+	newest := later.Truncate(period).Add(-period)
+	if later.Sub(later.Truncate(period)) < time.Second {
+		newest = newest.Add(-period) // a period ends a second before it is looked at
+	}
+	wantID := "msg_" + live[3].ID.String() + "_" + strconv.FormatInt(newest.Unix(), 10)
+	riverslottest.WaitFor(t, 15*time.Second, "the catch-up call", func() bool {
+		for _, c := range rc.of("/s/d") {
+			if c.id == wantID {
+				return true
+			}
+		}
+		return false
+	})
 	other, err := serve.New(serve.Config{Pool: a.srv.Pool(), Schema: a.srv.Schema(), Periods: []time.Duration{period}, Logger: riverslottest.Logger(t)})
 	require.NoError(t, err)
 	require.NoError(t, other.Configure(&river.Config{Schema: a.srv.Schema()}, 1)) // a process that runs, not started here
@@ -162,10 +185,29 @@ func TestTriggerAndMissed(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 
-	for _, sc := range live {
+	caughtUp := func(path string) (n int) {
+		for _, c := range rc.of(path) {
+			if strings.HasSuffix(c.id, "_"+strconv.FormatInt(newest.Unix(), 10)) {
+				n++
+			}
+		}
+		return n
+	}
+	require.Equal(t, 1, caughtUp("/s/d"), "one catch-up call")
+	for _, p := range []string{"/s/a", "/s/b", "/s/c"} {
+		require.Zero(t, caughtUp(p), "%s: catch_up skip", p)
+	}
+	var jobs int
+	require.NoError(t, a.srv.Pool().QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{a.srv.Schema(), "river_job"}.Sanitize()+`
+WHERE kind = 'riverslot_serve_trigger' AND args->>'schedule' = $1`, live[3].ID.String()).Scan(&jobs))
+	require.Equal(t, 1, jobs, "queued once, the second process's sweep included")
+
+	for i, sc := range live {
 		var got serve.Schedule
 		require.Equal(t, http.StatusOK, as.do("GET", "/v1/schedules/"+sc.ID.String(), nil, &got))
-		require.Equal(t, "missed", got.Health.Status)
+		// The entries' times are their places, ahead of the catch-up call
+		// here (the sweep ran as of ten periods on).
+		require.Equal(t, "missed", got.Health.Status, "schedule %d", i)
 		downs := map[time.Time]bool{}
 		for _, c := range got.LastCalls {
 			if c.Missed != nil && *c.Missed == serve.MissedServerDown {
@@ -196,7 +238,7 @@ func TestTriggerAndMissed(t *testing.T) {
 		triggered += p.Triggered
 	}
 	require.EqualValues(t, 4*len(live)+1, missed, "the sweep's and the stale one")
-	require.EqualValues(t, 1, triggered)
+	require.EqualValues(t, 1, triggered, "the catch-up is its period's call, not a triggered one")
 	for _, c := range rc.of("/s/a") {
 		require.NoError(t, c.verified)
 	}

@@ -34,6 +34,18 @@ const (
 	MissedUpstreamDown = "upstream_down"
 )
 
+// A schedule's catch_up: what a period the service did not start brings.
+const (
+	// CatchUpSkip (the default): nothing; the next call comes at its place.
+	CatchUpSkip = "skip"
+	// CatchUpOne: one call as soon as the service knows the period was
+	// missed (RecordMissed: within a sweep of the period's end, at the
+	// latest), with that period's webhook-id, then the places as usual; none
+	// when the schedule's next place is nearer than its timeout and a
+	// second, so that the two never overlap.
+	CatchUpOne = "one"
+)
+
 // missedReason is the reason of a riverslot skip.
 func missedReason(skip string) string {
 	switch skip {
@@ -77,15 +89,17 @@ const missedLookback = 4
 // RecordMissed writes a history entry for each call that a period which
 // ended did not make, and had no entry for: a schedule that existed
 // before its place's fan-out, not deleted before the period ended, not
-// paused, without a call or a recorded skip. The reason is
-// MissedServerDown when no process started the period (riverslot's
-// ledger has no cycle for it), else MissedFanOutLate. A period is done
-// half a period (the longest a call may be late) and 30 s (at most another
-// half period) after its end;
-// periods before the first one any process started are not looked at
-// (nothing was promised then). It returns the entries written. Servers
-// call it every few seconds (riverslot serve does); it is idempotent, and
-// two servers running it at once write each entry once.
+// paused, without a call or a recorded skip. A period no process started
+// (riverslot's ledger has no cycle for it) is MissedServerDown, known at
+// its end (no bootstrap comes for an ended period): its schedules with
+// catch_up "one" are each called once at once (CatchUpOne). A period
+// started is MissedFanOutLate for the calls it did not make, once half a
+// period (the longest a call may be late) and 30 s (at most another half
+// period) are past its end. It looks at the last 4 ended periods, not at
+// periods before the first one any process started (nothing was promised
+// then). It returns the entries written. Servers call it every few
+// seconds (riverslot serve does); it is idempotent, and two servers
+// running it at once write each entry, and queue each catch-up, once.
 func (s *Server) RecordMissed(ctx context.Context) (int64, error) {
 	return s.recordMissedAt(ctx, time.Now())
 }
@@ -103,49 +117,77 @@ func (s *Server) recordMissedAt(ctx context.Context, now time.Time) (int64, erro
 }
 
 func (s *Server) recordMissed(ctx context.Context, period time.Duration, info riverslot.TaskInfo, now time.Time) (int64, error) {
-	// The periods done, newest first.
+	// The periods ended, newest first: one no process started is known
+	// missed at its end (no bootstrap comes for an ended period); one
+	// started is done once its late calls could still come no more.
 	var done []time.Time
 	for c := info.Schedule.Start(now); len(done) < missedLookback; {
 		c = info.Schedule.Start(c.Add(-time.Nanosecond))
-		end := info.Schedule.Next(c)
-		if now.After(end.Add(end.Sub(c)/2 + min(30*time.Second, end.Sub(c)/2))) {
+		if end := info.Schedule.Next(c); now.After(end.Add(time.Second)) {
 			done = append(done, c)
 		}
 	}
 	s.missedMu.Lock()
-	swept := s.missedSwept[info.Name]
-	s.missedMu.Unlock()
 	var todo []time.Time
 	for _, c := range done {
-		if c.After(swept) {
+		if !s.missedDone[info.Name][c] {
 			todo = append(todo, c)
 		}
 	}
+	s.missedMu.Unlock()
 	if len(todo) == 0 {
 		return 0, nil
 	}
-	cycles, err := s.scheduler.Cycles(ctx, info.Name, 2*missedLookback)
+	markDone := func(c time.Time) {
+		s.missedMu.Lock()
+		defer s.missedMu.Unlock()
+		if s.missedDone == nil {
+			s.missedDone = map[string]map[time.Time]bool{}
+		}
+		m := s.missedDone[info.Name]
+		if m == nil {
+			m = map[time.Time]bool{}
+			s.missedDone[info.Name] = m
+		}
+		m[c] = true
+		for k := range m {
+			if k.Before(done[len(done)-1]) {
+				delete(m, k) // older than the sweep looks
+			}
+		}
+	}
+	// The task's latest cycles up to the newest period looked at: more
+	// than the periods looked at, so the oldest read is before them unless
+	// the ledger holds no earlier one.
+	cycles, err := s.ledger.Cycles(ctx, s.cfg.Pool, info.Name, time.Time{}, todo[0].Add(time.Nanosecond), 4*missedLookback)
 	if err != nil {
 		return 0, fmt.Errorf("error reading the cycles of %s: %w", info.Name, err)
 	}
 	started := map[time.Time]bool{}
 	var first time.Time
 	for _, c := range cycles {
-		started[c.CycleStart.UTC()] = true
-		if first.IsZero() || c.CycleStart.Before(first) {
-			first = c.CycleStart
+		started[c.Start.UTC()] = true
+		if first.IsZero() || c.Start.Before(first) {
+			first = c.Start
 		}
 	}
-	var total int64
+	var (
+		total  int64
+		caught = map[uuid.UUID]bool{} // schedules caught up by this sweep
+	)
 	for _, c := range todo {
 		if first.IsZero() || c.Before(first) {
-			continue // before any process ran the task: nothing was promised
+			markDone(c) // before any process ran the task: nothing was promised
+			continue
 		}
-		reason := MissedFanOutLate
-		if !started[c.UTC()] {
-			reason = MissedServerDown
+		reason := MissedServerDown
+		if started[c.UTC()] {
+			reason = MissedFanOutLate
+			if end := info.Schedule.Next(c); !now.After(end.Add(end.Sub(c)/2 + min(30*time.Second, end.Sub(c)/2))) {
+				continue // started: its late calls may still come; looked at again later
+			}
 		}
-		n, full, err := s.recordMissedOf(ctx, period, info, c, reason)
+		n, full, err := s.recordMissedOf(ctx, period, info, c, reason, now, caught)
 		total += n
 		if err != nil {
 			return total, err
@@ -153,19 +195,16 @@ func (s *Server) recordMissed(ctx context.Context, period time.Duration, info ri
 		if full {
 			return total, nil // the rest at the next sweep
 		}
+		markDone(c)
 	}
-	s.missedMu.Lock()
-	if s.missedSwept == nil {
-		s.missedSwept = map[string]time.Time{}
-	}
-	s.missedSwept[info.Name] = todo[0]
-	s.missedMu.Unlock()
 	return total, nil
 }
 
-// recordMissedOf writes the entries of the period starting at c; full
-// reports that it wrote missedBatch (more may be left).
-func (s *Server) recordMissedOf(ctx context.Context, period time.Duration, info riverslot.TaskInfo, c time.Time, reason string) (int64, bool, error) {
+// recordMissedOf writes the entries of the period starting at c and, for
+// MissedServerDown, queues the catch-up calls (one per schedule a sweep,
+// caught holding those queued); full reports that it wrote missedBatch
+// (more may be left).
+func (s *Server) recordMissedOf(ctx context.Context, period time.Duration, info riverslot.TaskInfo, c time.Time, reason string, now time.Time, caught map[uuid.UUID]bool) (int64, bool, error) {
 	end := info.Schedule.Next(c)
 	tx, err := s.cfg.Pool.Begin(ctx)
 	if err != nil {
@@ -176,7 +215,7 @@ func (s *Server) recordMissedOf(ctx context.Context, period time.Duration, info 
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('riverslot serve missed ' || $1 || ' ' || $2))`, s.cfg.Schema, info.Name); err != nil {
 		return 0, false, err
 	}
-	rows, err := tx.Query(ctx, `SELECT s.id, s.tenant_id, s.created_at FROM `+s.schedules+` s
+	rows, err := tx.Query(ctx, `SELECT s.id, s.tenant_id, s.created_at, s.catch_up, s.timeout_ms, s.retries FROM `+s.schedules+` s
 WHERE s.period_ms = $1 AND s.created_at < $3 AND (s.deleted_at IS NULL OR s.deleted_at >= $3) AND NOT s.paused
 AND NOT EXISTS (SELECT 1 FROM `+s.calls+` k WHERE k.schedule_id = s.id
 	AND (k.period_start = $2 OR k.period_start IS NULL AND k.due_at >= $2 AND k.due_at < $3))
@@ -187,11 +226,15 @@ LIMIT $4`, period.Milliseconds(), c, end, missedBatch)
 	var (
 		ids, tenants []uuid.UUID
 		dues         []time.Time
+		catchUps     []river.InsertManyParams
 		id, tenant   uuid.UUID
 		created      time.Time
+		catchUp      string
+		timeoutMS    int64
+		retries      int
 		seen         int
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &tenant, &created}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &tenant, &created, &catchUp, &timeoutMS, &retries}, func() error {
 		seen++
 		// Made after its place's fan-out ran: first called in the next
 		// period, as promised.
@@ -199,6 +242,19 @@ LIMIT $4`, period.Milliseconds(), c, end, missedBatch)
 			return nil
 		}
 		ids, tenants, dues = append(ids, id), append(tenants, tenant), append(dues, info.Due(c, id))
+		if reason == MissedServerDown && catchUp == CatchUpOne && !caught[id] {
+			caught[id] = true
+			// Not when its next place is nearer than a call takes: the two
+			// would overlap, and the place's call covers the period.
+			next := info.Due(info.Schedule.Start(now), id)
+			if !next.After(now) {
+				next = info.Due(info.Schedule.Next(info.Schedule.Start(now)), id)
+			}
+			if next.Sub(now) > time.Duration(timeoutMS)*time.Millisecond+time.Second {
+				catchUps = append(catchUps, river.InsertManyParams{Args: TriggerArgs{Schedule: id, At: now.UTC(), Period: c.UTC()},
+					InsertOpts: &river.InsertOpts{Queue: callsQueue, MaxAttempts: retries + 1, UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: triggerEvery}}})
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -213,12 +269,17 @@ SELECT id, tenant, $3, $4, 0, due, due, 0, false, $5 FROM unnest($1::uuid[], $2:
 	if err != nil {
 		return 0, false, fmt.Errorf("error recording the calls %s missed: %w", info.Name, err)
 	}
+	if len(catchUps) > 0 {
+		if _, err := s.inserter.InsertManyTx(ctx, tx, catchUps); err != nil {
+			return 0, false, fmt.Errorf("error queuing the catch-up calls of %s: %w", info.Name, err)
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, false, err
 	}
 	if tag.RowsAffected() > 0 {
 		s.cfg.Logger.WarnContext(ctx, "riverslot serve: calls missed", slog.String("task", info.Name), slog.Time("period", c),
-			slog.Int64("calls", tag.RowsAffected()), slog.String("reason", reason))
+			slog.Int64("calls", tag.RowsAffected()), slog.String("reason", reason), slog.Int("caught_up", len(catchUps)))
 	}
 	return tag.RowsAffected(), seen == missedBatch, nil
 }

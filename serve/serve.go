@@ -111,9 +111,9 @@ type Server struct {
 	ledger  ledger.Ledger
 	beganMu sync.Mutex
 	began   map[string]periodBegun
-	// missedSwept is, per task, the latest period RecordMissed finished.
-	missedMu    sync.Mutex
-	missedSwept map[string]time.Time
+	// missedDone holds, per task, the periods RecordMissed finished.
+	missedMu   sync.Mutex
+	missedDone map[string]map[time.Time]bool
 }
 
 // TaskName is the riverslot task of period.
@@ -423,11 +423,13 @@ ON CONFLICT (name) WHERE deleted_at IS NULL DO NOTHING`,
 	retries int NOT NULL,
 	upstream text NOT NULL,
 	paused boolean NOT NULL DEFAULT false,
+	catch_up text NOT NULL DEFAULT 'skip',
 	created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
 	updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
 	deleted_at timestamptz
 )`,
-		`ALTER TABLE `+t+` ADD COLUMN IF NOT EXISTS tenant_id uuid, ADD COLUMN IF NOT EXISTS external_id text`,
+		`ALTER TABLE `+t+` ADD COLUMN IF NOT EXISTS tenant_id uuid, ADD COLUMN IF NOT EXISTS external_id text,
+	ADD COLUMN IF NOT EXISTS catch_up text NOT NULL DEFAULT 'skip'`,
 		`CREATE TABLE IF NOT EXISTS `+c+` (
 	schedule_id uuid NOT NULL,
 	tenant_id uuid,

@@ -21,6 +21,10 @@ type TriggerArgs struct {
 	// At is when it was asked for: with the schedule, the call's
 	// webhook-id.
 	At time.Time `json:"at"`
+	// Period, when set, makes it the catch-up call of the period starting
+	// then, which the service did not start (CatchUpOne): its webhook-id
+	// is that period's, and it is recorded as that period's call.
+	Period time.Time `json:"period,omitzero" river:"unique"`
 }
 
 // Kind is the job's kind.
@@ -54,8 +58,15 @@ func (w *triggerWorker) Work(ctx context.Context, job *river.Job[TriggerArgs]) e
 	if err != nil {
 		return fmt.Errorf("error reading schedule %s: %w", id, err)
 	}
-	l.msgID = "msg_" + id.String() + "_trigger_" + strconv.FormatInt(job.Args.At.UnixMilli(), 10)
-	ok, status, _, callErr := s.make(ctx, attempt{schedule: id, l: l, jobID: job.ID, attempt: job.Attempt, triggered: true})
+	a := attempt{schedule: id, l: l, jobID: job.ID, attempt: job.Attempt, triggered: true}
+	if job.Args.Period.IsZero() {
+		a.l.msgID = "msg_" + id.String() + "_trigger_" + strconv.FormatInt(job.Args.At.UnixMilli(), 10)
+	} else {
+		// A catch-up: the missed period's call, late.
+		period := job.Args.Period
+		a.l.msgID, a.periodStart, a.triggered = messageID(id, period), &period, false
+	}
+	ok, status, _, callErr := s.make(ctx, a)
 	switch {
 	case ok:
 		return nil
