@@ -24,8 +24,14 @@ type CycleSummary struct {
 	Plan       string
 	Slots      int
 	SlotsDone  int
+	// SlotsElsewhere are, for a sharded task, the cycle's slots the shard
+	// map its bootstrap followed gives other shards: served there (their
+	// accounts counted in that shard's history), neither missing nor
+	// missed here. Slots counts them.
+	SlotsElsewhere int
 	// FailedSlots are the slots whose fan-out failed for good (discarded
-	// or cancelled); MissingSlots those without a per-slot job.
+	// or cancelled); MissingSlots those of this shard without a per-slot
+	// job.
 	FailedSlots, MissingSlots []int
 	// Selected is the accounts the cycle's fan-outs selected (Enqueued plus
 	// SkippedLate); Enqueued the sync jobs they inserted; SkippedLate the
@@ -116,23 +122,51 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 	}
 	cycles := make([]cycleRef, len(recorded))
 	out := make([]CycleSummary, len(recorded))
+	selected := make([][]int64, len(out)) // per cycle and slot, -1 when unknown
+	states := make([][]string, len(out))
+	maps := map[int64]*ledger.ShardMap{}
 	for i, r := range recorded {
 		cs, err := planSpec(spec, r.Plan, r.Start)
 		if err != nil {
 			return nil, err
 		}
 		cycles[i] = cycleRef{plan: r.Plan.String(), start: r.Start, spec: cs, outcomes: r.Outcomes}
-		out[i] = CycleSummary{CycleStart: r.Start, Plan: r.Plan.String(), Slots: cs.Slots(r.Start)}
+		c := &out[i]
+		*c = CycleSummary{CycleStart: r.Start, Plan: r.Plan.String(), Slots: cs.Slots(r.Start)}
+		selected[i] = slices.Repeat([]int64{-1}, c.Slots)
+		states[i] = slices.Repeat([]string{SlotMissing}, c.Slots)
+		// A sharded task's cycle: the slots the map its bootstrap followed
+		// gives other shards are theirs, not missing here (after a move,
+		// a moved range is counted by the shard that served it then).
+		if r.Shard == "" {
+			continue
+		}
+		m, ok := maps[r.ShardVersion]
+		if !ok {
+			found, sharded, err := led.ShardMapVersion(ctx, s.pool, spec.Name, r.ShardVersion)
+			if err != nil {
+				return nil, err
+			}
+			if sharded {
+				m = &found
+			}
+			maps[r.ShardVersion] = m
+		}
+		if m == nil {
+			continue
+		}
+		for slot := range c.Slots {
+			if m.SlotOwner(cs.Plan, cs.Shift, slot) != r.Shard {
+				states[i][slot] = SlotElsewhere
+				c.SlotsElsewhere++
+			}
+		}
 	}
 
 	// Per-slot results of every listed cycle, from the ledger; River's job
 	// table only says whether a slot not finished can still run.
-	selected := make([][]int64, len(out)) // per cycle and slot, -1 when unknown
-	states := make([][]string, len(out))
 	for i := range out {
 		c := &out[i]
-		selected[i] = slices.Repeat([]int64{-1}, c.Slots)
-		states[i] = slices.Repeat([]string{SlotMissing}, c.Slots)
 		slots, err := led.Slots(ctx, s.pool, spec.Name, c.Plan, c.CycleStart)
 		if err != nil {
 			return nil, err
@@ -148,7 +182,7 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 			return nil, err
 		}
 		for slot, r := range slots {
-			if slot < 0 || slot >= c.Slots {
+			if slot < 0 || slot >= c.Slots || states[i][slot] == SlotElsewhere {
 				continue
 			}
 			if r.Finished == nil {
@@ -226,7 +260,7 @@ func (s *Scheduler) cycleHistory(ctx context.Context, spec *taskspec.Spec, limit
 			c.Coverage = min(float64(c.Synced+c.Covered)/float64(all), 1)
 		}
 		end := cs.CycleEnd(c.CycleStart)
-		c.Finished = now.After(end) && c.Unfinished == 0 && c.SlotsDone+len(c.FailedSlots) == c.Slots
+		c.Finished = now.After(end) && c.Unfinished == 0 && c.SlotsDone+len(c.FailedSlots)+c.SlotsElsewhere == c.Slots
 		c.LatenessSample = o.Lateness.Count()
 		c.LatenessP50, c.LatenessKnown = o.Lateness.Quantile(0.5)
 		c.LatenessP99, _ = o.Lateness.Quantile(0.99)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -20,6 +22,16 @@ type ShardAccount struct {
 	// any answering shard holds.
 	MapVersion int64
 	Account    *AccountStatus
+	// CurrentShard and PreviousShard name the shard that served the
+	// account's slot in the cycle of Account.Current and Account.Previous,
+	// by the map that cycle's bootstrap followed there; each sync is read
+	// from that shard. After a move, the cycle before it is the old
+	// shard's: the account's sync there, never a slot "missing" on the new
+	// one. Previous is the latest cycle before Current that any answering
+	// shard recorded (a shard that joined has no earlier cycle of its
+	// own). "" when no answering shard records serving it (the owner's
+	// own view is kept).
+	CurrentShard, PreviousShard string
 }
 
 // AccountOnShards returns the shard of a sharded task that the shard map in
@@ -86,7 +98,108 @@ func AccountOnShards(ctx context.Context, task string, id uuid.UUID, shards ...*
 			return nil, fmt.Errorf("shard %q: %w", owner, err)
 		}
 		out.Account = a
+		if err := servedSyncs(ctx, spec, id, s, shards, out); err != nil {
+			return nil, err
+		}
 		return out, nil
 	}
 	return nil, &noCycleError{msg: fmt.Sprintf("the map (version %d) gives the account to shard %q, which was not given", m.Version, owner)}
+}
+
+// servedSyncs sets out's Current and Previous syncs to those of the shard
+// that served the account's slot in each cycle (owner first, then the
+// others), and names it. The other shards are asked at once, within half
+// the time ctx has left: one that does not answer is passed over.
+func servedSyncs(ctx context.Context, spec *taskspec.Spec, id uuid.UUID, owner *Scheduler, shards []*Scheduler, out *ShardAccount) error {
+	a := out.Account
+	if a.Current == nil {
+		return nil
+	}
+	others := slices.DeleteFunc(slices.Clone(shards), func(s *Scheduler) bool { return s == owner || !s.configured })
+	if a.Previous == nil && len(others) > 0 {
+		// The owner records no cycle before Current (it joined the fleet
+		// since): the latest any other shard records before it.
+		found := make([]*ledger.Cycle, len(others))
+		askCtx, cancel := halfDeadline(ctx)
+		eachShard(others, func(i int, s *Scheduler) {
+			if cycles, err := s.ledger().Cycles(askCtx, s.pool, spec.Name, time.Time{}, a.Current.CycleStart, 1); err == nil && len(cycles) > 0 {
+				found[i] = &cycles[0]
+			}
+		})
+		cancel()
+		var prev *ledger.Cycle
+		for _, c := range found {
+			if c != nil && (prev == nil || c.Start.After(prev.Start)) {
+				prev = c
+			}
+		}
+		if prev != nil {
+			cs, err := planSpec(spec, prev.Plan, prev.Start)
+			if err != nil {
+				return err
+			}
+			slot := cs.SlotOf(prev.Start, id)
+			a.Previous = &AccountSync{Source: "ledger", CycleStart: prev.Start.UTC(), Plan: cs.PlanID, Slot: slot, State: SlotMissing,
+				ScheduledAt: cs.Regular(prev.Start, slot, id).UTC()}
+		}
+	}
+	for _, c := range []struct {
+		sync  **AccountSync
+		shard *string
+	}{{&a.Current, &out.CurrentShard}, {&a.Previous, &out.PreviousShard}} {
+		if *c.sync == nil {
+			continue
+		}
+		if served, err := servesSlot(ctx, spec, owner, *c.sync); err != nil {
+			return err
+		} else if served != nil {
+			*c.shard = owner.shard // the owner's own sync, as Account read it
+			continue
+		}
+		recs := make([]*ledger.Cycle, len(others))
+		askCtx, cancel := halfDeadline(ctx)
+		eachShard(others, func(i int, s *Scheduler) {
+			recs[i], _ = servesSlot(askCtx, spec, s, *c.sync) // one that does not answer is passed over
+		})
+		cancel()
+		for i, rec := range recs {
+			if rec == nil {
+				continue
+			}
+			s := others[i]
+			cs, err := planSpec(spec, rec.Plan, rec.Start)
+			if err != nil {
+				return err
+			}
+			sync, err := s.accountSync(ctx, s.riverTable(cs), cs, id, rec.Start, (*c.sync).Slot)
+			if err != nil {
+				return fmt.Errorf("shard %q: %w", s.shard, err)
+			}
+			*c.sync, *c.shard = sync, s.shard
+			break
+		}
+	}
+	return nil
+}
+
+// servesSlot returns s's ledger record of the cycle of sync when s made
+// it with the account's slot its own, by the map it followed (a cycle of
+// an unsharded task: its own); nil when it did not.
+func servesSlot(ctx context.Context, spec *taskspec.Spec, s *Scheduler, sync *AccountSync) (*ledger.Cycle, error) {
+	rec, ok, err := s.ledger().CycleRecord(ctx, s.pool, spec.Name, sync.Plan, sync.CycleStart)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if rec.Shard == "" {
+		return &rec, nil
+	}
+	cs, err := planSpec(spec, rec.Plan, rec.Start)
+	if err != nil {
+		return nil, err
+	}
+	m, ok, err := s.ledger().ShardMapVersion(ctx, s.pool, spec.Name, rec.ShardVersion)
+	if err != nil || !ok || m.SlotOwner(cs.Plan, cs.Shift, sync.Slot) != rec.Shard {
+		return nil, err
+	}
+	return &rec, nil
 }

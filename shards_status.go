@@ -162,9 +162,13 @@ func statusShards(ctx context.Context, task string, shards []*Scheduler, describ
 		return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle on the shards that answered, and %d of %d did not (%s)",
 			task, len(down), len(shards), strings.Join(down, "; ")), causes: causes}
 	}
-	// Each shard's status of that cycle, all at once.
+	// Each shard's status of that cycle, all at once. A shard whose
+	// ledger does not record the cycle and that holds no map in force for
+	// it (one that joins the fleet at a later cycle) serves none of its
+	// slots: its nodes, which name their shard, refuse the cycle.
 	cycles := make([]*CycleStatus, len(shards))
 	made := make([]bool, len(shards))
+	unmapped := make([]*CycleStatus, len(shards)) // as it stands there
 	eachShard(shards, func(i int, s *Scheduler) {
 		if failed[i] != nil {
 			return
@@ -174,10 +178,30 @@ func statusShards(ctx context.Context, task string, shards []*Scheduler, describ
 		case err == nil:
 			cycles[i], made[i] = st.Current, true
 		case errors.Is(err, ErrNoCycle):
+			return
 		default:
 			failed[i] = err
+			return
+		}
+		if c := st.Current; c.Shard == "" {
+			_, recorded, err := s.ledger().CycleRecord(ctx, s.pool, task, c.Plan, out.CycleStart)
+			switch {
+			case err != nil:
+				cycles[i], failed[i] = nil, err
+			case !recorded:
+				cycles[i], unmapped[i] = servesNone(c), c
+			}
 		}
 	})
+	// The cycle is sharded when a shard's cycle follows a map: a shard
+	// without one in force then serves none of it. Otherwise (no shard
+	// has a map in force) each shard's cycle is as it stands.
+	sharded := slices.ContainsFunc(cycles, func(c *CycleStatus) bool { return c != nil && c.Shard != "" })
+	for i := range cycles {
+		if unmapped[i] != nil && !sharded {
+			cycles[i], unmapped[i] = unmapped[i], nil
+		}
+	}
 
 	out.OnTrack = true
 	claims := map[int][]string{}
@@ -199,7 +223,9 @@ func statusShards(ctx context.Context, task string, shards []*Scheduler, describ
 			continue
 		}
 		slots = max(slots, len(c.PerSlot))
-		versions[c.ShardVersion] = true
+		if unmapped[i] == nil {
+			versions[c.ShardVersion] = true
+		}
 		for _, p := range c.PerSlot {
 			if p.State != SlotElsewhere {
 				claims[p.Slot] = append(claims[p.Slot], s.shard)
@@ -339,4 +365,21 @@ func conflictOwners(conflicts []int, claims map[int][]string) string {
 		parts[i] = fmt.Sprintf("%d: %s", slot, strings.Join(claims[slot], "+"))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// servesNone returns c, the status of a cycle a shard has not made and
+// holds no shard map in force for, as that shard serves it: none of its
+// slots (every one elsewhere), on track.
+func servesNone(c *CycleStatus) *CycleStatus {
+	none := *c
+	none.PerSlot = slices.Clone(c.PerSlot)
+	for i := range none.PerSlot {
+		p := &none.PerSlot[i]
+		*p = SlotStatus{Slot: p.Slot, Start: p.Start, State: SlotElsewhere}
+	}
+	none.SlotsElsewhere, none.AccountsExpected, none.BehindSlots = len(none.PerSlot), 0, 0
+	none.OffSlots, none.OffSlot, none.FailedSlot, none.FailedError = 0, -1, -1, ""
+	none.OnTrack, none.Starting = true, false
+	none.Verdict = "serves no slot of this cycle: no shard map in force here (the shard joins at a later cycle)"
+	return &none
 }

@@ -92,7 +92,8 @@ func TestSetShardMap(t *testing.T) {
 // Status shows the other slots as elsewhere; a node that names no shard
 // fails the bootstrap, saying which setting to give, and a task whose map
 // is not in force yet at the cycle refuses it (it would serve every slot),
-// saying why, while a task with no map on the same node serves every slot.
+// saying why, as does a task with no map at all on the same node, which
+// names its shard (TestShardRefusesWithoutMap).
 func TestShardBootstrap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -181,7 +182,7 @@ func TestShardBootstrap(t *testing.T) {
 	// in force only from a later cycle: it would serve every slot (twice,
 	// with the other shards); its bootstrap is cancelled, saying why, and
 	// makes no slot. A second task of the same node, with no map at all,
-	// is not sharded: its cycle serves every slot.
+	// is refused too: the node names its shard.
 	nomap := riverslottest.Schema(ctx, t, pool)
 	riverslottest.CreateAccounts(ctx, t, pool, nomap, "accounts", 10)
 	require.NoError(t, riverslot.SetShardMap(ctx, []riverslot.Shard{{Name: "a", Pool: pool, Schema: riverslottest.Schema(ctx, t, pool)}, {Name: "b", Pool: pool, Schema: nomap}},
@@ -201,11 +202,11 @@ func TestShardBootstrap(t *testing.T) {
 		require.NoError(t, err)
 	}
 	jobs3 := pgx.Identifier{nomap, "river_job"}.Sanitize()
-	riverslottest.WaitFor(t, 30*time.Second, "the refused bootstrap and the unsharded one", func() bool {
+	riverslottest.WaitFor(t, 30*time.Second, "the refused bootstraps", func() bool {
 		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_bootstrap' AND args->>'task' = $1 AND state = 'cancelled' AND errors::text LIKE '%none in force%'", task) == 1 &&
-			riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_bootstrap' AND args->>'task' = 'unsharded' AND state = 'completed'") == 1
+			riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_bootstrap' AND args->>'task' = 'unsharded' AND state = 'cancelled' AND errors::text LIKE '%holds no shard map%'") == 1
 	})
 	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_perslot' AND args->>'task' = $1", task), "no slot made without a map in force")
-	require.EqualValues(t, 8, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_perslot' AND args->>'task' = 'unsharded'"), "the unsharded task: every slot")
+	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs3+" WHERE kind = 'riverslot_perslot' AND args->>'task' = 'unsharded'"), "no map on a node that names its shard: no slot")
 	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+pgx.Identifier{nomap, ledger.Table}.Sanitize()+" WHERE task = $1", task), "the refused cycle is not recorded")
 }

@@ -331,9 +331,16 @@ type cycleShard struct {
 // shardSlots returns, for a sharded task (one with a shard map in force at
 // cycleStart in this database), the slots of the cycle that this shard
 // serves, by the map, and the map's version; nil slots for an unsharded
-// task (no map in this database: every slot). A task with maps, none in
-// force at cycleStart, is refused (the job cancelled, the reason logged). It takes the task's shard-map lock shared in tx, so a
-// change of the map waits for the cycle's commit and then sees it made.
+// task (no map in this database, and a node that names no shard: every
+// slot). A cycle with no map in force is refused (the job cancelled, the
+// reason logged) when the task has maps here from a later cycle on, or
+// when this node names a shard (Config.Shard): its slots have no shard,
+// and serving every slot would sync twice what the other shards serve. A
+// shard the map in force gives no bucket (one that joined the fleet ahead
+// of its buckets, or one whose buckets all moved away) serves none of the
+// cycle's slots: the cycle is recorded with none. It takes the task's
+// shard-map lock shared in tx, so a change of the map waits for the
+// cycle's commit and then sees it made.
 func (w *Worker) shardSlots(ctx context.Context, tx pgx.Tx, led ledger.Ledger, spec *taskspec.Spec, cycleStart time.Time) ([]int, cycleShard, error) {
 	if err := led.LockShards(ctx, tx, spec.Name, false); err != nil {
 		return nil, cycleShard{}, err
@@ -344,17 +351,28 @@ func (w *Worker) shardSlots(ctx context.Context, tx pgx.Tx, led ledger.Ledger, s
 	}
 	if !ok {
 		// No map in force at cycleStart. A task with no map at all in this
-		// database is not sharded: every slot. A task with a map from a
-		// later cycle on is sharded here, yet this cycle has no map to tell
-		// its slots: serving every slot would sync twice whatever another
-		// shard serves (a shared accounts database, accounts copied ahead
-		// of a move), so the bootstrap refuses, saying how to go on.
-		if _, sharded, err := led.LatestShardMap(ctx, tx, spec.Name); err != nil || !sharded {
+		// database, on a node that names no shard, is not sharded: every
+		// slot. Otherwise the cycle has no map to tell its slots: serving
+		// every slot would sync twice whatever another shard serves (a
+		// shared accounts database, accounts copied ahead of a move), so
+		// the bootstrap refuses, saying how to go on.
+		_, sharded, err := led.LatestShardMap(ctx, tx, spec.Name)
+		if err != nil {
 			return nil, cycleShard{}, err
 		}
-		err := fmt.Errorf("task %q: this database has a shard map for the task, but none in force at %s, so this cycle's slots have no shard; "+
+		if !sharded && w.shard == "" {
+			return nil, cycleShard{}, nil
+		}
+		err = fmt.Errorf("task %q: this database has a shard map for the task, but none in force at %s, so this cycle's slots have no shard; "+
 			"set a map in force from this cycle (riverslot shards set, riverslot.SetShardMap with a zero from), then make the cycle again (Scheduler.EnqueueCycle), or let the next cycle under a map run",
 			spec.Name, cycleStart.Format(time.RFC3339))
+		if !sharded {
+			err = fmt.Errorf("task %q: this node names shard %q (riverslot.Config.Shard, riverslot worker --shard), but this database holds no shard map of the task, so this cycle's slots have no shard: "+
+				"serving every slot would sync twice what the other shards serve. A fleet's first map must exist before its first sharded cycle: set it on every shard "+
+				"(riverslot shards set; riverslot.SetShardMap with a zero from; a task of one database only: a map giving every bucket to %q), then make the cycle again (Scheduler.EnqueueCycle), or let the next cycle run; "+
+				"or, for a task that is not sharded, run its nodes without a shard",
+				spec.Name, w.shard, w.shard)
+		}
 		w.logger.ErrorContext(ctx, "riverslot: "+err.Error(), slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.String("shard", w.shard))
 		return nil, cycleShard{}, river.JobCancel(err)
 	}
@@ -362,8 +380,6 @@ func (w *Worker) shardSlots(ctx context.Context, tx pgx.Tx, led ledger.Ledger, s
 	switch {
 	case w.shard == "":
 		return nil, cycleShard{}, fmt.Errorf("task %q is sharded (shard map version %d in this database, shards %v) but this node names no shard: set riverslot.Config.Shard (riverslot worker --shard) to this database's shard", spec.Name, m.Version, shards)
-	case !slices.Contains(shards, w.shard):
-		return nil, cycleShard{}, fmt.Errorf("task %q: this node's shard %q is not in the shard map in force at %s (version %d, shards %v): set riverslot.Config.Shard to this database's shard", spec.Name, w.shard, cycleStart.Format(time.RFC3339), m.Version, shards)
 	case spec.Monthly():
 		return nil, cycleShard{}, fmt.Errorf("task %q: a calendar-month task cannot be sharded (its days' bucket ranges change month by month); remove its shard map", spec.Name)
 	case spec.PinsRef() != nil:
@@ -372,6 +388,25 @@ func (w *Worker) shardSlots(ctx context.Context, tx pgx.Tx, led ledger.Ledger, s
 	owned := m.SlotsOf(spec.Plan, spec.Shift, w.shard)
 	if owned == nil {
 		owned = []int{} // the shard serves no slot of this plan
+	}
+	if !slices.Contains(shards, w.shard) {
+		// The database holds the map, so it is one of the fleet's shards:
+		// one that joined ahead of its buckets, or whose buckets all moved
+		// away. Its cycle is made with no slot, so that its status and
+		// history show it (every slot elsewhere).
+		attrs := []any{slog.String("task", spec.Name), slog.Time("cycle_start", cycleStart), slog.String("shard", w.shard),
+			slog.Int64("shard_map_version", m.Version), slog.Any("shards", shards)}
+		latest, _, err := led.LatestShardMap(ctx, tx, spec.Name)
+		if err != nil {
+			return nil, cycleShard{}, err
+		}
+		if latest.Version != m.Version && slices.Contains(latest.Shards(), w.shard) {
+			w.logger.InfoContext(ctx, "riverslot: this shard owns no bucket in the shard map in force; the cycle is made with none of its slots, and a later map gives it buckets",
+				append(attrs, slog.Int64("next_shard_map_version", latest.Version), slog.Time("next_effective_from", latest.EffectiveFrom))...)
+		} else {
+			w.logger.WarnContext(ctx, "riverslot: this node's shard owns no bucket in the shard map in force; the cycle is made with none of its slots. "+
+				"If this database is another shard, set riverslot.Config.Shard to its name; a new shard gets buckets with riverslot shards move", attrs...)
+		}
 	}
 	if err := m.Aligned(spec.Plan); err != nil {
 		w.logger.WarnContext(ctx, "riverslot: the shard map does not fall on the plan's slots; each slot is served by the shard owning its first bucket, so some accounts are served by a shard that does not own them",
