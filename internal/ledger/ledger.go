@@ -108,6 +108,19 @@ func DDL(schema string) []string {
 	PRIMARY KEY (task, version)
 )`,
 		`COMMENT ON TABLE ` + sqlbucket.QualifiedTable(schema, ShardsTable) + ` IS 'riverslot: this shard''s copy of each sharded task''s shard maps, by version; a cycle follows the latest version in effect at its start'`,
+		// Version 6: a cycle's place in its task's commit order
+		// (recorded_at, see RecordCycle), and how far a slot's fan-out
+		// got (its cursor after its last committed batch, and when that
+		// batch committed): the overlap rule of a plan change reads which
+		// accounts a fan-out that stopped for good had placed. Rows of
+		// earlier versions keep NULLs: their created_at orders them, and
+		// a stopped fan-out without a cursor placed none.
+		`ALTER TABLE ` + table + `
+	ADD COLUMN IF NOT EXISTS recorded_at timestamptz,
+	ADD COLUMN IF NOT EXISTS progress_at timestamptz,
+	ADD COLUMN IF NOT EXISTS cursor_pinned boolean,
+	ADD COLUMN IF NOT EXISTS cursor_bucket int,
+	ADD COLUMN IF NOT EXISTS cursor_id uuid`,
 	}
 }
 
@@ -261,9 +274,10 @@ type SlotResult struct {
 // RecordSlot records the slot's finished fan-out by job in tx (the
 // transaction of its last batch). Its finished_at is the statement's
 // clock, after the batch placed its accounts (the transaction's start is
-// before): the overlap rule bounds the batches' placement times by it. A row made before the ledger existed, or
-// pruned, is created; a row claimed by another job is left alone (and
-// false returned).
+// before): the overlap rule bounds the batches' placement times by it. A
+// row made before the ledger existed, or pruned, is created; a row claimed
+// by another job is left alone, and false returned: the caller must then
+// roll tx back (the slot is the other job's to fan out).
 func (l Ledger) RecordSlot(ctx context.Context, tx pgx.Tx, task, plan string, cycleStart time.Time, slot int, jobID int64, r SlotResult) (bool, error) {
 	tag, err := tx.Exec(ctx, "INSERT INTO "+l.table+" AS l (task, cycle_start, plan, slot, job_id, accounts, range_accounts, inserted, skipped, late_spread, late_skipped, batches, finished_at)"+
 		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, clock_timestamp())"+
@@ -278,14 +292,51 @@ func (l Ledger) RecordSlot(ctx context.Context, tx pgx.Tx, task, plan string, cy
 	return tag.RowsAffected() == 1, nil
 }
 
+// Cursor is where a fan-out's last committed batch left it: the last
+// account it placed, in the order it places them (the slot's bucket range
+// by (bucket, id), then, when Pinned, the accounts pinned to the slot by
+// id).
+type Cursor struct {
+	Pinned  bool
+	Bucket  int
+	AfterID string // a UUID
+}
+
 // RecordProgress records in tx (a batch's transaction) how far job's
-// fan-out of the slot has come: what Status shows of a slot fanning out,
-// from the ledger rather than River's cursor metadata.
-func (l Ledger) RecordProgress(ctx context.Context, tx pgx.Tx, task, plan string, cycleStart time.Time, slot int, jobID int64, r SlotResult) error {
-	_, err := tx.Exec(ctx, "UPDATE "+l.table+" SET accounts = $6, range_accounts = $7, inserted = $8, skipped = $9, late_spread = $10, late_skipped = $11, batches = $12"+
-		" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4 AND job_id = $5 AND finished_at IS NULL",
-		task, cycleStart, plan, slot, jobID, r.Accounts, r.RangeAccounts, r.Inserted, r.Skipped, r.LateSpread, r.LateSkipped, r.Batches)
-	return wrap(err, "recording the slot's progress in the ledger")
+// fan-out of the slot has come, and claims the slot's row for job: what
+// Status shows of a slot fanning out, and what the overlap rule reads of a
+// fan-out that stops for good before it finishes (its cursor, and when its
+// last batch committed: progress_at, the statement's clock, after the
+// batch placed its accounts). A row made before the ledger existed, or
+// pruned, is created. It returns false when the row is claimed by another
+// job: the caller must then roll tx back, so that two per-slot jobs of one
+// slot never both fan it out. A row job finished already is left as it is.
+func (l Ledger) RecordProgress(ctx context.Context, tx pgx.Tx, task, plan string, cycleStart time.Time, slot int, jobID int64, r SlotResult, c Cursor) (bool, error) {
+	// ON CONFLICT DO UPDATE locks the row whether or not its WHERE holds:
+	// a concurrent claim waits for this transaction, then sees its job.
+	tag, err := tx.Exec(ctx, "INSERT INTO "+l.table+" AS l (task, cycle_start, plan, slot, job_id, accounts, range_accounts, inserted, skipped, late_spread, late_skipped, batches,"+
+		" cursor_pinned, cursor_bucket, cursor_id, progress_at)"+
+		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, nullif($15, '')::uuid, clock_timestamp())"+
+		" ON CONFLICT (task, cycle_start, plan, slot) DO UPDATE SET job_id = excluded.job_id, accounts = excluded.accounts, range_accounts = excluded.range_accounts,"+
+		" inserted = excluded.inserted, skipped = excluded.skipped, late_spread = excluded.late_spread, late_skipped = excluded.late_skipped, batches = excluded.batches,"+
+		" cursor_pinned = excluded.cursor_pinned, cursor_bucket = excluded.cursor_bucket, cursor_id = excluded.cursor_id, progress_at = excluded.progress_at"+
+		" WHERE (l.job_id IS NULL OR l.job_id = excluded.job_id) AND l.finished_at IS NULL",
+		task, cycleStart, plan, slot, jobID, r.Accounts, r.RangeAccounts, r.Inserted, r.Skipped, r.LateSpread, r.LateSkipped, r.Batches,
+		c.Pinned, c.Bucket, c.AfterID)
+	if err != nil {
+		return false, wrap(err, "recording the slot's progress in the ledger")
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil
+	}
+	// Claimed by another job, or finished by this one (a retry after its
+	// last batch found accounts added since): the row is locked, read it.
+	var owner *int64
+	if err := tx.QueryRow(ctx, "SELECT job_id FROM "+l.table+" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4",
+		task, cycleStart, plan, slot).Scan(&owner); err != nil {
+		return false, wrap(err, "recording the slot's progress in the ledger")
+	}
+	return owner != nil && *owner == jobID, nil
 }
 
 // Prune deletes, in tx, the task's cycles whose own keep_until (their
@@ -357,14 +408,42 @@ type Cycle struct {
 	Shard        string
 	ShardVersion int64
 	CreatedAt    time.Time
+	// Recorded is the cycle's place in its task's commit order: a cycle
+	// whose Recorded is earlier committed before this one took its own
+	// (see RecordCycle). Its created_at for a cycle recorded before
+	// version 6.
+	Recorded time.Time
 	// Outcomes are how the cycle's sync jobs ended, as the nodes that ran
 	// them counted them (read back only; RecordCycle does not write them).
 	Outcomes Outcomes
 }
 
 // RecordCycle records in tx what the bootstrap that claimed c's cycle
-// decided for it.
+// decided for it, and the cycle's place in its task's commit order
+// (recorded_at).
+//
+// The order is what the overlap rule of a plan change reads: a cycle
+// leaves an account to the cycles recorded before it, and never looks at
+// those recorded after. It must therefore be the order in which the
+// cycles become visible: a created_at of now(), the transaction's start,
+// is not (two plans bootstrapping one cycle at once: the one that began
+// first and committed last sorted first, while the other's fan-out had
+// already run without seeing it; each missed the other). So recorded_at
+// is taken under a per-task advisory lock held until the transaction
+// ends: of two bootstraps, the second waits for the first to commit (or
+// roll back) before it takes its own, so every cycle recorded before
+// another was committed before that one's fan-outs can read the ledger.
+// Its value is the database's clock, raised past every recorded_at (or
+// created_at) of the task already committed, so that a clock stepping
+// back cannot reorder it. The lock is held for the rest of the bootstrap
+// only (its slots' rows, per-slot jobs and pruning): the pins, the slow
+// part, are computed before.
 func (l Ledger) RecordCycle(ctx context.Context, tx pgx.Tx, c Cycle) error {
+	var ordered bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'recorded_at' AND NOT attisdropped)"+
+		" FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) l", l.table+" order "+c.Task, l.table).Scan(&ordered); err != nil {
+		return wrap(err, "locking the task's order in the ledger")
+	}
 	var fallback *string
 	if c.Fallback != "" {
 		fallback = &c.Fallback
@@ -382,6 +461,12 @@ func (l Ledger) RecordCycle(ctx context.Context, tx pgx.Tx, c Cycle) error {
 		// until Migrate runs, in a rolling deploy.
 		set += ", shard = $16, shard_version = $17"
 		args = append(args, c.Shard, c.ShardVersion)
+	}
+	if ordered {
+		// A ledger before version 6 (Migrate not run yet in a rolling
+		// deploy) orders the cycle by its created_at, as before.
+		set += ", recorded_at = greatest(clock_timestamp(), (SELECT max(coalesce(o.recorded_at, o.created_at)) + interval '1 microsecond' FROM " + l.table +
+			" o WHERE o.task = $1 AND o.slot = $4))"
 	}
 	tag, err := tx.Exec(ctx, "UPDATE "+l.table+" SET "+set+" WHERE task = $1 AND cycle_start = $2 AND plan = $3 AND slot = $4", args...)
 	if err != nil {

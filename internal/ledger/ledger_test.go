@@ -123,3 +123,125 @@ func TestTasksAndOtherSlots(t *testing.T) {
 	}
 	require.Equal(t, map[string]int{"A@00:00": 2, "A@00:01": 3}, got)
 }
+
+// TestCommitOrder: cycles are ordered by when their bootstrap committed,
+// not when its transaction began. Plan A's bootstrap of a cycle begins
+// first and commits last; plan B's bootstraps the same cycle in between,
+// and B's fan-out reads the ledger before A commits (it cannot see A).
+// A's fan-out must then see B as recorded before it; ordered by created_at
+// (the transaction's start) it did not, and each cycle missed the other.
+func TestCommitOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	led := ledger.New(schema)
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	const planA, planB = "120s/8/000000000000000a", "120s/8/000000000000000b"
+
+	record := func(tx pgx.Tx, plan string) {
+		t.Helper()
+		require.NoError(t, led.RecordCycle(ctx, tx, ledger.Cycle{Task: "t", Plan: riverslottest.Key(t, plan), Start: base, End: base.Add(2 * time.Minute),
+			Deadline: base.Add(3 * time.Minute), KeepUntil: base.Add(time.Hour), Placement: "hash"}))
+		_, err := led.ClaimSlots(ctx, tx, "t", plan, base, 2)
+		require.NoError(t, err)
+	}
+	others := func(plan string) map[string]int {
+		t.Helper()
+		own, ok, err := led.CycleRecord(ctx, pool, "t", plan, base)
+		require.NoError(t, err)
+		require.True(t, ok)
+		found, err := led.OtherSlots(ctx, pool, "t", plan, base, time.Time{}, base.Add(time.Hour), own.Recorded, base.Add(-time.Hour))
+		require.NoError(t, err)
+		out := map[string]int{}
+		for _, o := range found {
+			out[o.Cycle.Plan.String()]++
+		}
+		return out
+	}
+
+	txA, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer txA.Rollback(ctx) //nolint:errcheck // no-op after commit
+	claimed, err := led.ClaimBootstrap(ctx, txA, "t", planA, base, 1)
+	require.NoError(t, err)
+	require.True(t, claimed)
+
+	txB, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	claimed, err = led.ClaimBootstrap(ctx, txB, "t", planB, base, 2)
+	require.NoError(t, err)
+	require.True(t, claimed)
+	record(txB, planB)
+	require.NoError(t, txB.Commit(ctx))
+	require.Empty(t, others(planB), "B's fan-out, before A commits: nothing recorded before B")
+
+	record(txA, planA)
+	require.NoError(t, txA.Commit(ctx))
+	require.Equal(t, map[string]int{planB: 2}, others(planA), "A committed after B: B is recorded before it")
+	require.Empty(t, others(planB), "B still first")
+	var createdA, createdB time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT created_at FROM "+led.QualifiedTable()+" WHERE plan = $1 AND slot = -1), (SELECT created_at FROM "+led.QualifiedTable()+" WHERE plan = $2 AND slot = -1)",
+		planA, planB).Scan(&createdA, &createdB))
+	require.True(t, createdA.Before(createdB), "the case the test is about: A's transaction began first")
+
+	// Two bootstraps recording at once: the second waits for the first's
+	// commit before it takes its place.
+	const planC, planD = "120s/8/000000000000000c", "120s/8/000000000000000d"
+	txC, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer txC.Rollback(ctx) //nolint:errcheck // no-op after commit
+	_, err = led.ClaimBootstrap(ctx, txC, "t", planC, base, 3)
+	require.NoError(t, err)
+	record(txC, planC)
+	txD, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer txD.Rollback(ctx) //nolint:errcheck // no-op after commit
+	var pidD int
+	require.NoError(t, txD.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidD))
+	_, err = led.ClaimBootstrap(ctx, txD, "t", planD, base, 4)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	keyD := riverslottest.Key(t, planD)
+	go func() {
+		done <- led.RecordCycle(ctx, txD, ledger.Cycle{Task: "t", Plan: keyD, Start: base, End: base.Add(2 * time.Minute),
+			Deadline: base.Add(3 * time.Minute), KeepUntil: base.Add(time.Hour), Placement: "hash"})
+	}()
+	riverslottest.WaitFor(t, 10*time.Second, "D waiting for C's order lock", func() bool {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND NOT granted", pidD) == 1
+	})
+	require.NoError(t, txC.Commit(ctx))
+	require.NoError(t, <-done)
+	require.NoError(t, txD.Commit(ctx))
+	recC, _, err := led.CycleRecord(ctx, pool, "t", planC, base)
+	require.NoError(t, err)
+	recD, _, err := led.CycleRecord(ctx, pool, "t", planD, base)
+	require.NoError(t, err)
+	require.True(t, recC.Recorded.Before(recD.Recorded), "C %s, D %s", recC.Recorded, recD.Recorded)
+	require.Equal(t, map[string]int{planA: 2, planB: 2, planC: 2}, others(planD))
+}
+
+// TestMigrateVersion6: a ledger of version 5 lacks the commit order and
+// the fan-out cursors; the DDL adds them, idempotently, and Current says
+// so before and after.
+func TestMigrateVersion6(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	led := ledger.New(schema)
+	_, err := pool.Exec(ctx, "ALTER TABLE "+led.QualifiedTable()+" DROP COLUMN recorded_at, DROP COLUMN progress_at, DROP COLUMN cursor_pinned, DROP COLUMN cursor_bucket, DROP COLUMN cursor_id")
+	require.NoError(t, err)
+	current, err := led.Current(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, current)
+	for range 2 {
+		for _, ddl := range ledger.DDL(schema) {
+			_, err := pool.Exec(ctx, ddl)
+			require.NoError(t, err)
+		}
+	}
+	current, err = led.Current(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, current)
+}

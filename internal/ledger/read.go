@@ -154,7 +154,7 @@ func (l Ledger) RangeCounts(ctx context.Context, q Queryer, task, plan string, s
 
 // cycleColumns are the columns of a cycle's row that Cycle holds, in the
 // order scanCycle reads them.
-const cycleColumns = "c.task, c.plan, c.cycle_start, c.cycle_end, c.deadline, c.keep_until, coalesce(c.placement, ''), c.pins, coalesce(c.fallback, ''), coalesce(c.first_cycle, false), coalesce(c.late_policy, ''), coalesce(c.late_grace_us, 0), coalesce(c.trigger_offset_us, 0), coalesce(c.location, ''), coalesce(c.shard, ''), coalesce(c.shard_version, 0), c.created_at, " +
+const cycleColumns = "c.task, c.plan, c.cycle_start, c.cycle_end, c.deadline, c.keep_until, coalesce(c.placement, ''), c.pins, coalesce(c.fallback, ''), coalesce(c.first_cycle, false), coalesce(c.late_policy, ''), coalesce(c.late_grace_us, 0), coalesce(c.trigger_offset_us, 0), coalesce(c.location, ''), coalesce(c.shard, ''), coalesce(c.shard_version, 0), c.created_at, coalesce(c.recorded_at, c.created_at), " +
 	"coalesce(c.synced, 0), coalesce(c.gone, 0), coalesce(c.stale, 0), coalesce(c.upstream_skipped, 0), coalesce(c.failed, 0), coalesce(c.cancelled, 0), c.lateness"
 
 // scanCycle scans cycleColumns, then extra, from row.
@@ -165,7 +165,7 @@ func scanCycle(row pgx.Row, extra ...any) (Cycle, error) {
 		graceUS, offsetUS   int64
 		lateness            []int64
 	)
-	dest := append([]any{&c.Task, &c.Plan, &c.Start, &end, &deadline, &keep, &c.Placement, &c.Pins, &c.Fallback, &c.First, &c.LatePolicy, &graceUS, &offsetUS, &c.Location, &c.Shard, &c.ShardVersion, &c.CreatedAt,
+	dest := append([]any{&c.Task, &c.Plan, &c.Start, &end, &deadline, &keep, &c.Placement, &c.Pins, &c.Fallback, &c.First, &c.LatePolicy, &graceUS, &offsetUS, &c.Location, &c.Shard, &c.ShardVersion, &c.CreatedAt, &c.Recorded,
 		&c.Outcomes.Count[OutcomeSynced], &c.Outcomes.Count[OutcomeGone], &c.Outcomes.Count[OutcomeStale], &c.Outcomes.Count[OutcomeUpstream],
 		&c.Outcomes.Count[OutcomeFailed], &c.Outcomes.Count[OutcomeCancelled], &lateness}, extra...)
 	if err := row.Scan(dest...); err != nil {
@@ -204,7 +204,7 @@ func (l Ledger) CycleRecord(ctx context.Context, q Queryer, task, plan string, c
 // newest first, at most limit: one range of the primary key.
 func (l Ledger) Cycles(ctx context.Context, q Queryer, task string, from, to time.Time, limit int) ([]Cycle, error) {
 	rows, err := q.Query(ctx, "SELECT "+cycleColumns+" FROM "+l.table+" c WHERE c.task = $1 AND c.cycle_start >= $2 AND c.cycle_start < $3 AND c.slot = $4"+
-		" ORDER BY c.cycle_start DESC, c.created_at DESC LIMIT $5", task, from, to, BootstrapSlot, limit)
+		" ORDER BY c.cycle_start DESC, coalesce(c.recorded_at, c.created_at) DESC LIMIT $5", task, from, to, BootstrapSlot, limit)
 	if isUndefinedTable(err) {
 		return nil, nil
 	}
@@ -243,20 +243,28 @@ type OtherSlot struct {
 	// LateSpread and LateSkipped are the fan-out's late accounts spread
 	// and skipped (-1 when not recorded).
 	LateSpread, LateSkipped int64
+	// Cursor is where a fan-out not finished left off after its last
+	// committed batch, and ProgressAt when that batch committed (nil and
+	// zero when it committed none, or before they were recorded):
+	// Accounts and Inserted are then its counts so far.
+	Cursor     *Cursor
+	ProgressAt time.Time
 }
 
 // OtherSlots returns the slots of the task's cycles, of any plan, that
 // started in (from, to), other than (plan, cycleStart) itself, whose
-// cycle was recorded before before (its row's created_at, ties broken by
-// plan and start so that of two cycles exactly one is first) and whose
+// cycle was recorded before before (its place in the task's commit order,
+// Cycle.Recorded, ties broken by plan and start so that of two cycles
+// exactly one is first) and whose
 // syncs can run after notBefore (their Deadline; cycles recorded without
 // one are included). One range of the primary key.
 func (l Ledger) OtherSlots(ctx context.Context, q Queryer, task, plan string, cycleStart, from, to, before, notBefore time.Time) ([]OtherSlot, error) {
-	rows, err := q.Query(ctx, "SELECT "+cycleColumns+", s.slot, coalesce(s.job_id, 0), s.finished_at IS NOT NULL, s.failed_at IS NOT NULL, s.started_at, s.finished_at, coalesce(s.accounts, -1), coalesce(s.inserted, -1), coalesce(s.late_spread, -1), coalesce(s.late_skipped, -1)"+
+	rows, err := q.Query(ctx, "SELECT "+cycleColumns+", s.slot, coalesce(s.job_id, 0), s.finished_at IS NOT NULL, s.failed_at IS NOT NULL, s.started_at, s.finished_at, coalesce(s.accounts, -1), coalesce(s.inserted, -1), coalesce(s.late_spread, -1), coalesce(s.late_skipped, -1),"+
+		" s.cursor_id IS NOT NULL AND s.finished_at IS NULL, coalesce(s.cursor_pinned, false), coalesce(s.cursor_bucket, 0), coalesce(s.cursor_id::text, ''), s.progress_at"+
 		" FROM "+l.table+" c JOIN "+l.table+" s ON s.task = c.task AND s.cycle_start = c.cycle_start AND s.plan = c.plan AND s.slot >= 0"+
 		" WHERE c.task = $1 AND c.slot = $2 AND c.cycle_start > $3 AND c.cycle_start < $4"+
 		" AND NOT (c.plan = $5 AND c.cycle_start = $6)"+
-		" AND (c.created_at, c.plan, c.cycle_start) < ($7, $5, $6)"+
+		" AND (coalesce(c.recorded_at, c.created_at), c.plan, c.cycle_start) < ($7, $5, $6)"+
 		" AND (c.deadline IS NULL OR c.deadline > $8)",
 		task, BootstrapSlot, from, to, plan, cycleStart, before, notBefore)
 	if err != nil {
@@ -266,14 +274,23 @@ func (l Ledger) OtherSlots(ctx context.Context, q Queryer, task, plan string, cy
 	var out []OtherSlot
 	for rows.Next() {
 		var (
-			o                 OtherSlot
-			started, finished *time.Time
+			o                           OtherSlot
+			started, finished, progress *time.Time
+			hasCursor                   bool
+			cursor                      Cursor
 		)
-		c, err := scanCycle(rows, &o.Slot, &o.JobID, &o.Done, &o.Failed, &started, &finished, &o.Accounts, &o.Inserted, &o.LateSpread, &o.LateSkipped)
+		c, err := scanCycle(rows, &o.Slot, &o.JobID, &o.Done, &o.Failed, &started, &finished, &o.Accounts, &o.Inserted, &o.LateSpread, &o.LateSkipped,
+			&hasCursor, &cursor.Pinned, &cursor.Bucket, &cursor.AfterID, &progress)
 		if err != nil {
 			return nil, wrap(err, "reading the task's other cycles in the ledger")
 		}
 		o.Cycle = c
+		if hasCursor {
+			o.Cursor = &cursor
+		}
+		if progress != nil {
+			o.ProgressAt = *progress
+		}
 		if started != nil {
 			o.StartedAt = *started
 		}
@@ -344,7 +361,7 @@ func (l Ledger) HasCycleBefore(ctx context.Context, q Queryer, task string, star
 func (l Ledger) Current(ctx context.Context, q Queryer) (bool, error) {
 	var ok bool
 	err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL
-		AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('first_cycle', 'late_grace_us', 'location', 'lateness', 'shard_version') AND NOT attisdropped) = 5
+		AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('first_cycle', 'late_grace_us', 'location', 'lateness', 'shard_version', 'recorded_at', 'cursor_id') AND NOT attisdropped) = 7
 		AND to_regclass($3) IS NOT NULL
 		AND EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass($1) AND c.relname = $2)`,
 		l.table, Table+"_pins", l.shards).Scan(&ok)

@@ -197,8 +197,8 @@ func TestSyncedByOlderCycleChain(t *testing.T) {
 		return m
 	}
 	// A's cycle at start is the regular neighbour of A's next: replay only.
-	a := &overlap{plan: planA, seed: 7, cycleStart: start, createdAt: start, slots: all(4), replayOnly: true}
-	b := &overlap{plan: planB, seed: 9, cycleStart: start, createdAt: start.Add(time.Second), slots: all(8)}
+	a := &overlap{plan: planA, seed: 7, cycleStart: start, recorded: start, slots: all(4), replayOnly: true}
+	b := &overlap{plan: planB, seed: 9, cycleStart: start, recorded: start.Add(time.Second), slots: all(8)}
 	next := start.Add(60 * time.Second) // A's next cycle, after the rollback
 
 	var skippedAlone, skippedChain, checked int
@@ -312,7 +312,7 @@ func TestSyncedByOlderCycleInsertedAllOrNone(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	id := uuid.MustParse("6ba7b810-9dad-41d1-80b4-00c04fd43045") // slot 2 of 8
 	cycle := func(start time.Time) *overlap {
-		return &overlap{plan: spec.Plan, seed: spec.Seed, cycleStart: start, createdAt: start, slots: map[int]bool{2: true}}
+		return &overlap{plan: spec.Plan, seed: spec.Seed, cycleStart: start, recorded: start, slots: map[int]bool{2: true}}
 	}
 	w, y := cycle(t0), cycle(t0.Add(5*time.Second))
 	ySync := spec.Plan.Target(y.cycleStart, spec.Seed, id)

@@ -1,6 +1,7 @@
 package perslot
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -30,13 +31,18 @@ type overlap struct {
 	seed       uint64
 	shift      int
 	cycleStart time.Time
-	createdAt  time.Time // when its bootstrap recorded it: older first
+	recorded   time.Time // its place in the task's commit order (ledger.Cycle.Recorded): older first
 	planID     string
 	// replayOnly: a regular neighbour of this job's cycle (same plan and
 	// grid), whose syncs are a whole cycle away: it takes part in
 	// replaying the older cycles' decisions, never in the final one.
 	replayOnly bool
-	slots      map[int]bool // the other cycle's slots whose per-slot job is not cancelled or discarded
+	slots      map[int]bool // the other cycle's slots whose fan-out finished, will run, or placed accounts before it stopped
+	// stopped: the slots whose fan-out stopped for good before it
+	// finished (its last attempt failed, or River cancelled, discarded or
+	// deleted its job) after committing batches: where its last batch
+	// left off. It placed the accounts up to there, none after.
+	stopped map[int]stopAt
 	// runs: when each slot's fan-out placed (or will place) its accounts,
 	// from the ledger; with late, the other plan's late policy, it says
 	// where a late account of the slot may have been spread. A slot
@@ -56,6 +62,30 @@ type overlap struct {
 	pins    *taskspec.PinsRef
 	pinRead taskspec.PinRead
 	pinned  map[uuid.UUID]int
+}
+
+// stopAt is the cursor a stopped fan-out's last committed batch left in
+// the ledger: the last account it placed, in its order (the slot's bucket
+// range by (bucket, id), then, with pinned, the accounts pinned to the
+// slot by id).
+type stopAt struct {
+	pinned bool
+	bucket int
+	after  uuid.UUID
+}
+
+// placed reports whether the stopped fan-out had placed the account.
+func (o *overlap) placed(at stopAt, id uuid.UUID) bool {
+	if _, pinned := o.pinned[id]; o.pins != nil && pinned {
+		// Pinned in that cycle: placed in the pinned phase, after the
+		// range (the range phase skips every pinned account).
+		return at.pinned && bytes.Compare(id[:], at.after[:]) <= 0
+	}
+	if at.pinned {
+		return true // the range was done
+	}
+	b := o.plan.BucketOf(id)
+	return b < at.bucket || b == at.bucket && bytes.Compare(id[:], at.after[:]) <= 0
 }
 
 // fanOut is when a slot's fan-out placed its accounts: its batches ran
@@ -94,7 +124,7 @@ func instant(t time.Time) span { return span{t, t} }
 // half a cycle of it, from the ledger: the cycles of the task, of any plan,
 // recorded before this job's cycle, whose syncs can still run less than
 // half a cycle before it starts (their recorded deadline), with each of
-// their slots that fanned out or still will. River's job table is read only
+// their slots that fanned out, still will, or stopped for good after some batches (up to its recorded cursor). River's job table is read only
 // for the slots the ledger records as not finished (is the job still
 // queued or running?), by primary key: however early River deletes
 // finished jobs, a finished fan-out stays in the ledger.
@@ -103,7 +133,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 	led := ledger.New(client.Schema())
 	before := job.CreatedAt
 	if own != nil {
-		before = own.CreatedAt
+		before = own.Recorded
 	}
 	// No lower bound on the other cycle's start: a 7-day cycle of an
 	// earlier plan may still run. Its recorded deadline (the latest
@@ -135,16 +165,33 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 		// it is kept for the replay only, where it may have kept a cycle
 		// of another plan from one (a rollback: A, B, then A again).
 		neighbour := c.Plan == spec.Key && sameGrid(spec, start, c.Start)
+		var (
+			stopped bool
+			at      stopAt
+		)
 		if !r.Done {
-			// A slot not finished syncs its accounts only while its job
-			// can still run: one River deleted, cancelled or discarded
-			// without finishing does not.
+			// A slot not finished syncs the rest of its accounts only
+			// while its job can still run. One whose last attempt failed,
+			// or that River deleted, cancelled or discarded, stopped for
+			// good where its last committed batch left off: it synced the
+			// accounts it placed before (its cursor in the ledger says
+			// which), none after. Without a cursor it placed none.
 			switch jobs[r.JobID].State {
 			case "", "cancelled", "discarded":
-				continue
+				stopped = true
 			}
 			if r.Failed || r.JobID == 0 {
-				continue
+				stopped = true
+			}
+			if stopped {
+				if r.Cursor == nil || r.Inserted == 0 {
+					continue // it inserted no sync
+				}
+				after, err := uuid.Parse(r.Cursor.AfterID)
+				if err != nil {
+					continue // not a cursor this version wrote
+				}
+				at = stopAt{pinned: r.Cursor.Pinned, bucket: r.Cursor.Bucket, after: after}
 			}
 		}
 		key := c.Plan.String() + "@" + c.Start.Format(time.RFC3339Nano)
@@ -163,8 +210,8 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			if end.IsZero() {
 				end = other.CycleEnd(c.Start)
 			}
-			o = &overlap{plan: other.Plan, month: other.Month, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, createdAt: c.CreatedAt, planID: c.Plan.String(),
-				replayOnly: neighbour, slots: map[int]bool{}, pins: pins,
+			o = &overlap{plan: other.Plan, month: other.Month, seed: other.Seed, shift: other.Shift, cycleStart: c.Start, recorded: c.Recorded, planID: c.Plan.String(),
+				replayOnly: neighbour, slots: map[int]bool{}, stopped: map[int]stopAt{}, pins: pins,
 				runs: map[int]fanOut{}, insertedAll: map[int]bool{}, late: &lateRules{spec: other, cycleEnd: end, first: c.First}, seen: seen}
 			if pins != nil {
 				o.pinRead = spec.PinRead(pins.Schema)
@@ -174,6 +221,13 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 		}
 		o.slots[r.Slot] = true
 		switch {
+		case stopped:
+			// Its batches ran between its start and its last commit.
+			o.stopped[r.Slot] = at
+			if !r.StartedAt.IsZero() && !r.ProgressAt.IsZero() {
+				o.runs[r.Slot] = fanOut{from: r.StartedAt.Add(-clockSkew), to: r.ProgressAt.Add(clockSkew),
+					spread: r.LateSpread != 0, skipped: r.LateSkipped != 0}
+			}
 		case r.Done && !r.StartedAt.IsZero() && !r.FinishedAt.IsZero():
 			o.runs[r.Slot] = fanOut{from: r.StartedAt.Add(-clockSkew), to: r.FinishedAt.Add(clockSkew),
 				spread: r.LateSpread != 0, skipped: r.LateSkipped != 0}
@@ -186,7 +240,9 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 			}
 			o.runs[r.Slot] = fanOut{from: from, pending: true, spread: true, skipped: true}
 		}
-		if r.Done && r.Accounts >= 0 && r.Inserted >= 0 {
+		if (r.Done || stopped) && r.Accounts >= 0 && r.Inserted >= 0 {
+			// A stopped fan-out's counts are those of the accounts it
+			// placed.
 			switch r.Inserted {
 			case 0:
 				o.insertedAll[r.Slot] = false
@@ -197,7 +253,7 @@ func (w *Worker) overlaps(ctx context.Context, client *river.Client[pgx.Tx], spe
 	}
 	// Oldest first: syncedByOlderCycle replays their decisions in order.
 	slices.SortStableFunc(out, func(a, b *overlap) int {
-		return cmp.Or(a.createdAt.Compare(b.createdAt), cmp.Compare(a.planID, b.planID), a.cycleStart.Compare(b.cycleStart))
+		return cmp.Or(a.recorded.Compare(b.recorded), cmp.Compare(a.planID, b.planID), a.cycleStart.Compare(b.cycleStart))
 	})
 	return out, nil
 }
@@ -251,7 +307,8 @@ func (b *batch) loadOverlapPins(ctx context.Context, q querier, page []account) 
 
 // target returns when the other cycle syncs the account, by its real
 // placement (pinned or hash slot), and whether it does (its slot's per-slot
-// job is not cancelled or discarded, and its late policy did not skip it).
+// job is not cancelled or discarded, or stopped for good after it placed
+// the account, and its late policy did not skip it).
 // An account its fan-out found late was spread from the time of the batch
 // that placed it, which the ledger bounds by the slot's start and finish:
 // the span covers every time the spread may have chosen. (Judged at the
@@ -262,6 +319,9 @@ func (o *overlap) target(id uuid.UUID) (span, bool) {
 	slot := o.slotOf(id)
 	if !o.slots[slot] {
 		return span{}, false
+	}
+	if at, ok := o.stopped[slot]; ok && !o.placed(at, id) {
+		return span{}, false // its fan-out stopped for good before it
 	}
 	if all, ok := o.insertedAll[slot]; ok && !all {
 		return span{}, false // its fan-out inserted none of the slot's accounts

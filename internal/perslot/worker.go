@@ -190,6 +190,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 					slog.Int("slot", job.Args.Slot), slog.String("error", lerr.Error()))
 			}
 		}
+		if errors.Is(err, ErrDuplicate) {
+			w.logger.WarnContext(ctx, "riverslot: per-slot job cancelled: the ledger records another per-slot job for its slot, which fans it out",
+				slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
+				slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+			return err
+		}
 		if err != nil {
 			w.logger.WarnContext(ctx, "riverslot: per-slot fan-out failed; River retries it from its last committed batch",
 				slog.String("task", spec.Name), slog.Time("cycle_start", job.Args.CycleStart), slog.Int("slot", job.Args.Slot),
@@ -336,16 +342,36 @@ func (w *Worker) fanOut(ctx context.Context, client *river.Client[pgx.Tx], spec 
 }
 
 // record records the slot's finished fan-out (totals of cursor) in the
-// ledger, in tx.
+// ledger, in tx. A slot the ledger records for another job (one that
+// claimed it while this one ran) cancels this one: tx, with its inserts,
+// is rolled back.
 func (w *Worker) record(ctx context.Context, tx pgx.Tx, b *batch, cursor fanOutCursor) error {
 	args := b.job.Args
-	_, err := b.ledger.RecordSlot(ctx, tx, b.spec.Name, b.spec.PlanID, args.CycleStart, args.Slot, b.job.ID, ledger.SlotResult{
+	owned, err := b.ledger.RecordSlot(ctx, tx, b.spec.Name, b.spec.PlanID, args.CycleStart, args.Slot, b.job.ID, ledger.SlotResult{
 		Accounts: cursor.Inserted + cursor.Skipped, RangeAccounts: cursor.RangeAccounts,
 		Inserted: cursor.Inserted, Skipped: cursor.Skipped,
 		LateSpread: cursor.LateSpread, LateSkipped: cursor.LateSkipped,
 		Batches: cursor.Batches,
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	if !owned {
+		return b.duplicate(ctx, tx)
+	}
+	return nil
+}
+
+// duplicate returns the cancellation of a job whose slot the ledger, read
+// in tx (which holds the row's lock), records for another job.
+func (b *batch) duplicate(ctx context.Context, tx pgx.Tx) error {
+	args := b.job.Args
+	owner, _, err := b.ledger.SlotJob(ctx, tx, b.spec.Name, b.spec.PlanID, args.CycleStart, args.Slot)
+	if err != nil {
+		return err
+	}
+	return river.JobCancel(fmt.Errorf("%w (slot %d of task %q, cycle %s: job %d, this is job %d; this job's uncommitted batch is rolled back)",
+		ErrDuplicate, args.Slot, b.spec.Name, args.CycleStart.UTC().Format(time.RFC3339), owner, b.job.ID))
 }
 
 // account is one row of a keyset page.
@@ -521,12 +547,21 @@ func (w *Worker) fanOutBatch(ctx context.Context, b *batch, cursor *fanOutCursor
 			return 0, err
 		}
 	} else {
+		// Each batch claims the slot's row for this job in its own
+		// transaction: of two per-slot jobs of one slot (a row without a
+		// job, made before the ledger recorded them, or pruned), the
+		// first to commit a batch fans it out; the other's batch is
+		// rolled back and the job cancelled.
 		args := job.Args
-		if err := b.ledger.RecordProgress(ctx, tx, spec.Name, spec.PlanID, args.CycleStart, args.Slot, job.ID, ledger.SlotResult{
+		owned, err := b.ledger.RecordProgress(ctx, tx, spec.Name, spec.PlanID, args.CycleStart, args.Slot, job.ID, ledger.SlotResult{
 			Accounts: next.Inserted + next.Skipped, RangeAccounts: next.RangeAccounts, Inserted: next.Inserted, Skipped: next.Skipped,
 			LateSpread: next.LateSpread, LateSkipped: next.LateSkipped, Batches: next.Batches,
-		}); err != nil {
+		}, ledger.Cursor{Pinned: next.Pinned, Bucket: next.Bucket, AfterID: next.AfterID})
+		if err != nil {
 			return 0, err
+		}
+		if !owned {
+			return 0, b.duplicate(ctx, tx)
 		}
 	}
 	if _, err := river.ResumableSetStepCursorTx[*riverpgxv5.Driver](ctx, tx, job, next); err != nil {

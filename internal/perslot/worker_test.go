@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -463,4 +464,142 @@ func TestFanOutLogsAtDebug(t *testing.T) {
 		levels = append(levels, attrs["level"].String())
 	}
 	require.Equal(t, []string{slog.LevelDebug.String()}, levels, "one fan-out line, at debug")
+}
+
+// TestFanOutTwoJobsOfOneSlot: two per-slot jobs of one slot whose ledger
+// row names no job (made before the ledger recorded per-slot jobs, or
+// pruned) pass the check at their start. The first to commit a batch
+// claims the slot; the other, started while the first is between its
+// batches, is cancelled and inserts nothing: every account once. (Before,
+// each fanned the slot out, and the second's RecordSlot refusal was
+// ignored.)
+func TestFanOutTwoJobsOfOneSlot(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, 2000, 20, nil)
+	const slot = 3
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	// Finished jobs' events: the first job's, and the others'.
+	var firstID atomic.Int64
+	firstDone, finished := make(chan *river.Event, 1), make(chan *river.Event, 4)
+	go func() {
+		for ev := range b.events {
+			switch {
+			case ev.Job.FinalizedAt == nil:
+			case ev.Job.ID == firstID.Load():
+				firstDone <- ev
+			default:
+				finished <- ev
+			}
+		}
+	}()
+	var second *river.Event
+	b.worker.beforeBatch = func(ctx context.Context, job *river.Job[Args], batch int) error {
+		if batch != 2 || job.ID != firstID.Load() {
+			return nil
+		}
+		// The first job committed its first batch: a second job of the
+		// slot starts and runs to its end meanwhile.
+		res, err := b.client.Insert(ctx, NewArgs(b.spec, start, slot), &river.InsertOpts{MaxAttempts: 1})
+		if err != nil {
+			return err
+		}
+		select {
+		case second = <-finished:
+		case <-time.After(60 * time.Second):
+			return errors.New("the second per-slot job did not finish within 60 s")
+		}
+		if second.Job.ID != res.Job.ID {
+			return errors.New("another job than the second finished")
+		}
+		return nil
+	}
+	first, err := b.client.Insert(ctx, NewArgs(b.spec, start, slot), &river.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	firstID.Store(first.Job.ID) // long before it finishes: it waits for the second
+	var ev *river.Event
+	select {
+	case ev = <-firstDone:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the first per-slot job did not finish within 90 s")
+	}
+	require.Equal(t, first.Job.ID, ev.Job.ID)
+	require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
+	require.NotNil(t, second)
+	require.Equal(t, river.EventKindJobCancelled, second.Kind, "%+v", second.Job.Errors)
+	require.Contains(t, second.Job.Errors[0].Error, ErrDuplicate.Error())
+
+	want := map[uuid.UUID]int{}
+	for id := range b.slotAccounts(slot) {
+		want[id] = 1
+	}
+	require.Greater(t, len(want), 40)
+	require.Equal(t, want, b.syncJobs(ctx, t), "every account of the slot once")
+	n := int64(len(want))
+	require.Equal(t, ledgerRow{JobID: first.Job.ID, Accounts: n, RangeAccounts: n, Inserted: n, Batches: int((n + 19) / 20), Finished: true}, b.ledgerRow(ctx, t, slot))
+}
+
+// TestOverlapStoppedFanOut: a plan change's overlap rule reads how far a
+// stopped fan-out got from the ledger. The older plan's fan-out of a slot
+// commits two batches (40 accounts), then its last attempt fails and River
+// deletes the job. The newer plan's cycle, at the same time, leaves those
+// 40 accounts to it and syncs the others: every account of the slot once.
+// (Before, a slot not finished whose job was gone or failed counted as
+// having synced nothing, and the 40 were synced twice, seconds apart.)
+func TestOverlapStoppedFanOut(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, 2000, 20, nil)
+	const slot = 4
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	led := b.table("riverslot_ledger")
+	newer, err := b.spec.ForPlan(taskspec.KeyOf(b.spec.Plan, b.spec.Seed+1, 0), start)
+	require.NoError(t, err)
+	require.NotEqual(t, b.spec.PlanID, newer.PlanID)
+
+	// The older plan's cycle, recorded first; its fan-out fails for good
+	// before batch 3.
+	older, err := b.client.Insert(ctx, NewArgs(b.spec, start, slot), &river.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	b.worker.beforeBatch = func(ctx context.Context, job *river.Job[Args], batch int) error {
+		if job.ID == older.Job.ID && batch == 3 {
+			return errors.New("connection lost")
+		}
+		return nil
+	}
+	_, err = b.pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot, job_id, recorded_at) VALUES ($1, $2, $3, -1, NULL, now() - interval '1 minute'), ($1, $2, $3, $4, $5, NULL)",
+		b.spec.Name, start, b.spec.PlanID, slot, older.Job.ID)
+	require.NoError(t, err)
+	select {
+	case ev := <-b.events:
+		require.Equal(t, older.Job.ID, ev.Job.ID)
+		require.Equal(t, river.EventKindJobFailed, ev.Kind)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the older per-slot job did not finish within 60 s")
+	}
+	first := b.syncJobs(ctx, t)
+	require.Len(t, first, 40, "two batches committed")
+	_, err = b.pool.Exec(ctx, "DELETE FROM "+b.table("river_job")+" WHERE id = $1", older.Job.ID)
+	require.NoError(t, err)
+
+	// The newer plan's cycle at the same start, recorded after.
+	_, err = b.pool.Exec(ctx, "INSERT INTO "+led+" (task, cycle_start, plan, slot, recorded_at) VALUES ($1, $2, $3, -1, now())", b.spec.Name, start, newer.PlanID)
+	require.NoError(t, err)
+	res, err := b.client.Insert(ctx, NewArgs(newer, start, slot), &river.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	select {
+	case ev := <-b.events:
+		require.Equal(t, res.Job.ID, ev.Job.ID)
+		require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the newer per-slot job did not finish within 60 s")
+	}
+
+	want := map[uuid.UUID]int{}
+	for id := range b.slotAccounts(slot) {
+		want[id] = 1
+	}
+	require.Greater(t, len(want), 60)
+	require.Equal(t, want, b.syncJobs(ctx, t), "every account of the slot once: the 40 the stopped fan-out placed by it, the rest by the newer plan")
+	var inserted, skipped int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT inserted, skipped FROM "+led+" WHERE plan = $1 AND slot = $2", newer.PlanID, slot).Scan(&inserted, &skipped))
+	require.Equal(t, [2]int64{int64(len(want)) - 40, 40}, [2]int64{inserted, skipped})
 }

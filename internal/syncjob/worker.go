@@ -1,7 +1,6 @@
 package syncjob
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -236,9 +235,13 @@ func (w *Worker) work(ctx context.Context, job *river.Job[Args], e *ending) erro
 	if job.Args.AccountID == uuid.Nil {
 		return river.JobCancel(errors.New("sync job has no account_id"))
 	}
-	if job.Attempt == 1 && job.AttemptedAt != nil && !bytes.Contains(job.Metadata, []byte(`"snoozes"`)) {
-		// First attempts only, and not after a snooze: a retry's or a
-		// snoozed job's scheduled time is River's, not the account's.
+	if job.Attempt == 1 && job.AttemptedAt != nil && len(job.AttemptedBy) == 1 {
+		// The job's first run only: a retry's, a snoozed job's or a
+		// rescued job's scheduled time is River's, not the account's.
+		// River appends a client to AttemptedBy (a public field of the
+		// job row) each time it starts the job, snoozes included (a
+		// snooze gives its attempt back); its metadata's snooze count is
+		// River's own, unpublished, key.
 		t.spec.Metrics.SyncStarted(ctx, t.spec.Name, job.ScheduledAt, *job.AttemptedAt)
 	}
 
