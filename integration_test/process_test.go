@@ -30,7 +30,7 @@ var (
 
 // riverslotBinary builds cmd/riverslot once per test run (without -race, it
 // is a separate process) and returns its path.
-func riverslotBinary(t *testing.T) string {
+func riverslotBinary(t testing.TB) string {
 	t.Helper()
 
 	binOnce.Do(func() {

@@ -34,8 +34,15 @@ type serveProcess struct {
 
 func startServe(t *testing.T, schema, tokenFile string) *serveProcess {
 	t.Helper()
-	cmd := exec.Command(riverslotBinary(t), "serve", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--addr", "127.0.0.1:0",
-		"--token-file", tokenFile, "--periods", "16s", "--allow-private-targets", "--max-conns", "5", "--workers", "10")
+	return startServeWith(t, schema, tokenFile, "--periods", "16s", "--max-conns", "5", "--workers", "10")
+}
+
+// startServeWith starts `riverslot serve` on schema with args added (its
+// periods, connections and workers).
+func startServeWith(t testing.TB, schema, tokenFile string, args ...string) *serveProcess {
+	t.Helper()
+	cmd := exec.Command(riverslotBinary(t), append([]string{"serve", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--addr", "127.0.0.1:0",
+		"--token-file", tokenFile, "--allow-private-targets"}, args...)...)
 	logs := &lockedBuffer{}
 	cmd.Stderr = logs
 	stdout, err := cmd.StdoutPipe()
