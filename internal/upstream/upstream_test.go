@@ -278,7 +278,10 @@ func TestConcurrencyLimit(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	limits := upstream.Limits{FailureThreshold: 3, Cooldown: 400 * time.Millisecond}
+	// A cooldown of 2 s: the steps below, before it ends, hold on a machine
+	// that stalls up to a second between them (a CI run at 400 ms failed
+	// when one took over 300 ms).
+	limits := upstream.Limits{FailureThreshold: 3, Cooldown: 2 * time.Second}
 	for i := range 3 {
 		r := b.req("bank-1", limits)
 		require.Equal(t, upstream.Run, b.acquire(t, r).Verdict, "failure %d: still closed", i)
@@ -303,7 +306,10 @@ func TestBreaker(t *testing.T) {
 	// (deferred syncs do not wake together).
 	require.LessOrEqual(t, d.Wait, 2*limits.Cooldown)
 	late := b.req("bank-1", limits)
-	late.NotAfter = time.Now().Add(100 * time.Millisecond)
+	// Its NotAfter a second before the breaker's cooldown ends, by the
+	// database's clock that set it: skipped however long this took.
+	require.NotNil(t, st.OpenUntil)
+	late.NotAfter = st.OpenUntil.Add(-time.Second)
 	d = b.acquire(t, late)
 	require.Equal(t, upstream.Skip, d.Verdict, "its NotAfter comes before the breaker lets a probe through")
 	require.Equal(t, upstream.SkippedDown, d.Reason)
