@@ -1009,17 +1009,28 @@ func (s *Server) delete(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if e != nil {
 		return 0, e
 	}
-	// The schedule and its tenant's counts in one statement.
-	tag, err := s.cfg.Pool.Exec(r.Context(), `WITH d AS (
-	UPDATE `+s.schedules+` SET deleted_at = clock_timestamp(), updated_at = clock_timestamp()
-	WHERE id = $1 AND deleted_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2) RETURNING tenant_id, period_ms)
-UPDATE `+s.tenants+` t SET schedules = t.schedules - 1, planned_ncps = t.planned_ncps - `+plannedNCPS("d.period_ms")+` FROM d WHERE t.id = d.tenant_id`,
-		id, principalOf(r).tenantFilter())
+	tx, err := s.cfg.Pool.Begin(r.Context())
 	if err != nil {
 		return internal(err)
 	}
-	if tag.RowsAffected() == 0 {
+	defer func() { _ = tx.Rollback(context.WithoutCancel(r.Context())) }()
+	var (
+		tenant   uuid.UUID
+		periodMS int64
+	)
+	err = tx.QueryRow(r.Context(), `UPDATE `+s.schedules+` SET deleted_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE id = $1 AND deleted_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2) RETURNING tenant_id, period_ms`, id, principalOf(r).tenantFilter()).Scan(&tenant, &periodMS)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, notFound(id)
+	}
+	if err != nil {
+		return internal(err)
+	}
+	if e := s.chargeTenant(r.Context(), tx, tenant, -1, periodMS, 0); e != nil && e.status != http.StatusNotFound {
+		return 0, e
+	}
+	if err := tx.Commit(r.Context()); err != nil {
+		return internal(err)
 	}
 	return http.StatusOK, map[string]any{"id": id, "deleted": true, "history_kept": s.cfg.History.String()}
 }

@@ -75,7 +75,18 @@ func tenantsDDL(t string) []string {
 	}
 }
 
-const tenantColumns = `id, name, max_schedules, max_calls_per_second, schedules, planned_ncps::float8 / 1e9, created_at, deleted_at`
+// tenantColumns are a tenant's columns as scanTenant reads them. Its use
+// is counted on its row only while it has a quota (chargeTenant); a
+// tenant without one is counted here, from its schedules.
+func (s *Server) tenantColumns() string {
+	live := func(expr string) string {
+		return `(SELECT ` + expr + ` FROM ` + s.schedules + ` x WHERE x.tenant_id = ` + s.tenants + `.id AND x.deleted_at IS NULL)`
+	}
+	return `id, name, max_schedules, max_calls_per_second,
+	CASE WHEN max_schedules > 0 OR max_calls_per_second > 0 THEN schedules ELSE ` + live(`count(*)`) + ` END,
+	(CASE WHEN max_schedules > 0 OR max_calls_per_second > 0 THEN planned_ncps ELSE ` + live(`coalesce(sum(`+plannedNCPS("x.period_ms")+`), 0)`) + ` END)::float8 / 1e9,
+	created_at, deleted_at`
+}
 
 func scanTenant(row pgx.CollectableRow) (Tenant, error) {
 	var t Tenant
@@ -89,7 +100,7 @@ func tenantNotFound(id string) *apiError {
 
 // liveTenant returns the tenant id, not deleted.
 func (s *Server) liveTenant(ctx context.Context, id uuid.UUID) (Tenant, *apiError) {
-	rows, err := s.cfg.Pool.Query(ctx, `SELECT `+tenantColumns+` FROM `+s.tenants+` WHERE id = $1 AND deleted_at IS NULL`, id)
+	rows, err := s.cfg.Pool.Query(ctx, `SELECT `+s.tenantColumns()+` FROM `+s.tenants+` WHERE id = $1 AND deleted_at IS NULL`, id)
 	if err != nil {
 		return Tenant{}, &apiError{status: http.StatusInternalServerError, cause: err}
 	}
@@ -177,7 +188,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) (int, any)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(r.Context())) }()
 	rows, err := tx.Query(r.Context(), `INSERT INTO `+s.tenants+` (id, name, max_schedules, max_calls_per_second, signing_secret)
-VALUES (gen_random_uuid(), $1, $2, $3, $4) RETURNING `+tenantColumns, *in.Name, q.MaxSchedules, q.MaxCallsPerSecond, secret)
+VALUES (gen_random_uuid(), $1, $2, $3, $4) RETURNING `+s.tenantColumns(), *in.Name, q.MaxSchedules, q.MaxCallsPerSecond, secret)
 	if err != nil {
 		return internal(err)
 	}
@@ -207,7 +218,7 @@ VALUES (gen_random_uuid(), $1, $2, $3, $4) RETURNING `+tenantColumns, *in.Name, 
 }
 
 func (s *Server) listTenants(_ http.ResponseWriter, r *http.Request) (int, any) {
-	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT `+tenantColumns+` FROM `+s.tenants+` WHERE deleted_at IS NULL ORDER BY name`)
+	rows, err := s.cfg.Pool.Query(r.Context(), `SELECT `+s.tenantColumns()+` FROM `+s.tenants+` WHERE deleted_at IS NULL ORDER BY name`)
 	if err != nil {
 		return internal(err)
 	}
@@ -258,18 +269,46 @@ func (s *Server) patchTenant(_ http.ResponseWriter, r *http.Request) (int, any) 
 	if e := in.check(false); e != nil {
 		return 0, e
 	}
-	rows, err := s.cfg.Pool.Query(r.Context(), `UPDATE `+s.tenants+` SET name = coalesce($2, name), max_schedules = coalesce($3, max_schedules),
-	max_calls_per_second = coalesce($4, max_calls_per_second) WHERE id = $1 AND deleted_at IS NULL RETURNING `+tenantColumns, id, in.Name, in.MaxSchedules, in.MaxCallsPerSecond)
+	tx, err := s.cfg.Pool.Begin(r.Context())
+	if err != nil {
+		return internal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(r.Context())) }()
+	// FOR UPDATE waits for the creates and deletes in flight (each holds
+	// the row FOR KEY SHARE): a quota set now counts every one of them.
+	var counted bool
+	err = tx.QueryRow(r.Context(), `SELECT max_schedules > 0 OR max_calls_per_second > 0 FROM `+s.tenants+` WHERE id = $1 AND deleted_at IS NULL FOR UPDATE`, id).Scan(&counted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, tenantNotFound(id.String())
+	}
+	if err != nil {
+		return internal(err)
+	}
+	// Not counted on its row until now: its counts from its schedules,
+	// which no create or delete changes while the row is locked.
+	var live struct{ schedules, ncps *int64 }
+	if !counted {
+		var n, ncps int64
+		if err := tx.QueryRow(r.Context(), `SELECT count(*), coalesce(sum(`+plannedNCPS("period_ms")+`), 0)::bigint FROM `+s.schedules+`
+WHERE tenant_id = $1 AND deleted_at IS NULL`, id).Scan(&n, &ncps); err != nil {
+			return internal(err)
+		}
+		live.schedules, live.ncps = &n, &ncps
+	}
+	rows, err := tx.Query(r.Context(), `UPDATE `+s.tenants+` SET name = coalesce($2, name), max_schedules = coalesce($3, max_schedules),
+	max_calls_per_second = coalesce($4, max_calls_per_second), schedules = coalesce($5, schedules), planned_ncps = coalesce($6, planned_ncps)
+WHERE id = $1 RETURNING `+s.tenantColumns(), id, in.Name, in.MaxSchedules, in.MaxCallsPerSecond, live.schedules, live.ncps)
 	if err != nil {
 		return internal(err)
 	}
 	t, err := pgx.CollectExactlyOneRow(rows, scanTenant)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return 0, tenantNotFound(id.String())
 	case isUniqueViolation(err):
 		return 0, nameTaken(*in.Name)
 	case err != nil:
+		return internal(err)
+	}
+	if err := tx.Commit(r.Context()); err != nil {
 		return internal(err)
 	}
 	return http.StatusOK, t
@@ -341,17 +380,32 @@ func quotaExceeded(quota string, limit any, detail string) *apiError {
 }
 
 // chargeTenant adds a schedule of periodMS (n = 1) or takes one away (n =
-// -1), or moves one between periods (n = 0, oldPeriodMS given), on its
-// tenant's counts, inside tx: the tenant's row stays locked until tx
-// ends, so two requests cannot both take the last place of a quota. Only
-// a change that adds is checked against the quotas.
+// -1), or moves one between periods (n = 0, oldPeriodMS given), on the
+// counts of its tenant when it has a quota, inside tx: the tenant's row
+// stays locked until tx ends, so two requests cannot both take the last
+// place of a quota. Only a change that adds is checked against the
+// quotas.
 func (s *Server) chargeTenant(ctx context.Context, tx pgx.Tx, tenant uuid.UUID, n int, periodMS, oldPeriodMS int64) *apiError {
 	var (
 		schedules, maxSchedules int64
 		ncps                    int64
 		maxCPS                  float64
 	)
-	err := tx.QueryRow(ctx, `UPDATE `+s.tenants+` SET schedules = schedules + $2,
+	// FOR KEY SHARE: creates of one tenant do not wait for each other,
+	// and a change of its quotas (FOR UPDATE) waits for them. A tenant
+	// without a quota is not counted on its row (tenantColumns counts it
+	// from its schedules): its creates never queue on it.
+	err := tx.QueryRow(ctx, `SELECT max_schedules, max_calls_per_second FROM `+s.tenants+` WHERE id = $1 AND deleted_at IS NULL FOR KEY SHARE`, tenant).Scan(&maxSchedules, &maxCPS)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &apiError{status: http.StatusNotFound, Field: "tenant", Error: fmt.Sprintf("tenant: no tenant %s (deleted, or never made)", tenant)}
+	}
+	if err != nil {
+		return &apiError{status: http.StatusInternalServerError, cause: err}
+	}
+	if maxSchedules == 0 && maxCPS == 0 {
+		return nil
+	}
+	err = tx.QueryRow(ctx, `UPDATE `+s.tenants+` SET schedules = schedules + $2,
 	planned_ncps = planned_ncps + $2 * `+plannedNCPS("$3::bigint")+` + CASE WHEN $2 = 0 THEN `+plannedNCPS("$3::bigint")+` - `+plannedNCPS("$4::bigint")+` ELSE 0 END
 WHERE id = $1 AND deleted_at IS NULL RETURNING schedules, max_schedules, planned_ncps, max_calls_per_second`, tenant, n, periodMS, oldPeriodMS).
 		Scan(&schedules, &maxSchedules, &ncps, &maxCPS)

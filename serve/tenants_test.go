@@ -423,6 +423,26 @@ func TestQuotas(t *testing.T) {
 	require.Equal(t, http.StatusOK, ar.do("PATCH", "/v1/schedules/"+hourly.ID.String(), map[string]any{"period": "1m"}, nil))
 	require.Equal(t, http.StatusOK, a.do("GET", "/v1/tenants/"+rate.ID.String(), nil, &got))
 	require.InDelta(t, 4.0/60, got.PlannedCallsPerSecond, 1e-6)
+
+	// A tenant without a quota is counted from its schedules; a quota set
+	// later holds from what it has.
+	free := a.tenant("free", map[string]any{"max_schedules": 0})
+	af := a.as(free.Token)
+	var made []serve.Schedule
+	for range 3 {
+		made = append(made, af.schedule(publicHook))
+	}
+	require.Equal(t, http.StatusOK, af.do("DELETE", "/v1/schedules/"+made[0].ID.String(), nil, nil))
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/tenants/"+free.ID.String(), nil, &got))
+	require.EqualValues(t, 2, got.Schedules)
+	require.InDelta(t, 2.0/3600, got.PlannedCallsPerSecond, 1e-9)
+	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/tenants/"+free.ID.String(), map[string]any{"max_schedules": 3}, &got))
+	require.EqualValues(t, 2, got.Schedules)
+	af.schedule(publicHook)
+	require.Equal(t, http.StatusTooManyRequests, af.do("POST", "/v1/schedules", publicHook, &e))
+	require.Equal(t, "max_schedules", e.Quota)
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/tenants/"+free.ID.String(), nil, &got))
+	require.EqualValues(t, 3, got.Schedules)
 }
 
 // TestExternalID: a create naming an external_id the tenant has answers
