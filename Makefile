@@ -35,7 +35,7 @@ help: ## List the targets
 TEST_DB ?= riverslot_test
 TEST_P ?=
 INTEGRATION_PARALLEL ?= 16
-LONG_PKGS = ./cmd/riverslot ./cmd/riverslot/internal/sim ./cmd/riverslot/internal/bench
+LONG_PKGS = ./cmd/riverslot/internal/bench ./cmd/riverslot ./cmd/riverslot/internal/sim ./serve ./slotplan ./internal/bootstrap ./riverslotweb
 GOTEST = $(GO) test -json -race -count=1 -parallel 16 -timeout 20m
 test: ## Get a Postgres (see scripts/pg.sh), create riverslot_test, run go test -race ./..., list the slowest tests
 	@set -o pipefail; url=$$(PG_OWN=1 $(PG) $(TEST_DB)) && echo "test database: $$url" && \

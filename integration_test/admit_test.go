@@ -39,6 +39,7 @@ var expectedSeconds = map[string]int{
 	"TestTwoByteBucketsFullCycle":                     51,
 	"TestOppositeOfLateFanOutsProcesses":              140,
 	"TestShardsThreeDatabases":                        130,
+	"TestServeRestart":                                125,
 }
 
 // admissionWindow is how long the gate collects the tests Go resumes at

@@ -21,7 +21,7 @@ import (
 )
 
 // TestServeRestart: the only `riverslot serve` process is stopped (SIGTERM)
-// for 45 s, then started again: from the first period it bootstraps ahead
+// for 35 s (two periods and more), then started again: from the first period it bootstraps ahead
 // of its start, every schedule is called once per period, and the calls
 // the stop missed are history entries (server_down or fan_out_late), never
 // silence.
@@ -90,7 +90,7 @@ func TestServeRestart(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	<-p.done
 	stopped := time.Now()
-	riverslottest.WaitFor(t, 60*time.Second, "45 s stopped", func() bool { return time.Since(stopped) > 45*time.Second })
+	riverslottest.WaitFor(t, 60*time.Second, "35 s stopped", func() bool { return time.Since(stopped) > 35*time.Second })
 	p = startServe(t, schema, tokenFile)
 	restarted := time.Now()
 
