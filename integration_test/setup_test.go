@@ -98,7 +98,7 @@ func startClient(ctx context.Context, t *testing.T, b *testBundle, scheduler *ri
 	config := &river.Config{
 		Schema:            b.schema,
 		Queues:            qc,
-		Logger:            riverslottest.Logger(t),
+		Logger:            riverslottest.LockLogger(t, b.pool),
 		FetchPollInterval: 200 * time.Millisecond,
 		TestOnly:          true,
 	}

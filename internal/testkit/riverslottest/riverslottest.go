@@ -289,7 +289,7 @@ func StartClient(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, config 
 	tb.Helper()
 
 	if config.Logger == nil {
-		config.Logger = Logger(tb)
+		config.Logger = LockLogger(tb, pool)
 	}
 	config.TestOnly = true
 	client, err := river.NewClient(riverpgxv5.New(pool), config)
@@ -466,4 +466,85 @@ func CountOutcomes(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schem
 	if err := tally.Flush(ctx); err != nil {
 		tb.Fatalf("counting outcomes in the ledger: %v", err)
 	}
+}
+
+// LockLogger is Logger, and more: when River logs a warning or an error
+// of a statement that timed out (a query's deadline exceeded, a statement
+// cancelled), it logs the database's sessions that are not idle, each with
+// what it waits for and the pids that block it, so that a test that sees
+// River's scheduler time out on FOR UPDATE shows who held the rows (at
+// most 5 such reports, 10 s apart).
+func LockLogger(tb testing.TB, pool *pgxpool.Pool) *slog.Logger {
+	w := &tbWriter{tb: tb}
+	tb.Cleanup(func() { w.done.Store(true) })
+	base := slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})
+	return slog.New(&lockHandler{Handler: base, dump: &lockDump{pool: pool, log: slog.New(base)}})
+}
+
+type lockDump struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	mu   sync.Mutex
+	n    int
+	last time.Time
+}
+
+type lockHandler struct {
+	slog.Handler
+	dump *lockDump
+}
+
+func (h *lockHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		text := r.Message
+		r.Attrs(func(a slog.Attr) bool {
+			text += " " + a.Value.String()
+			return true
+		})
+		if strings.Contains(text, "deadline exceeded") || strings.Contains(text, "canceling statement") || strings.Contains(text, "timeout") {
+			go h.dump.report(text)
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *lockHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &lockHandler{Handler: h.Handler.WithAttrs(attrs), dump: h.dump}
+}
+
+func (h *lockHandler) WithGroup(name string) slog.Handler {
+	return &lockHandler{Handler: h.Handler.WithGroup(name), dump: h.dump}
+}
+
+func (d *lockDump) report(cause string) {
+	d.mu.Lock()
+	if d.n >= 5 || time.Since(d.last) < 10*time.Second {
+		d.mu.Unlock()
+		return
+	}
+	d.n++
+	d.last = time.Now()
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := d.pool.Query(ctx, `SELECT a.pid, a.state, coalesce(a.wait_event_type || ':' || a.wait_event, ''), pg_blocking_pids(a.pid)::text,
+	coalesce(extract(epoch FROM clock_timestamp() - a.xact_start)::numeric(10,1)::text, ''), left(regexp_replace(a.query, '\s+', ' ', 'g'), 300)
+FROM pg_stat_activity a WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.state <> 'idle' ORDER BY a.xact_start NULLS LAST`)
+	if err != nil {
+		d.log.Warn("riverslottest: could not read the sessions after a timeout", slog.String("error", err.Error()))
+		return
+	}
+	var lines []string
+	var (
+		pid                               int
+		state, wait, blockers, age, query string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&pid, &state, &wait, &blockers, &age, &query}, func() error {
+		lines = append(lines, fmt.Sprintf("pid %d %s wait=%s blocked_by=%s xact_age=%ss: %s", pid, state, wait, blockers, age, query))
+		return nil
+	})
+	if err != nil {
+		lines = append(lines, "error: "+err.Error())
+	}
+	d.log.Warn("riverslottest: sessions after a statement timed out ("+cause+")", slog.String("sessions", strings.Join(lines, "\n")))
 }
