@@ -65,7 +65,9 @@ func TestLockLoggerNamesTheHolder(t *testing.T) {
 	var buf syncBuffer
 	h := &lockHandler{Handler: slog.NewTextHandler(&buf, nil), dump: &lockDump{pool: pool, log: slog.New(slog.NewTextHandler(&buf, nil))}}
 	slog.New(h).Warn("JobScheduler: error scheduling jobs", slog.String("error", "context deadline exceeded"))
-	WaitFor(t, 10*time.Second, "the sessions' report", func() bool { return bytes.Contains([]byte(buf.String()), []byte("sessions after a statement timed out")) })
+	WaitFor(t, 10*time.Second, "the sessions' report", func() bool {
+		return bytes.Contains([]byte(buf.String()), []byte("sessions after a statement timed out"))
+	})
 	require.Contains(t, buf.String(), fmt.Sprintf("blocked_by={%d}", holderPID))
 	require.Contains(t, buf.String(), "FOR UPDATE")
 	require.NoError(t, holder.Rollback(ctx))
