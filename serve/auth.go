@@ -102,6 +102,9 @@ type tokenSet struct {
 	read   time.Time     // when byHash was read
 	doing  chan struct{} // closed when the read under way ends
 	loads  atomic.Int64  // reads made, for tests
+	// revoked are the tokens this process revoked in the last minute: a
+	// read that began before a revocation committed cannot bring one back.
+	revoked map[int64]time.Time
 }
 
 // lookup returns the principal of a token, reading the tokens again when
@@ -148,6 +151,10 @@ func (s *Server) lookup(ctx context.Context, token string) (principal, bool) {
 func (s *Server) readTokens(ctx context.Context, done chan struct{}) {
 	ts := &s.tokenSet
 	ts.loads.Add(1)
+	// The read serves every request waiting for it: not cancelled with the
+	// one that began it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	byHash := map[[sha256.Size]byte]principal{}
 	rows, err := s.cfg.Pool.Query(ctx, `SELECT hash, id, scope, coalesce(tenant_id, '00000000-0000-0000-0000-000000000000') FROM `+s.tokens+` WHERE revoked_at IS NULL`)
 	if err == nil {
@@ -164,6 +171,11 @@ func (s *Server) readTokens(ctx context.Context, done chan struct{}) {
 	}
 	ts.mu.Lock()
 	if err == nil {
+		for h, p := range byHash {
+			if at, ok := ts.revoked[p.tokenID]; ok && time.Since(at) < time.Minute {
+				delete(byHash, h)
+			}
+		}
 		ts.byHash, ts.read = byHash, time.Now()
 	} else {
 		s.cfg.Logger.WarnContext(ctx, "riverslot serve: error reading the tokens; the copy read before stays in use", slog.String("error", err.Error()))
@@ -195,6 +207,17 @@ func (s *Server) forget(ids ...int64) {
 	ts := &s.tokenSet
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	if ts.revoked == nil {
+		ts.revoked = map[int64]time.Time{}
+	}
+	for id, at := range ts.revoked {
+		if time.Since(at) > time.Minute {
+			delete(ts.revoked, id)
+		}
+	}
+	for _, id := range ids {
+		ts.revoked[id] = time.Now()
+	}
 	for h, p := range ts.byHash {
 		for _, id := range ids {
 			if p.tokenID == id {
