@@ -345,17 +345,19 @@ func (s *Server) deleteTenant(_ http.ResponseWriter, r *http.Request) (int, any)
 	if err != nil {
 		return internal(err)
 	}
-	revoked, err := tx.Exec(r.Context(), `UPDATE `+s.tokens+` SET revoked_at = clock_timestamp() WHERE tenant_id = $1 AND revoked_at IS NULL`, id)
+	rows, err := tx.Query(r.Context(), `UPDATE `+s.tokens+` SET revoked_at = clock_timestamp() WHERE tenant_id = $1 AND revoked_at IS NULL RETURNING id`, id)
+	if err != nil {
+		return internal(err)
+	}
+	revoked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return internal(err)
 	}
 	if err := tx.Commit(r.Context()); err != nil {
 		return internal(err)
 	}
-	s.tokenSet.mu.Lock()
-	s.tokenSet.read = time.Time{} // read again at the next request
-	s.tokenSet.mu.Unlock()
-	return http.StatusOK, map[string]any{"id": id, "deleted": true, "schedules_deleted": deleted.RowsAffected(), "tokens_revoked": revoked.RowsAffected()}
+	s.forget(revoked...)
+	return http.StatusOK, map[string]any{"id": id, "deleted": true, "schedules_deleted": deleted.RowsAffected(), "tokens_revoked": len(revoked)}
 }
 
 // me serves GET /v1/me: the token's scope and tenant, with its quotas
