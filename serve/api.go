@@ -528,18 +528,20 @@ func (s *Server) scan(rows pgx.CollectableRow) (Schedule, error) {
 }
 
 // periodBegun is whether a task's period starting at start is begun, as
-// read at read: bootstrapped (riverslot's ledger has its cycle: final), or
-// about to be (its bootstrap job is queued or running), or neither.
+// read at read (readBegun); final once the ledger says so.
 type periodBegun struct {
 	start, read time.Time
 	yes, final  bool
 }
 
 // readBegun reads, for each task whose current period is not known to be
-// bootstrapped, whether it is now (at most every 2 s): place promises the
-// current period's calls only then. A period whose bootstrap job is queued
-// or running counts as begun until the job ends without making the cycle
-// (a server's first period: Task.FirstCycle).
+// begun, whether it is now (at most every 2 s): place promises the current
+// period's calls only then. A period is begun when riverslot's ledger has
+// its cycle or an earlier one, or River holds a bootstrap job of an earlier
+// period (the service ran before it began: its trigger makes it, late if
+// the machine is busy), or its own bootstrap job is queued or running. A
+// task's first period, the one the service started in, is begun only if
+// its bootstrap makes it (Task.FirstCycle).
 func (s *Server) readBegun(ctx context.Context) error {
 	now := time.Now()
 	for _, info := range s.tasks {
@@ -550,16 +552,16 @@ func (s *Server) readBegun(ctx context.Context) error {
 		if b.start.Equal(start) && (b.final || now.Sub(b.read) < 2*time.Second) {
 			continue
 		}
-		cycles, err := s.ledger.Cycles(ctx, s.cfg.Pool, info.Name, start, start.Add(time.Nanosecond), 1)
+		cycles, err := s.ledger.Cycles(ctx, s.cfg.Pool, info.Name, time.Time{}, start.Add(time.Millisecond), 1) // timestamptz keeps microseconds: a nanosecond past start is start
 		if err != nil {
 			return err
 		}
 		b = periodBegun{start: start, read: now, yes: len(cycles) > 0, final: len(cycles) > 0}
 		if !b.yes {
-			// River's bootstrap job of the period, by the args' index.
+			// River's bootstrap jobs of the task, by the args' index.
 			err := s.cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+pgx.Identifier{s.cfg.Schema, "river_job"}.Sanitize()+`
-WHERE kind = $1 AND args @> jsonb_build_object('task', $2::text) AND (args->>'cycle_start')::timestamptz = $3
-	AND state NOT IN ('completed', 'cancelled', 'discarded'))`, bootstrap.Kind, info.Name, start).Scan(&b.yes)
+WHERE kind = $1 AND args @> jsonb_build_object('task', $2::text) AND ((args->>'cycle_start')::timestamptz < $3
+	OR (args->>'cycle_start')::timestamptz = $3 AND state NOT IN ('completed', 'cancelled', 'discarded')))`, bootstrap.Kind, info.Name, start).Scan(&b.yes)
 			if err != nil {
 				return err
 			}

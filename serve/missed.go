@@ -159,7 +159,7 @@ func (s *Server) recordMissed(ctx context.Context, period time.Duration, info ri
 	// The task's latest cycles up to the newest period looked at: more
 	// than the periods looked at, so the oldest read is before them unless
 	// the ledger holds no earlier one.
-	cycles, err := s.ledger.Cycles(ctx, s.cfg.Pool, info.Name, time.Time{}, todo[0].Add(time.Nanosecond), 4*missedLookback)
+	cycles, err := s.ledger.Cycles(ctx, s.cfg.Pool, info.Name, time.Time{}, todo[0].Add(time.Millisecond), 4*missedLookback)
 	if err != nil {
 		return 0, fmt.Errorf("error reading the cycles of %s: %w", info.Name, err)
 	}
