@@ -294,3 +294,75 @@ WHERE kind = 'riverslot_bootstrap' AND state = 'completed'`).Scan(&n))
 		require.WithinDuration(t, sc.NextCalls[0], at, 1500*time.Millisecond, "schedule %d: promised %s, first called %s", i, sc.NextCalls[0], at)
 	}
 }
+
+// TestMissedInAStartedPeriod: in a period the service started, a call its
+// fan-out queued that never ran (its job deleted here) is a history entry
+// "fan_out_late", once its late call could no longer come; a schedule
+// paused and resumed in that period misses nothing (what it was at its
+// place is not known), and one called misses nothing.
+func TestMissedInAStartedPeriod(t *testing.T) {
+	t.Parallel()
+	const period = 24 * time.Second
+	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
+	ctx := context.Background()
+	rc := &received{}
+	def, err := a.srv.DefaultTenant(ctx)
+	require.NoError(t, err)
+	secret, err := a.srv.SigningSecret(ctx, def)
+	require.NoError(t, err)
+	rc.wh, err = standardwebhooks.NewWebhook(secret)
+	require.NoError(t, err)
+	ts := httptest.NewServer(rc)
+	t.Cleanup(ts.Close)
+	called := a.schedule(map[string]any{"url": ts.URL + "/called", "period": "24s", "timeout": "2s"})
+	lost := a.schedule(map[string]any{"url": ts.URL + "/lost", "period": "24s", "timeout": "2s"})
+	toggled := a.schedule(map[string]any{"url": ts.URL + "/toggled", "period": "24s", "timeout": "2s"})
+
+	config := &river.Config{Schema: a.srv.Schema(), FetchPollInterval: 100 * time.Millisecond}
+	require.NoError(t, a.srv.Configure(config, 10))
+	riverslottest.StartClient(ctx, t, a.srv.Pool(), config)
+	jobs := pgx.Identifier{a.srv.Schema(), "river_job"}.Sanitize()
+	// The first period the service starts with these schedules in it:
+	// the lost one's call is deleted as soon as its fan-out queues it, the
+	// toggled one is paused before its place and resumed after the period.
+	var c time.Time
+	riverslottest.WaitFor(t, 3*period, "the lost schedule's call queued", func() bool {
+		rows, err := a.srv.Pool().Query(ctx, `DELETE FROM `+jobs+` WHERE kind = 'riverslot_sync' AND args->>'account_id' = $1 RETURNING (args->>'cycle_start')::timestamptz`,
+			lost.ID.String())
+		require.NoError(t, err)
+		starts, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+		require.NoError(t, err)
+		if len(starts) > 0 {
+			c = starts[0].UTC()
+		}
+		return len(starts) > 0
+	})
+	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+toggled.ID.String(), map[string]any{"paused": true}, nil))
+	riverslottest.WaitFor(t, 2*period, "the period's end", func() bool { return time.Now().After(c.Add(period)) })
+	require.Equal(t, http.StatusOK, a.do("PATCH", "/v1/schedules/"+toggled.ID.String(), map[string]any{"paused": false}, nil))
+	riverslottest.WaitFor(t, 2*period, "the called schedule's call of the period", func() bool {
+		for _, call := range rc.of("/called") {
+			if call.id == "msg_"+called.ID.String()+"_"+strconv.FormatInt(c.Unix(), 10) {
+				return true
+			}
+		}
+		return false
+	})
+
+	// As of when its late calls could no longer come.
+	n, err := a.srv.RecordMissedAt(ctx, c.Add(period+period/2+period/2+2*time.Second))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the lost call only")
+	var got serve.Schedule
+	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules/"+lost.ID.String(), nil, &got))
+	require.NotEmpty(t, got.LastCalls)
+	require.NotNil(t, got.LastCalls[0].Missed)
+	require.Equal(t, serve.MissedFanOutLate, *got.LastCalls[0].Missed, "the period started: not server_down")
+	for _, sc := range []serve.Schedule{called, toggled} {
+		got = serve.Schedule{} // decoded afresh: JSON leaves absent fields as they were
+		require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules/"+sc.ID.String(), nil, &got))
+		for _, call := range got.LastCalls {
+			require.Nil(t, call.Missed, "schedule %s: %+v (period %s)", sc.URL, call, c)
+		}
+	}
+}

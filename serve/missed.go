@@ -87,9 +87,9 @@ const missedBatch = 10_000
 const missedLookback = 4
 
 // RecordMissed writes a history entry for each call that a period which
-// ended did not make, and had no entry for: a schedule that existed
-// before its place's fan-out, not deleted before the period ended, not
-// paused, without a call or a recorded skip. A period no process started
+// ended did not make, and had no entry for: a schedule that existed, and
+// was last changed, before its place's fan-out, not deleted before the
+// period ended, not paused, without a call or a recorded skip. A period no process started
 // (riverslot's ledger has no cycle for it) is MissedServerDown, known at
 // its end (no bootstrap comes for an ended period): its schedules with
 // catch_up "one" are each called once at once (CatchUpOne). A period
@@ -215,7 +215,7 @@ func (s *Server) recordMissedOf(ctx context.Context, period time.Duration, info 
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('riverslot serve missed ' || $1 || ' ' || $2))`, s.cfg.Schema, info.Name); err != nil {
 		return 0, false, err
 	}
-	rows, err := tx.Query(ctx, `SELECT s.id, s.tenant_id, s.created_at, s.catch_up, s.timeout_ms, s.retries FROM `+s.schedules+` s
+	rows, err := tx.Query(ctx, `SELECT s.id, s.tenant_id, s.created_at, s.updated_at, s.catch_up, s.timeout_ms, s.retries FROM `+s.schedules+` s
 WHERE s.period_ms = $1 AND s.created_at < $3 AND (s.deleted_at IS NULL OR s.deleted_at >= $3) AND NOT s.paused
 AND NOT EXISTS (SELECT 1 FROM `+s.calls+` k WHERE k.schedule_id = s.id
 	AND (k.period_start = $2 OR k.period_start IS NULL AND k.due_at >= $2 AND k.due_at < $3))
@@ -229,16 +229,19 @@ LIMIT $4`, period.Milliseconds(), c, end, missedBatch)
 		catchUps     []river.InsertManyParams
 		id, tenant   uuid.UUID
 		created      time.Time
+		updated      time.Time
 		catchUp      string
 		timeoutMS    int64
 		retries      int
 		seen         int
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &tenant, &created, &catchUp, &timeoutMS, &retries}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &tenant, &created, &updated, &catchUp, &timeoutMS, &retries}, func() error {
 		seen++
 		// Made after its place's fan-out ran: first called in the next
-		// period, as promised.
-		if !created.Before(info.SlotStartOf(c, id).Add(-info.Lead)) {
+		// period, as promised. Changed since (paused and resumed, moved
+		// to this period): what it was at its place is not known, and no
+		// miss is claimed.
+		if fanOut := info.SlotStartOf(c, id).Add(-info.Lead); !created.Before(fanOut) || !updated.Before(fanOut) {
 			return nil
 		}
 		ids, tenants, dues = append(ids, id), append(tenants, tenant), append(dues, info.Due(c, id))
