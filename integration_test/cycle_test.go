@@ -84,9 +84,7 @@ func TestTwoFullCycles(t *testing.T) {
 			m.Accounts/int64(plan.Slots), m.LatenessP50, m.LatenessP99)
 
 		require.EqualValues(t, active, m.Accounts)
-		require.EqualValues(t, active, m.SyncedOnce, "every active account has exactly one sync job")
-		require.Zero(t, m.Missed)
-		require.Zero(t, m.Duplicated)
+		b.requireSyncedOnce(ctx, t, m, "transactions", 0)
 		require.EqualValues(t, active, m.Completed)
 		require.Zero(t, b.count(ctx, t, "SELECT count(*) FROM "+jobs+" WHERE kind = $1 AND (args->>'account_id')::uuid = ANY($2)", syncjob.Kind, keys(inactive)),
 			"no filtered-out account is enqueued")
@@ -352,8 +350,7 @@ func TestSeveralTasksOneClient(t *testing.T) {
 	}{{"transactions", "sync", txStart, 16}, {"reports", "reports", repStart, 32}} {
 		m := b.measure(ctx, t, tt.task, tt.start)
 		t.Logf("%s: synced_once=%d completed=%d skipped as stale=%d", tt.task, m.SyncedOnce, m.Completed, m.Skipped)
-		require.EqualValues(t, accounts, m.SyncedOnce, tt.task)
-		require.Zero(t, m.Missed+m.Duplicated, tt.task)
+		b.requireSyncedOnce(ctx, t, m, tt.task, 0)
 		require.EqualValues(t, accounts, m.Completed, tt.task)
 		require.LessOrEqual(t, m.Skipped*2, int64(accounts), "%s: most syncs run", tt.task)
 		skipped += m.Skipped

@@ -90,26 +90,19 @@ func TestThreeNodes(t *testing.T) {
 		require.EqualValues(t, 1, bootstraps, "one bootstrap per cycle")
 		require.EqualValues(t, plan.Slots, perSlot, "one per-slot job per slot")
 		require.EqualValues(t, plan.Slots, perSlotDistinct)
-		require.Zero(t, m.Duplicated)
-		// Sync jobs that went stale (the partial cycle's catch-up started more
-		// than LateGrace past its time on a busy machine) complete without a
-		// call: every other sync ran exactly once.
 		// River runs a job at least once: a Sync whose job then failed to
 		// complete (a timeout on a busy machine) runs again on the retry, so
 		// extra calls are bounded by the extra attempts, never more.
 		distinct := b.count(ctx, t, "SELECT count(DISTINCT account_id) FROM "+synced+" WHERE cycle_start = $1", start)
 		retries := b.count(ctx, t, "SELECT coalesce(sum(attempt - 1), 0) FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.Kind, start)
-		require.EqualValues(t, m.SyncedOnce-m.Skipped, distinct, "graceful stop: every sync not skipped as stale ran (%d skipped)", m.Skipped)
 		require.LessOrEqual(t, calls-distinct, retries, "a second Sync call for an account only on a retry of its job")
 		if start.Equal(partial) {
 			// Slots more than half a cycle late when the nodes started are
 			// skipped: the next cycle covers them.
-			require.EqualValues(t, accounts, m.SyncedOnce+m.Missed)
+			require.EqualValues(t, accounts, m.SyncedOnce+m.Duplicated+m.Missed)
 			continue
 		}
-		require.EqualValues(t, accounts, m.SyncedOnce)
-		require.Zero(t, m.Missed)
-		require.LessOrEqual(t, m.Skipped*2, m.SyncedOnce, "most of a full cycle's syncs run (a NotAfter that makes every sync stale fails here)")
+		b.requireSyncedOnce(ctx, t, m, "transactions", 0)
 		require.GreaterOrEqual(t, byClients, int64(2), "work spread over more than one client")
 	}
 	t.Logf("leader %s stopped at %s (mid cycle %s); new leader %s enqueued cycle %s",

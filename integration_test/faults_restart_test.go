@@ -14,7 +14,7 @@ import (
 	"github.com/riverslot/riverslot/internal/syncjob"
 )
 
-// TestRestartAcrossSlots: no client runs for the first 6 of 16 slots of a
+// TestRestartAcrossSlots: no client runs for the first 5 of 16 slots of a
 // cycle (80 s, 16 slots of 5 s), then one starts. With LatePolicySpread the
 // missed accounts are replayed over a catch-up window, not all at once; with
 // LatePolicySkip they wait for the next cycle. A third run with LateGrace as
@@ -26,7 +26,7 @@ func TestRestartAcrossSlots(t *testing.T) {
 	const (
 		accounts  = 4000
 		cycle     = 80 * time.Second
-		downSlots = 6
+		downSlots = 5
 	)
 	for _, tt := range []struct {
 		name      string
@@ -88,27 +88,39 @@ func TestRestartAcrossSlots(t *testing.T) {
 				tt.name, accounts, downSlots-1, lateAccounts, m.SyncJobs, m.SyncedOnce, m.Missed, m.Duplicated, skipped, dueAtOnce, m.PeakPending,
 				accounts/plan.Slots, maxPerSec, meanPerSec, maxPerSec/meanPerSec, spreadSeconds)
 
-			require.Zero(t, m.Duplicated)
 			switch tt.name {
 			case "Spread":
-				require.EqualValues(t, accounts, m.SyncedOnce, "late accounts are synced this cycle")
-				require.Zero(t, skipped)
+				// A slot whose fan-out runs more than half a cycle after
+				// the slot's start has no catch-up window left, and its
+				// accounts are skipped (the next cycle covers them): on a
+				// loaded machine the restarted client's leader election
+				// and first scheduler run can take the 15 s of slack the
+				// first slot has. A fan-out that ran in time skips nobody
+				// (a second's margin: the fan-out reads the clock after
+				// River's attempted_at); every account not skipped is
+				// synced once (Sync called).
+				var skippedInTime, skippedPastWindow int64
+				require.NoError(t, b.pool.QueryRow(ctx, `SELECT
+					coalesce(sum((metadata->'output'->>'skipped')::bigint) FILTER (WHERE attempted_at <= $2::timestamptz + ((args->>'slot')::int * $3::interval) + $4::interval - interval '1 second'), 0),
+					coalesce(sum((metadata->'output'->>'skipped')::bigint) FILTER (WHERE attempted_at > $2::timestamptz + ((args->>'slot')::int * $3::interval) + $4::interval - interval '1 second'), 0)
+					FROM `+jobs+` WHERE kind = $1`, perslot.Kind, start, plan.SlotDuration, cycle/2).Scan(&skippedInTime, &skippedPastWindow))
+				require.Zero(t, skippedInTime, "a fan-out that ran within half a cycle of its slot's start spreads its late accounts")
+				b.requireSyncedOnce(ctx, t, m, "transactions", skippedPastWindow)
 				// Only accounts within LateGrace are due at once: the last
 				// missed slot and the slots that pass while the client
 				// starts (leader election, first scheduler run), at most
 				// about 4 slots' worth; the other late accounts are spread.
-				require.Less(t, dueAtOnce, lateAccounts, "late accounts must not all be due at once")
+				require.Less(t, dueAtOnce, lateAccounts-skippedPastWindow, "late accounts must not all be due at once")
 				require.LessOrEqual(t, dueAtOnce, int64(4*accounts/plan.Slots))
 			case "Skip":
 				// The missed slots' accounts, plus any of the current slot
 				// that were past grace when its per-slot job ran, are
 				// skipped; everyone else is synced once.
-				require.GreaterOrEqual(t, skipped, lateAccounts*4/6, "at least the 5 fully missed slots are skipped")
+				require.GreaterOrEqual(t, skipped, lateAccounts*(downSlots-1)/downSlots, "at least the fully missed slots are skipped")
 				require.LessOrEqual(t, skipped, lateAccounts+int64(2*accounts/plan.Slots))
-				require.Equal(t, int64(accounts), m.SyncedOnce+skipped)
-				require.Equal(t, skipped, m.Missed, "skipped accounts wait for the next cycle")
+				b.requireSyncedOnce(ctx, t, m, "transactions", skipped) // skipped accounts wait for the next cycle
 			case "NoPolicyBaseline":
-				require.EqualValues(t, accounts, m.SyncedOnce)
+				b.requireSyncedOnce(ctx, t, m, "transactions", 0)
 				require.GreaterOrEqual(t, dueAtOnce, lateAccounts*9/10, "without a policy the late accounts are all due at once")
 			}
 		})

@@ -186,6 +186,7 @@ func (b *testBundle) measure(ctx context.Context, t *testing.T, task string, cyc
 		Filter:        "active",
 		SyncKind:      syncjob.Kind,
 		Task:          task,
+		SyncedTable:   pgx.Identifier{b.schema, "synced"}.Sanitize(),
 	}, cycleStart)
 	require.NoError(t, err)
 	return c
@@ -235,4 +236,34 @@ func (b *testBundle) failSyncInserts(ctx context.Context, t *testing.T, conditio
 		CREATE TRIGGER fail_sync_inserts BEFORE INSERT ON `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+` FOR EACH ROW
 			WHEN (NEW.kind = 'riverslot_sync') EXECUTE FUNCTION `+fn+`();`)
 	require.NoError(t, err)
+}
+
+// requireSyncedOnce asserts what the Sync calls of one cycle did (m from
+// b.measure, which counts the synced table's record of calls): every
+// account's Sync was called once, but for
+//   - accounts whose one sync job a busy machine started past its NotAfter:
+//     it completed as stale without a call (the next cycle covers the
+//     account; syncjob's tests hold the rule), and they must be a minority;
+//   - fannedOutLate accounts the caller knows a late fan-out skipped.
+//
+// An account's Sync is called twice only on a retry of its job (River runs
+// a job at least once).
+func (b *testBundle) requireSyncedOnce(ctx context.Context, t *testing.T, m *measure.Cycle, task string, fannedOutLate int64) {
+	t.Helper()
+
+	var staleLate, skippedOther, retries int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE metadata->'output'->>$4 = $5 AND finalized_at >= (metadata->'output'->>$6)::timestamptz),
+		count(*) FILTER (WHERE metadata->'output' ? $4 AND NOT (metadata->'output'->>$4 = $5 AND finalized_at >= (metadata->'output'->>$6)::timestamptz)),
+		coalesce(sum(attempt - 1) FILTER (WHERE attempt > 1), 0)
+		FROM `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+`
+		WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = $3`,
+		syncjob.Kind, task, m.CycleStart, syncjob.OutputSkipped, syncjob.SkippedStale, syncjob.OutputNotAfter).Scan(&staleLate, &skippedOther, &retries))
+	t.Logf("cycle %s of %s: %d accounts, Sync called once for %d, twice or more for %d (%d retried attempts), for none %d (%d stale past their NotAfter, %d skipped by a late fan-out)",
+		m.CycleStart.Format(time.RFC3339), task, m.Accounts, m.SyncedOnce, m.Duplicated, retries, m.Missed, staleLate, fannedOutLate)
+	require.Zero(t, skippedOther, "sync jobs skipped without starting past their NotAfter")
+	require.Equal(t, staleLate+fannedOutLate, m.Missed, "accounts whose Sync was not called: exactly those skipped as stale or by a late fan-out")
+	require.Equal(t, m.Accounts, m.SyncedOnce+m.Duplicated+m.Missed, "every account synced once, more on a retry, or skipped")
+	require.LessOrEqual(t, m.Duplicated, retries, "a second Sync call for an account only on a retry of its job")
+	require.LessOrEqual(t, 2*staleLate, m.Accounts, "most syncs run (a NotAfter that makes every sync stale fails here)")
 }

@@ -43,9 +43,7 @@ func TestDemoAccountsDatabase(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s), stdout)
 	require.EqualValues(t, accounts, s.Accounts)
 	require.Len(t, s.PerTask, 1)
-	require.EqualValues(t, accounts, s.PerTask[0].Synced, "every account synced once")
-	require.Zero(t, s.PerTask[0].Missed)
-	require.Zero(t, s.PerTask[0].Duplicates)
+	requireDemoSynced(t, &s, accounts)
 	require.NotNil(t, s.Pinned)
 
 	exists := func(p interface {

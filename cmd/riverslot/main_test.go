@@ -313,9 +313,7 @@ func TestDemoJSON(t *testing.T) {
 	require.InDelta(t, 1.0, s.SlotDurationSeconds, 1e-9)
 	require.InDelta(t, cycle.Seconds(), s.CycleSeconds, 1e-9)
 	require.Len(t, s.CycleStarts, 1)
-	require.EqualValues(t, accounts, s.Synced)
-	require.Zero(t, s.Missed)
-	require.Zero(t, s.Duplicates)
+	requireDemoSynced(t, &s, accounts)
 	// The live fan-out's rate, from the ledger's slot rows, and River's
 	// raw insert of a mean slot's jobs after the run, cleaned up.
 	require.Positive(t, s.FanOutSlots)
@@ -788,9 +786,7 @@ func TestDemoKeepResumes(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &s))
 	require.Equal(t, []string{firstStart.UTC().Format(time.RFC3339)}, s.CycleStarts)
 	require.EqualValues(t, 400, s.Accounts)
-	require.EqualValues(t, 400, s.Synced)
-	require.Zero(t, s.Missed)
-	require.Zero(t, s.Duplicates)
+	requireDemoSynced(t, &s, 400)
 }
 
 // cancelOnMatch is a writer that keeps what is written and calls cancel the
@@ -989,4 +985,18 @@ func holdCmdConns(t *testing.T, args []string) {
 	reserveCmdConns(t, args)
 	cmdConnsHeld.Store(t, true)
 	t.Cleanup(func() { cmdConnsHeld.Delete(t) })
+}
+
+// requireDemoSynced asserts a demo run's account-cycles, counted from the
+// demo's record of its Sync calls: each synced once, or missed with its
+// sync job skipped for a recorded reason (stale on a busy machine, an
+// upstream throttled or down), never missed without one nor synced twice;
+// skips a minority.
+func requireDemoSynced(t *testing.T, s *demo.Summary, accountCycles int64) {
+	t.Helper()
+	t.Logf("demo: %d account-cycles synced once, %d missed (%d with a skip reason), %d twice", s.Synced, s.Missed, s.MissedSkipped, s.Duplicates)
+	require.Equal(t, s.MissedSkipped, s.Missed, "account-cycles missed without a skip reason")
+	require.Equal(t, accountCycles, s.Synced+s.Missed, "every account-cycle synced once or skipped with a reason")
+	require.Zero(t, s.Duplicates, "account-cycles whose Sync was called twice")
+	require.LessOrEqual(t, 2*s.MissedSkipped, accountCycles, "most syncs call Sync")
 }

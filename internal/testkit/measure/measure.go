@@ -1,6 +1,8 @@
-// Package measure computes cycle figures from River's job table: how many
-// accounts were synced once, missed or duplicated, the peak number of pending
-// sync jobs (inserted, not yet started) and start lateness. The integration
+// Package measure computes cycle figures: how many accounts were synced
+// once, missed or duplicated, counted from the record of Sync calls the
+// app-like sync function writes (SyncedTableDDL), and, from River's job
+// table, the peak number of pending sync jobs (inserted, not yet started)
+// and start lateness. The integration
 // tests and the riverslot demo share it, so both report the same numbers the
 // same way, measured from the database. PeakPerSecond is an upstream's
 // busiest second, from the times of its calls, for the demo and the
@@ -41,15 +43,27 @@ type Cycle struct {
 	Accounts   int64     `json:"accounts"`
 	SyncJobs   int64     `json:"sync_jobs"`
 	Completed  int64     `json:"completed"`
-	// SyncedOnce counts accounts with exactly one sync job in the cycle.
+	// SyncedOnce counts accounts whose Sync was called exactly once in the
+	// cycle (the record of Sync calls, Target.SyncedTable): a sync job
+	// skipped, discarded or failed without a call does not count.
 	SyncedOnce int64 `json:"synced_once"`
-	// Missed counts accounts in the table with no sync job in the cycle.
+	// Missed counts accounts in the table whose Sync was not called in the
+	// cycle.
 	Missed int64 `json:"missed"`
-	// Duplicated counts accounts with more than one sync job in the cycle.
+	// Duplicated counts accounts whose Sync was called more than once in
+	// the cycle (a retried sync whose Sync failed after recording counts
+	// each call).
 	Duplicated int64 `json:"duplicated"`
+	// MissedSkipped counts the Missed accounts whose sync job completed as
+	// skipped, its reason recorded (stale, upstream throttled or down): a
+	// miss the app was told of (Task.OnSkip). Missed - MissedSkipped
+	// accounts were missed with no word.
+	MissedSkipped int64 `json:"missed_skipped"`
+	// SyncCalls counts the cycle's recorded Sync calls.
+	SyncCalls int64 `json:"sync_calls"`
 	// Skipped counts sync jobs completed without calling Sync (their
 	// output's riverslot_skipped: stale, or no room with their upstream);
-	// they are counted in SyncedOnce too.
+	// their accounts are in Missed unless another call synced them.
 	Skipped int64 `json:"skipped"`
 	// PeakPending is the largest number of the cycle's sync jobs that were
 	// inserted but not yet started at any one moment.
@@ -62,9 +76,10 @@ type Cycle struct {
 
 // SyncedTableDDL is the column list of the table an app-like sync function
 // records each sync in (task, account, cycle, and when the sync job was
-// scheduled and its job id, where the writer knows them): the record of what was synced
-// that survives River's deletion of completed jobs. riverslot demo and
-// worker write it; Target.SyncedTable reads it.
+// scheduled and its job id, where the writer knows them): the record of
+// each Sync call, which also survives River's deletion of completed jobs.
+// riverslot demo and worker and the integration tests' sync functions write
+// it; Target.SyncedTable reads it.
 const SyncedTableDDL = "(task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, client_id text, synced_at timestamptz NOT NULL DEFAULT clock_timestamp(), scheduled_at timestamptz, job_id bigint)"
 
 // Target names the tables and the task to measure.
@@ -75,13 +90,13 @@ type Target struct {
 	Filter        string
 	SyncKind      string
 	Task          string
-	// SyncedTable (quoted, qualified; optional) is a table of
-	// SyncedTableDDL's form the task's sync function writes to. With it, an
-	// account's syncs in a cycle are the larger of its sync jobs River
-	// still keeps and its recorded syncs, so SyncedOnce, Missed and
-	// Duplicated hold after River deleted completed jobs (a sync skipped as
-	// stale whose job River deleted then counts as missed). The other
-	// figures cover the jobs River keeps.
+	// SyncedTable (quoted, qualified; required) is a table of
+	// SyncedTableDDL's form the task's sync function writes a row to on
+	// each call. SyncedOnce, Missed, Duplicated and SyncCalls count its
+	// rows: what Sync did, not what was queued, so they hold after River
+	// deleted completed jobs and a job that never called Sync (skipped,
+	// discarded) syncs nobody. The other figures cover the jobs River
+	// keeps.
 	SyncedTable string
 }
 
@@ -93,6 +108,9 @@ func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleS
 	if target.Filter != "" {
 		filter = "(" + target.Filter + ")"
 	}
+	if target.SyncedTable == "" {
+		return nil, fmt.Errorf("measure: Target.SyncedTable is empty: name the table the sync function records its calls in (SyncedTableDDL)")
+	}
 	c := &Cycle{CycleStart: cycleStart.UTC()}
 
 	// Sync jobs of this cycle. cycle_start is compared as timestamptz so the
@@ -103,13 +121,7 @@ func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleS
 		FROM ` + jobs + `
 		WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = $3
 	)`
-	per := `per AS (SELECT account_id, count(*) AS n FROM s GROUP BY account_id)`
-	if target.SyncedTable != "" {
-		per = `per AS (SELECT account_id, max(n) AS n FROM (
-		SELECT account_id, count(*) AS n FROM s GROUP BY account_id
-		UNION ALL
-		SELECT account_id, count(*) FROM ` + target.SyncedTable + ` WHERE task = $2 AND cycle_start = $3 GROUP BY account_id) x GROUP BY account_id)`
-	}
+	per := `per AS (SELECT account_id, count(*) AS n FROM ` + target.SyncedTable + ` WHERE task = $2 AND cycle_start = $3 GROUP BY account_id)`
 	err := pool.QueryRow(ctx, cte+`,
 	`+per+`,
 	acc AS (SELECT `+id+` AS account_id FROM `+target.AccountsTable+` WHERE `+filter+`)
@@ -119,11 +131,13 @@ func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleS
 		(SELECT count(*) FROM s WHERE state = 'completed'),
 		(SELECT count(*) FROM per WHERE n = 1),
 		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL),
+		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL AND acc.account_id IN (SELECT account_id FROM s WHERE skipped)),
 		(SELECT count(*) FROM per WHERE n > 1),
+		(SELECT coalesce(sum(n), 0) FROM per),
 		(SELECT count(*) FROM s WHERE skipped),
 `+latenessAndPeakSQL,
 		target.SyncKind, target.Task, cycleStart).Scan(
-		&c.Accounts, &c.SyncJobs, &c.Completed, &c.SyncedOnce, &c.Missed, &c.Duplicated, &c.Skipped,
+		&c.Accounts, &c.SyncJobs, &c.Completed, &c.SyncedOnce, &c.Missed, &c.MissedSkipped, &c.Duplicated, &c.SyncCalls, &c.Skipped,
 		(*seconds)(&c.LatenessP50), (*seconds)(&c.LatenessP99), &c.PeakPending)
 	if err != nil {
 		return nil, fmt.Errorf("error measuring cycle %s: %w", cycleStart.Format(time.RFC3339), err)
