@@ -253,6 +253,10 @@ func TestUpstreamLimitsAndBreaker(t *testing.T) {
 		require.GreaterOrEqual(t, most, 0, "%s: every request carries its send time", bank)
 		require.LessOrEqual(t, most, int(limits.Rate)+limits.Burst, "%s: calls sent in a second less the send jitter", bank)
 		require.LessOrEqual(t, maxIn, int64(limits.Concurrency), "%s: calls in flight", bank)
+		// What the bank saw: calls admitted in a second are at most Rate +
+		// Burst, and those admitted earlier that arrive in it were in
+		// flight at its start, each holding one of Concurrency leases.
+		require.LessOrEqual(t, received, int(limits.Rate)+limits.Burst+limits.Concurrency, "%s: calls the bank received in one second", bank)
 	}
 	for _, bank := range banks {
 		limiterSkips := res.skipped[bank][syncjob.SkippedUpstreamDown] + res.skipped[bank][syncjob.SkippedUpstreamThrottled]
