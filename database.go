@@ -141,13 +141,13 @@ func MigrateLedger(ctx context.Context, pool *pgxpool.Pool, schema string) error
 // migrateUpstream creates the upstream limiter's tables (Task.Limits) in
 // schema when they are missing.
 func migrateUpstream(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	var missing bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NULL OR to_regclass($2) IS NULL OR to_regclass($3) IS NULL",
-		sqlbucket.QualifiedTable(schema, upstream.Table), sqlbucket.QualifiedTable(schema, upstream.PlacesTable),
-		sqlbucket.QualifiedTable(schema, upstream.LimitsTable)).Scan(&missing); err != nil {
+	// Every table and column this version reads: a table made by an
+	// earlier version gets its new columns (the DDL is idempotent).
+	current, err := upstream.Current(ctx, pool, schema)
+	if err != nil {
 		return fmt.Errorf("error looking up the upstream tables in schema %q: %w", schema, err)
 	}
-	if !missing {
+	if current {
 		return nil
 	}
 	for _, ddl := range upstream.DDL(schema) {

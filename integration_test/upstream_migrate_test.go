@@ -99,3 +99,38 @@ func TestMigrateRenamesUpstreamPlaces(t *testing.T) {
 		requireMigrated(t)
 	})
 }
+
+// TestMigrateAddsUpstreamColumns: a database whose limiter tables an
+// earlier version made, without the columns later versions read (the 429
+// pause's start, the breaker's outage span, a deferred sync's first
+// deferral), gets them from riverslot.Migrate, its rows kept. Migrate
+// looked only for missing tables, so such a database kept failing every
+// limited sync after an upgrade.
+func TestMigrateAddsUpstreamColumns(t *testing.T) {
+	parallel(t)
+
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.EmptySchema(ctx, t, pool)
+	require.NoError(t, riverslot.Migrate(ctx, pool, schema))
+	table := pgx.Identifier{schema, upstream.Table}.Sanitize()
+	for _, sql := range []string{
+		"ALTER TABLE " + table + " DROP COLUMN paused_since, DROP COLUMN open_since, DROP COLUMN closed_at",
+		"ALTER TABLE " + pgx.Identifier{schema, upstream.PlacesTable}.Sanitize() + " DROP COLUMN deferred_at",
+		"INSERT INTO " + table + " (task, key) VALUES ('transactions', 'bank-a')",
+	} {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	current, err := upstream.Current(ctx, pool, schema)
+	require.NoError(t, err)
+	require.False(t, current, "the earlier version's tables lack columns")
+
+	require.NoError(t, riverslot.Migrate(ctx, pool, schema))
+	current, err = upstream.Current(ctx, pool, schema)
+	require.NoError(t, err)
+	require.True(t, current, "Migrate adds the columns")
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE task = 'transactions' AND key = 'bank-a' AND paused_since IS NULL AND open_since IS NULL AND closed_at IS NULL").Scan(&n))
+	require.Equal(t, 1, n, "the row is kept, its new columns empty")
+}

@@ -201,7 +201,8 @@ func (w *Worker) syncThrough(ctx context.Context, t workerTask, job *river.Job[A
 		return err
 	}
 	lim := upstream.New(client.Schema())
-	req := upstream.Request{Task: spec.Name, Key: job.Args.Upstream, JobID: job.ID, Limits: spec.Limits, NotAfter: notAfter, Hold: spec.SyncTimeout + holdMargin}
+	req := upstream.Request{Task: spec.Name, Key: job.Args.Upstream, JobID: job.ID, Limits: spec.Limits, NotAfter: notAfter, Hold: spec.SyncTimeout + holdMargin,
+		Cycle: spec.CycleLen(job.Args.CycleStart)}
 	release, inProcess := w.holdInProcess(spec.Name, job.Args.Upstream)
 	if inProcess {
 		defer release()

@@ -85,6 +85,7 @@ func (b *Batcher) Acquire(ctx context.Context, l *Limiter, db DB, r Request) (De
 		return Decision{}, res.err
 	}
 	if res.ok {
+		l.maybePrune(ctx, db, r)
 		return Decision{Verdict: Run}, nil
 	}
 	// Its upstream had no room for its group at once: decide alone, with
@@ -283,6 +284,7 @@ UPDATE `+l.table+` u SET
 	leases = leases - g.tids,
 	failures = 0,
 	state = CASE WHEN state = 'half_open' AND probe_job = ANY(g.ids) THEN 'closed' ELSE state END,
+	closed_at = CASE WHEN state = 'half_open' AND probe_job = ANY(g.ids) THEN clock_timestamp() ELSE closed_at END,
 	probe_until = CASE WHEN probe_job = ANY(g.ids) THEN NULL ELSE probe_until END,
 	probe_job = CASE WHEN probe_job = ANY(g.ids) THEN NULL ELSE probe_job END,
 	updated_at = clock_timestamp()

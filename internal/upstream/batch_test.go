@@ -73,6 +73,7 @@ func batchRun[T any](t *testing.T, b *bundle, bat *upstream.Batcher, db *gatedDB
 func TestBatcherGroupsStatements(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	upstream.Pruned(b.lim, "transactions") // the hourly prune's statement is not the batch's
 	limits := upstream.Limits{Rate: 1000, Burst: 100, Concurrency: 100, FailureThreshold: 5}
 	rs := make([]upstream.Request, 40)
 	for i := range rs {
@@ -139,6 +140,7 @@ func TestBatcherHoldsTheLimits(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
+			upstream.Pruned(b.lim, "transactions") // the hourly prune's statement is not the batch's
 			// The keys' rows exist, their clocks untouched; bank-b's
 			// limits (an operator's override) are far above.
 			_, err := b.pool.Exec(b.ctx, `INSERT INTO `+pgx.Identifier{b.schema, upstream.Table}.Sanitize()+` (task, key, rate, burst, concurrency)

@@ -10,7 +10,7 @@
 //     and counters.
 //   - riverslot_upstream_place: the places in each key's line, one row per
 //     sync job that holds a place in the rate limiter's line (reserved_at)
-//     or waits for the breaker.
+//     or waits for the breaker (deferred, since deferred_at).
 //
 // A sync in flight holds a lease in its key's row (leases: job id to
 // expiry; in_flight counts them), which expires, so a node killed mid-sync
@@ -26,6 +26,12 @@
 // node's Batcher sends the decisions and successes its syncs ask for at
 // the same moment in one statement, which decides each upstream's group
 // of them under its row lock as one.
+//
+// After an outage the breaker hands its deferred syncs back as spaced as
+// they came: each waits past the breaker's close as long as it was first
+// deferred after the outage began (open_since to closed_at), within the
+// time it has left (recovery). A key no sync asked for in a long time is
+// deleted (Prune).
 package upstream
 
 import (
@@ -150,6 +156,11 @@ func (l Limits) WithDefaults() Limits {
 //
 //	ALTER TABLE IF EXISTS "schema"."riverslot_upstream_job" RENAME TO "riverslot_upstream_place"
 //	ALTER INDEX IF EXISTS "schema"."riverslot_upstream_job_pkey" RENAME TO "riverslot_upstream_place_pkey"
+//
+// It adds the columns later versions read to tables an earlier one made
+// (ADD COLUMN IF NOT EXISTS). ALTER TABLE takes a table's exclusive lock
+// even when its columns exist, which would queue every sync of a running
+// fleet behind it: run the DDL only where Current reports false.
 func DDL(schema string) []string {
 	t := sqlbucket.QualifiedTable(schema, Table)
 	j := sqlbucket.QualifiedTable(schema, PlacesTable)
@@ -185,6 +196,8 @@ func DDL(schema string) []string {
 	win_calls int NOT NULL DEFAULT 0,
 	last_rate double precision NOT NULL DEFAULT 0,
 	open_until timestamptz,
+	open_since timestamptz,
+	closed_at timestamptz,
 	probe_job bigint,
 	probe_until timestamptz,
 	calls bigint NOT NULL DEFAULT 0,
@@ -198,6 +211,8 @@ func DDL(schema string) []string {
 	PRIMARY KEY (task, key)
 )`,
 		`ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS paused_since timestamptz`,
+		`ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS open_since timestamptz`,
+		`ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS closed_at timestamptz`,
 		`COMMENT ON TABLE ` + t + ` IS 'riverslot: per-upstream limits (operator overrides), rate limiter, 429 pauses and circuit breaker, one row per task and upstream key'`,
 		`CREATE UNLOGGED TABLE IF NOT EXISTS ` + j + ` (
 	task text NOT NULL,
@@ -206,11 +221,39 @@ func DDL(schema string) []string {
 	reserved_at timestamptz,
 	throttled boolean NOT NULL DEFAULT false,
 	deferred boolean NOT NULL DEFAULT false,
+	deferred_at timestamptz,
 	updated_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (task, key, job_id)
 )`,
+		`ALTER TABLE ` + j + ` ADD COLUMN IF NOT EXISTS deferred_at timestamptz`,
 		`COMMENT ON TABLE ` + j + ` IS 'riverslot: places in an upstream''s line: sync jobs holding a place in its rate limit (reserved_at), or waiting for its breaker (deferred)'`,
 	}
+}
+
+// columns are the columns of the limiter's tables that a version added
+// after the table itself (DDL's ADD COLUMN IF NOT EXISTS), by table.
+var columns = []struct {
+	table string
+	names []string
+}{
+	{Table, []string{"paused_since", "open_since", "closed_at"}},
+	{PlacesTable, []string{"deferred_at"}},
+}
+
+// Current reports whether the limiter's three tables exist in schema with
+// every column this version reads; when not, DDL brings them up to date
+// (riverslot.Migrate runs it). It only reads the catalog.
+func Current(ctx context.Context, db DB, schema string) (bool, error) {
+	q := `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL`
+	args := []any{sqlbucket.QualifiedTable(schema, Table), sqlbucket.QualifiedTable(schema, PlacesTable), sqlbucket.QualifiedTable(schema, LimitsTable)}
+	for _, c := range columns {
+		args = append(args, sqlbucket.QualifiedTable(schema, c.table), c.names)
+		q += fmt.Sprintf(` AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($%d) AND attname = ANY($%d::text[]) AND NOT attisdropped) = %d`,
+			len(args)-1, len(args), len(c.names))
+	}
+	var ok bool
+	err := db.QueryRow(ctx, q, args...).Scan(&ok)
+	return ok, wrap(err, "looking up the upstream tables' columns")
 }
 
 // Outcome is what a sync did to its upstream.
@@ -271,7 +314,7 @@ const (
 type Decision struct {
 	Verdict Verdict
 	Wait    time.Duration
-	Reason  string // Skip's reason, Wait's cause ("rate", "concurrency", "paused", "open", "probe")
+	Reason  string // Skip's reason, Wait's cause ("rate", "concurrency", "paused", "open", "probe", "recovery")
 	Probe   bool   // Run as the half-open breaker's probe
 	// Delay is how long a Run waits before it calls the upstream (at most
 	// MaxDelay): its start was given to it under the rate, a moment
@@ -283,6 +326,12 @@ type Decision struct {
 // WaitConcurrency is the Reason of a Wait for a lease: the upstream is at
 // its in-flight limit.
 const WaitConcurrency = "concurrency"
+
+// WaitRecovery is the Reason of a Wait of a sync the breaker deferred,
+// after the breaker closed: it comes back as long after the close as it
+// was first deferred after the outage began (within its NotAfter), so
+// that a recovered upstream does not get every deferred sync at once.
+const WaitRecovery = "recovery"
 
 // MaxDelay is the longest Decision.Delay: River's default fetch poll
 // interval, how far apart River wakes snoozed jobs that are due.
@@ -306,6 +355,10 @@ type Request struct {
 	// node already, so that one upstream's backlog cannot hold the
 	// workers every other upstream needs.
 	NoDelay bool
+	// Cycle is the task's cycle (zero: not known). Acquire prunes the
+	// task's keys idle for longer than PruneIdle or two cycles, the
+	// longer (Prune).
+	Cycle time.Duration
 }
 
 // DB is what the limiter needs of a pool.
@@ -341,12 +394,14 @@ type state struct {
 	openUntil                     *time.Time
 	probeJob                      *int64
 	probeUntil                    *time.Time
+	openSince, closedAt           *time.Time // the last outage: the breaker opened, and closed
 	failures                      int
 	now                           time.Time
 	inFlight                      int
 	hasJob                        bool
 	reservedAt                    *time.Time
 	throttled, deferred           bool
+	deferredAt                    *time.Time // the job's first deferral
 	overrideRate                  *float64
 	overrideBurst, overrideConcur *int
 	// the request's
@@ -370,8 +425,18 @@ type state struct {
 
 // Acquire decides whether the sync of r may call its upstream now, and
 // records the decision: a place in the rate limiter's line, a lease, the
-// breaker's probe. One transaction holding the key's row lock.
+// breaker's probe. One transaction holding the key's row lock. Once an
+// hour a node's decision also prunes the task's idle keys (Prune).
 func (l *Limiter) Acquire(ctx context.Context, db DB, r Request) (Decision, error) {
+	d, err := l.acquire(ctx, db, r)
+	if err == nil {
+		l.maybePrune(ctx, db, r)
+	}
+	return d, err
+}
+
+// acquire is Acquire without the prune.
+func (l *Limiter) acquire(ctx context.Context, db DB, r Request) (Decision, error) {
 	if ok, err := l.fast(ctx, db, r); err != nil {
 		return Decision{}, err
 	} else if ok {
@@ -388,14 +453,16 @@ func (l *Limiter) Acquire(ctx context.Context, db DB, r Request) (Decision, erro
 	INSERT INTO `+l.table+` (task, key, rate, burst, concurrency)
 	SELECT $1, $2, o.rate, o.burst, o.concurrency FROM (SELECT 1) x LEFT JOIN `+l.limits+` o ON o.task = $1 AND o.key = $2
 	ON CONFLICT (task, key) DO UPDATE SET task = EXCLUDED.task
-	RETURNING rate, burst, concurrency, line_tat, start_tat, paused_until, paused_since, state, failures, open_until, probe_job, probe_until, leases)
+	RETURNING rate, burst, concurrency, line_tat, start_tat, paused_until, paused_since, state, failures, open_until, probe_job, probe_until, leases, open_since, closed_at)
 SELECT u.rate, u.burst, u.concurrency, u.line_tat, u.start_tat, u.paused_until, u.paused_since, u.state, u.failures, u.open_until, u.probe_job, u.probe_until,
 	clock_timestamp(),
 	(SELECT count(*) FROM jsonb_each_text(u.leases) e WHERE e.key <> $3::text AND e.value::float8 > extract(epoch FROM clock_timestamp())),
-	j.job_id IS NOT NULL, j.reserved_at, coalesce(j.throttled, false), coalesce(j.deferred, false)
+	j.job_id IS NOT NULL, j.reserved_at, coalesce(j.throttled, false), coalesce(j.deferred, false),
+	u.open_since, u.closed_at, j.deferred_at
 FROM u LEFT JOIN `+l.places+` j ON j.task = $1 AND j.key = $2 AND j.job_id = $3`, r.Task, r.Key, r.JobID).
 		Scan(&s.overrideRate, &s.overrideBurst, &s.overrideConcur, &s.lineTAT, &s.startTAT, &s.pausedUntil, &s.pausedSince, &s.breaker, &s.failures, &s.openUntil, &s.probeJob, &s.probeUntil,
-			&s.now, &s.inFlight, &s.hasJob, &s.reservedAt, &s.throttled, &s.deferred)
+			&s.now, &s.inFlight, &s.hasJob, &s.reservedAt, &s.throttled, &s.deferred,
+			&s.openSince, &s.closedAt, &s.deferredAt)
 	if err != nil {
 		return Decision{}, wrap(err, "reading the upstream's state")
 	}
@@ -556,6 +623,17 @@ func (s *state) decide() Decision {
 			}
 			return Decision{Verdict: Run, Probe: true}
 		}
+		if wake, ok := s.recovery(); ok && s.breaker == "closed" && wake.After(now) {
+			// The breaker closed after an outage that deferred this
+			// sync: it comes back as long after the close as it was
+			// deferred after the outage began, so that the syncs the
+			// outage held come back as spaced as they came, not in one
+			// herd. It keeps its deferral (counted once, when it began):
+			// should it run out of time, it ran out because the upstream
+			// was down.
+			s.markDeferred = true
+			return waitUntil(wake, 0, WaitRecovery, SkippedDown)
+		}
 	}
 	if s.rate > 0 {
 		interval := time.Duration(float64(time.Second) / s.rate)
@@ -622,6 +700,41 @@ func (s *state) decide() Decision {
 	}
 	s.leaseRun = true
 	return Decision{Verdict: Run}
+}
+
+// recovery returns when a sync the breaker deferred comes back after the
+// breaker closed (false for a sync it did not defer in that outage): as
+// long after the close (closed_at) as it was first deferred after the
+// outage began (open_since), in the order they came. One whose NotAfter
+// comes sooner is spread over the time it has left after the close, less
+// a margin (half of it, at most MaxDelay: River wakes a snoozed job up to
+// a fetch interval late, and a sync that starts after its NotAfter is
+// stale), in the same order; one with no time left is not held.
+//
+// Every node computes the same wake from the same rows: a sync asked
+// again before its wake waits for the same moment, and one asked after it
+// goes on under the limits.
+func (s *state) recovery() (time.Time, bool) {
+	if !s.deferred || s.deferredAt == nil || s.openSince == nil || s.closedAt == nil ||
+		!s.closedAt.After(*s.openSince) || s.deferredAt.After(*s.closedAt) {
+		return time.Time{}, false
+	}
+	outage := s.closedAt.Sub(*s.openSince)
+	// A sync deferred in an earlier outage, still waiting: first.
+	into := max(s.deferredAt.Sub(*s.openSince), 0)
+	wake := s.closedAt.Add(into)
+	if s.notAfter.IsZero() {
+		return wake, true
+	}
+	left := s.notAfter.Sub(*s.closedAt)
+	if left <= 0 {
+		return time.Time{}, false
+	}
+	room := left - min(left/2, MaxDelay)
+	if wake.After(s.closedAt.Add(room)) {
+		wake = s.closedAt.Add(time.Duration(float64(room) * float64(into) / float64(outage)))
+	}
+	return wake, true
 }
 
 // skipReason is reason, or SkippedDown for a sync the breaker deferred
@@ -702,12 +815,15 @@ WHERE task = $1 AND key = $2`, r.Task, r.Key, s.newLineTAT, s.newStartTAT, probe
 	}
 	// Places of jobs River deleted while they waited (they never came
 	// back); expired leases went above.
-	// A job that waits asks again at least every cooldown or at its
-	// place; one not heard of for an hour past both was cancelled or
-	// deleted while it waited.
+	// A job that waits asks again at least every cooldown, at its
+	// place, or at its wake after an outage (at the latest the close plus
+	// its deferral's time into the outage, recovery); one not heard of
+	// for an hour past all of them was cancelled or deleted while it
+	// waited.
 	if _, err := tx.Exec(ctx, `DELETE FROM `+l.places+` WHERE task = $1 AND key = $2 AND job_id <> $3
-	AND greatest(coalesce(reserved_at, updated_at), updated_at) < $4::timestamptz - interval '1 hour'`,
-		r.Task, r.Key, r.JobID, s.now); err != nil {
+	AND greatest(coalesce(reserved_at, updated_at), updated_at,
+		CASE WHEN deferred THEN $5::timestamptz + greatest(deferred_at - $6::timestamptz, interval '0') END) < $4::timestamptz - interval '1 hour'`,
+		r.Task, r.Key, r.JobID, s.now, s.closedAt, s.openSince); err != nil {
 		return wrap(err, "clearing the upstream's abandoned places")
 	}
 	switch {
@@ -718,11 +834,17 @@ WHERE task = $1 AND key = $2`, r.Task, r.Key, s.newLineTAT, s.newStartTAT, probe
 			}
 		}
 	case s.reserve != nil || s.markThrottled || s.markDeferred:
-		if _, err := tx.Exec(ctx, `INSERT INTO `+l.places+` (task, key, job_id, reserved_at, throttled, deferred)
-VALUES ($1, $2, $3, $4, $5, $6)
+		// deferred_at: the job's first deferral, kept.
+		var deferredAt *time.Time
+		if s.markDeferred {
+			deferredAt = &s.now
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+l.places+` (task, key, job_id, reserved_at, throttled, deferred, deferred_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (task, key, job_id) DO UPDATE SET reserved_at = EXCLUDED.reserved_at, updated_at = now(),
-	throttled = `+l.places+`.throttled OR EXCLUDED.throttled, deferred = `+l.places+`.deferred OR EXCLUDED.deferred`,
-			r.Task, r.Key, r.JobID, s.reserve, s.markThrottled || s.throttled, s.markDeferred || s.deferred); err != nil {
+	throttled = `+l.places+`.throttled OR EXCLUDED.throttled, deferred = `+l.places+`.deferred OR EXCLUDED.deferred,
+	deferred_at = coalesce(`+l.places+`.deferred_at, EXCLUDED.deferred_at)`,
+			r.Task, r.Key, r.JobID, s.reserve, s.markThrottled || s.throttled, s.markDeferred || s.deferred, deferredAt); err != nil {
 			return wrap(err, "recording the upstream's decision")
 		}
 	}
@@ -759,6 +881,10 @@ UPDATE `+l.table+` u SET
 		WHEN $4 = 2 AND state = 'half_open' AND probe_job = $3 THEN clock_timestamp() + $5 * interval '1 microsecond'
 		ELSE open_until END,
 	opens = opens + CASE WHEN $4 = 1 AND $6 > 0 AND state = 'closed' AND failures + 1 >= $6 THEN 1 ELSE 0 END,
+	-- The outage: from the failure that opened the breaker (a failed
+	-- probe reopens it within the same outage) to the probe that closed it.
+	open_since = CASE WHEN $4 = 1 AND $6 > 0 AND state = 'closed' AND failures + 1 >= $6 THEN clock_timestamp() ELSE open_since END,
+	closed_at = CASE WHEN $4 = 0 AND state = 'half_open' AND probe_job = $3 THEN clock_timestamp() ELSE closed_at END,
 	probe_job = CASE WHEN probe_job = $3 THEN NULL ELSE probe_job END,
 	probe_until = CASE WHEN probe_job = $3 THEN NULL ELSE probe_until END,
 	updated_at = clock_timestamp()
@@ -775,8 +901,10 @@ RETURNING state = 'open', open_until, clock_timestamp()`, r.Task, r.Key, r.JobID
 // breaker after it failed (Released.DeferFor): it holds no place in line,
 // and should it run out of time it is skipped as upstream_down.
 func (l *Limiter) MarkDeferred(ctx context.Context, db DB, r Request) error {
-	_, err := db.Exec(ctx, `WITH j AS (INSERT INTO `+l.places+` (task, key, job_id, deferred) VALUES ($1, $2, $3, true)
-	ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, reserved_at = NULL, updated_at = now() RETURNING 1)
+	_, err := db.Exec(ctx, `WITH j AS (INSERT INTO `+l.places+` (task, key, job_id, deferred, deferred_at) VALUES ($1, $2, $3, true, clock_timestamp())
+	ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, reserved_at = NULL, updated_at = now(),
+		deferred_at = coalesce(`+l.places+`.deferred_at, clock_timestamp())
+	RETURNING 1)
 UPDATE `+l.table+` SET deferred = deferred + 1 WHERE task = $1 AND key = $2 AND EXISTS (SELECT 1 FROM j)`, r.Task, r.Key, r.JobID)
 	return wrap(err, "recording the deferred sync")
 }
@@ -969,6 +1097,11 @@ func wrap(err error, what string) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return fmt.Errorf("error %s: %w", what, ErrMissing)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "42703" {
+		// A column this version reads is missing: the tables were made
+		// by an earlier version (Current, DDL).
+		return fmt.Errorf("error %s: riverslot's upstream tables are out of date, run riverslot.Migrate on River's schema: %w", what, err)
 	}
 	return fmt.Errorf("error %s: %w", what, err)
 }
