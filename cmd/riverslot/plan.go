@@ -13,6 +13,7 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/plancmd"
+	"github.com/riverslot/riverslot/cmd/riverslot/internal/upstreamcmd"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -25,8 +26,13 @@ the latest pinned cycle (pins are sticky). With --opposite, the second task
 follows the first one's pins shifted by half the slots, as the library does.
 With --database-url and --upstreams EXPR (the task's Upstream), it also counts
 each upstream's accounts in --table and prints the rate the cycle and its
-busiest slot need of it against its limit (--upstream-rate, or an operator's
-override in --river-schema); it exits 1 when an upstream cannot fit in a cycle.
+busiest slot need of it against what its limits let through, as riverslot
+upstream check does: min(Rate, Concurrency / latency), where Rate is
+--upstream-rate and Concurrency --upstream-concurrency (or an operator's
+overrides in --river-schema), and latency is how long one sync's call takes
+(--upstream-latency; without it the concurrency limit is not weighed, and
+plan says so). It exits 1 when an upstream cannot fit in a cycle, naming the
+bound and what to raise.
 `
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -47,10 +53,12 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	svg := fs.String("svg", "", "also draw the slot circle (sample accounts at their due times; with --opposite both tasks, each account's two syncs joined) into this .svg file")
 	databaseURL := fs.String("database-url", "", "PostgreSQL URL: with --account, read the account's pin of a weighted task (empty: the pins are not read, and plan says it cannot know)")
 	pinsSchema := fs.String("pins-schema", "", "schema of the pins tables, the accounts table's Schema (empty: search_path)")
-	upstreams := fs.String("upstreams", "", "the task's Upstream, a SQL expression over --table (e.g. bank_id): with --database-url, count each upstream's accounts and compare the rate the cycle needs of it with its limit (exit 1 when one cannot fit in a cycle)")
+	upstreams := fs.String("upstreams", "", "the task's Upstream, a SQL expression over --table (e.g. bank_id): with --database-url, count each upstream's accounts and compare the rate the cycle needs of it with min(rate, concurrency / latency), as upstream check does (exit 1 when one cannot fit in a cycle)")
 	table := fs.String("table", "accounts", "with --upstreams: the accounts table (in --pins-schema), with a uuid column id")
 	filter := fs.String("filter", "", "with --upstreams: the task's Filter (empty: every row)")
 	upstreamRate := fs.Float64("upstream-rate", 0, "with --upstreams: the task's Limits.Rate, syncs a second per upstream (0: none; an operator's override in --river-schema wins)")
+	upstreamConcurrency := fs.Int("upstream-concurrency", 0, "with --upstreams: the task's Limits.Concurrency, syncs in flight per upstream (0: none; an operator's override in --river-schema wins)")
+	upstreamLatency := durationFlag(fs, "upstream-latency", 0, "with --upstreams: how long one sync's call to its upstream takes, e.g. 800ms: Concurrency syncs in flight serve at most Concurrency / latency a second (0: unknown, the concurrency limit is not weighed)")
 	shardRanges := fs.String("shard-ranges", "", "with --account, the task's shard map, NAME:LO-HI[,LO-HI]/NAME:LO-HI... over the 65,536 two-byte buckets (riverslot shards show prints it): print the account's shard")
 	riverSchema := fs.String("river-schema", "", "with --upstreams: schema of River's tables, where operators' overrides of upstream limits live (empty: search_path)")
 	if err := parseFlags(fs, args); err != nil {
@@ -113,6 +121,12 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !(*upstreamRate >= 0) || math.IsInf(*upstreamRate, 0) {
 		return usageErr("--upstream-rate must be a finite number of syncs a second, 0 for none, got %v", *upstreamRate)
 	}
+	if *upstreamConcurrency < 0 {
+		return usageErr("--upstream-concurrency must be 0 (no limit) or more; got %d", *upstreamConcurrency)
+	}
+	if *upstreamLatency < 0 {
+		return usageErr("--upstream-latency must be a positive duration such as 800ms, or 0 for unknown; got %s", *upstreamLatency)
+	}
 	tasks := []plancmd.Task{{Name: *task, Seed: s, Shift: shift}}
 	if *opposite != "" {
 		if err := checkTaskName(*opposite); err != nil {
@@ -124,19 +138,22 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		tasks = append(tasks, plancmd.Task{Name: *opposite, Seed: slotplan.SeedFromName(*opposite), Shift: plan.Shift(shift, plan.Slots/2)})
 	}
 
-	var budgetTask *riverslot.Task
+	var check *upstreamcmd.CheckConfig
 	if *upstreams != "" {
 		if *riverSchema != "" {
 			if err := checkSchemaName("--river-schema", *riverSchema); err != nil {
 				return err
 			}
 		}
-		budgetTask = &riverslot.Task{Name: *task, Cycle: *cycle, Buckets: *buckets, Seed: s, Phase: *phase,
-			Schema: *pinsSchema, Table: *table, Filter: *filter, Upstream: *upstreams, Limits: riverslot.UpstreamLimits{Rate: *upstreamRate}}
+		check = &upstreamcmd.CheckConfig{RiverSchema: *riverSchema, Latency: *upstreamLatency, Task: riverslot.Task{
+			Name: *task, Cycle: *cycle, Buckets: *buckets, Seed: s, Phase: *phase,
+			Schema: *pinsSchema, Table: *table, Filter: *filter, Upstream: *upstreams,
+			Limits: riverslot.UpstreamLimits{Rate: *upstreamRate, Concurrency: *upstreamConcurrency},
+		}}
 	}
 
 	c := &plancmd.Config{Plan: plan, Schedule: schedule, Anchor: *anchor, Location: loc, Now: at, Tasks: tasks, ShardMap: shardMap,
-		SVG: *svg, PinsSchema: *pinsSchema, Upstreams: budgetTask, RiverSchema: *riverSchema}
+		SVG: *svg, PinsSchema: *pinsSchema, Upstreams: check}
 	if *account != "" {
 		c.Account = &id
 	}
@@ -147,6 +164,9 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		defer pool.Close()
 		c.Pool = pool
+		if check != nil {
+			check.Pool = pool
+		}
 	}
 	return planErr(plancmd.Run(ctx, c, stdout))
 }

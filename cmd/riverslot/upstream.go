@@ -22,13 +22,18 @@ upstream, no deploy needed.
   riverslot upstream set  --schema S --task T --key K --clear
   riverslot upstream check --schema S --task T --table accounts --filter F
                            --upstream EXPR --cycle 24h --rate R
+                           [--concurrency C --upstream-latency 800ms]
 
 check counts the task's accounts per upstream and slot (one scan of the
-accounts table) and compares the rate each upstream needs with its limit
-(--rate, or the key's override): over the cycle (an upstream that does
-not fit has syncs skipped as upstream_throttled every cycle: exit 1) and
-in its busiest slot (one that fits the cycle but not that slot has syncs
-waiting in line, later than their place: reported, exit 0).
+accounts table) and compares the rate each upstream needs with what its
+limits let through: min(Rate, Concurrency / latency), where Rate is
+--rate and Concurrency --concurrency (or the key's overrides), and latency
+is how long one sync's call takes (--upstream-latency; the limiter does
+not measure it: without it the concurrency limit is not weighed, and check
+says so). It compares over the cycle (an upstream that does not fit has
+syncs skipped as upstream_throttled every cycle: exit 1, naming the bound
+and what to raise) and in its busiest slot (one that fits the cycle but
+not that slot has syncs waiting, later than their place: reported, exit 0).
 
 set changes only the flags given; --rate 0 or --concurrency 0 lifts that
 limit for the key; --clear drops the key's overrides (the task's Limits
@@ -138,6 +143,8 @@ func runUpstreamCheck(ctx context.Context, args []string, stdout, stderr io.Writ
 	tf := addTaskFlags(fs)
 	expr := fs.String("upstream", "", "the task's Upstream: SQL expression over the accounts table naming each account's upstream (empty: one upstream)")
 	rate := fs.Float64("rate", 0, "the task's Limits.Rate: syncs a second per upstream (0: no limit)")
+	concurrency := fs.Int("concurrency", 0, "the task's Limits.Concurrency: syncs in flight per upstream (0: no limit)")
+	latency := durationFlag(fs, "upstream-latency", 0, "how long one sync's call to its upstream takes, e.g. 800ms: Concurrency syncs in flight serve at most Concurrency / latency a second (0: unknown, the concurrency limit is not weighed)")
 	asJSON := fs.Bool("json", false, "print a JSON array instead of the table")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -145,16 +152,22 @@ func runUpstreamCheck(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := tf.check(); err != nil {
 		return err
 	}
+	if *concurrency < 0 {
+		return usageErr("--concurrency must be 0 (no limit) or more; got %d", *concurrency)
+	}
+	if *latency < 0 {
+		return usageErr("--upstream-latency must be a positive duration such as 800ms, or 0 for unknown; got %s", *latency)
+	}
 	pool, err := connect(ctx, databaseURL(), 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	rt := tf.riverTask()
-	rt.Upstream, rt.Limits = *expr, riverslot.UpstreamLimits{Rate: *rate}
-	budgets, err := upstreamcmd.Budgets(ctx, pool, *tf.schema, rt)
+	rt.Upstream, rt.Limits = *expr, riverslot.UpstreamLimits{Rate: *rate, Concurrency: *concurrency}
+	budgets, err := upstreamcmd.Check(ctx, &upstreamcmd.CheckConfig{Pool: pool, RiverSchema: *tf.schema, Task: rt, Latency: *latency})
 	if err != nil {
 		return inputErr(err)
 	}
-	return upstreamcmd.WriteBudgets(stdout, budgets, *asJSON)
+	return upstreamcmd.WriteCheck(stdout, budgets, *asJSON)
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/upstreamcmd"
 	"github.com/riverslot/riverslot/internal/taskspec"
 	"github.com/riverslot/riverslot/slotplan"
@@ -49,12 +48,13 @@ type Config struct {
 	// PinsSchema is the schema of the pins tables (--pins-schema).
 	// Defaults to search_path.
 	PinsSchema string
-	// Upstreams is the task whose accounts Run counts per upstream
-	// (--upstreams) and compares with its limits, operators' overrides
-	// read from River's tables in RiverSchema (defaults to search_path).
-	// Requires Pool. Defaults to none.
-	Upstreams   *riverslot.Task
-	RiverSchema string
+	// Upstreams is riverslot upstream check's config for the task's
+	// upstreams (--upstreams, --upstream-rate, --upstream-concurrency,
+	// --upstream-latency, --river-schema): Run counts the task's accounts
+	// per upstream and weighs each against min(Rate, Concurrency /
+	// latency), operators' overrides winning, as upstream check does
+	// (upstreamcmd.Check). Its Pool is Pool. Defaults to none.
+	Upstreams *upstreamcmd.CheckConfig
 }
 
 // Run prints the cycle's slots and, with Config.Account, the account's
@@ -101,11 +101,11 @@ func Run(ctx context.Context, c *Config, w io.Writer) error {
 	}
 
 	var (
-		budgets   []riverslot.UpstreamBudget
+		budgets   []upstreamcmd.Budget
 		budgetErr error
 	)
 	if c.Upstreams != nil {
-		if budgets, err = upstreamcmd.Budgets(ctx, c.Pool, c.RiverSchema, *c.Upstreams); err != nil {
+		if budgets, err = upstreamcmd.Check(ctx, c.Upstreams); err != nil {
 			return err
 		}
 	}
@@ -145,9 +145,9 @@ func Run(ctx context.Context, c *Config, w io.Writer) error {
 	}
 
 	if c.Upstreams != nil {
-		fmt.Fprintf(w, "\nupstreams (%s) of task %s against their rate limits:\n", c.Upstreams.Upstream, c.Upstreams.Name)
+		fmt.Fprintf(w, "\nupstreams (%s) of task %s against their limits, min(rate, concurrency / latency):\n", c.Upstreams.Task.Upstream, c.Upstreams.Task.Name)
 		// An upstream that cannot fit is an error, after the account's times.
-		budgetErr = upstreamcmd.WriteBudgets(w, budgets, false)
+		budgetErr = upstreamcmd.WriteCheck(w, budgets, false)
 	}
 	if c.Account == nil {
 		return budgetErr
