@@ -152,23 +152,67 @@ func logLevelFlag(fs *flag.FlagSet) *slog.Level {
 // taskFlags describe one riverslot task as an app configures it, over an
 // existing schema: the flags worker and status share.
 type taskFlags struct {
+	fs                                          *flag.FlagSet
 	schema, accountsSchema, table, filter, task *string
-	weight                                      *string
-	cycle, offset                               *time.Duration
+	weight, location                            *string
+	cycle                                       *cycleValue
+	offset                                      *time.Duration
 	buckets                                     *int
 	seed                                        *uint64
 	phase                                       *float64
+	loc                                         *time.Location // --location, loaded by check
+}
+
+// cycleValue is --cycle: a duration, or monthly (calendar months in
+// --location, Task.Monthly).
+type cycleValue struct {
+	d       time.Duration
+	monthly bool
+}
+
+func (c *cycleValue) String() string {
+	if c == nil {
+		return ""
+	}
+	if c.monthly {
+		return "monthly"
+	}
+	return c.d.String()
+}
+
+func (c *cycleValue) Set(s string) error {
+	if s == "monthly" {
+		*c = cycleValue{monthly: true}
+		return nil
+	}
+	var d durationValue
+	if err := d.Set(s); err != nil {
+		return fmt.Errorf("%w, or monthly (calendar months in --location)", err)
+	}
+	*c = cycleValue{d: time.Duration(d)}
+	return nil
+}
+
+// given reports whether the command line set the flag name.
+func (f *taskFlags) given(name string) bool {
+	found := false
+	f.fs.Visit(func(fl *flag.Flag) { found = found || fl.Name == name })
+	return found
 }
 
 func addTaskFlags(fs *flag.FlagSet) *taskFlags {
+	cycle := &cycleValue{d: 120 * time.Second}
+	fs.Var(cycle, "cycle", "the task's Cycle: a whole number of seconds, a multiple of 2s, 16s to 24h (default 120s); or monthly, a calendar month in --location (Task.Monthly)")
 	return &taskFlags{
+		fs:             fs,
+		cycle:          cycle,
 		schema:         fs.String("schema", "riverslot_demo", "schema of River's tables (and of the accounts table unless --accounts-schema is set)"),
 		accountsSchema: fs.String("accounts-schema", "", "schema of the accounts table (default: --schema)"),
 		table:          fs.String("table", "accounts", "accounts table, with a uuid column id"),
 		filter:         fs.String("filter", "active", "the task's Filter: SQL boolean expression over the accounts table (empty: every row)"),
 		task:           fs.String("task", "demo", "task name"),
 		weight:         fs.String("weight", "", "the task's Weight: numeric SQL expression over the accounts table (empty: hash placement only)"),
-		cycle:          durationFlag(fs, "cycle", 120*time.Second, "the task's Cycle: a whole number of seconds, a multiple of 2s, 16s to 24h"),
+		location:       fs.String("location", "", "with --cycle monthly: the IANA time zone of the months (Task.Location), e.g. Europe/London (default UTC)"),
 		offset:         fs.Duration("trigger-offset", 0, "the task's TriggerOffset: cycle grid offset from the Unix epoch, in [0, --cycle)"),
 		buckets:        fs.Int("buckets", slotplan.Buckets, "the task's Buckets: 256 (last UUID byte) or 65536 (last two bytes, finer slots)"),
 		seed:           fs.Uint64("seed", 0, "the task's Seed: the seed of the accounts' offsets in their slots (0: derived from --task, as in the library)"),
@@ -178,7 +222,13 @@ func addTaskFlags(fs *flag.FlagSet) *taskFlags {
 
 // check validates the flags and defaults --accounts-schema to --schema.
 func (f *taskFlags) check() error {
-	if err := checkCycle("--cycle", *f.cycle); err != nil {
+	if f.cycle.monthly {
+		if err := f.checkMonthly(); err != nil {
+			return err
+		}
+	} else if *f.location != "" {
+		return usageErr("--location names the time zone of a calendar-month task: give it with --cycle monthly, or leave it out")
+	} else if err := checkCycle("--cycle", f.cycle.d); err != nil {
 		return err
 	}
 	if *f.buckets != slotplan.Buckets && *f.buckets != slotplan.BucketsTwoByte {
@@ -187,7 +237,7 @@ func (f *taskFlags) check() error {
 	if !(*f.phase >= 0 && *f.phase < 1) { // NaN too
 		return usageErr("--phase must be in [0, 1) (a fraction of the cycle, Task.Phase), got %g", *f.phase)
 	}
-	if plan, err := slotplan.NewBuckets(*f.cycle, *f.buckets); err == nil {
+	if plan, err := slotplan.NewBuckets(f.cycle.d, *f.buckets); err == nil && !f.cycle.monthly {
 		if x := *f.phase * float64(plan.Slots); math.Abs(x-math.Round(x)) > 1e-9 {
 			return usageErr("--phase must be a whole number of slots: %g x %d slots = %g; use a multiple of 1/%d", *f.phase, plan.Slots, x, plan.Slots)
 		}
@@ -202,12 +252,35 @@ func (f *taskFlags) check() error {
 	return checkSchemaName("--accounts-schema", *f.accountsSchema)
 }
 
+// checkMonthly checks the flags of --cycle monthly and loads --location.
+func (f *taskFlags) checkMonthly() error {
+	switch {
+	case f.given("trigger-offset"):
+		return usageErr("--trigger-offset does not apply to --cycle monthly: a month starts at local midnight of its first day in --location")
+	case f.given("phase"):
+		return usageErr("--phase does not apply to --cycle monthly: an account's place is a fixed fraction of each month")
+	case f.given("buckets"):
+		return usageErr("--buckets does not apply to --cycle monthly: a calendar-month task always uses the 65,536 two-byte buckets")
+	}
+	name := cmp.Or(*f.location, "UTC")
+	loc, err := time.LoadLocation(name)
+	if err != nil || strings.EqualFold(name, "local") {
+		return usageErr("--location must be an IANA time zone such as Europe/London or UTC, got %q", name)
+	}
+	f.loc = loc
+	return nil
+}
+
 // riverTask is the task the flags describe.
 func (f *taskFlags) riverTask() riverslot.Task {
-	return riverslot.Task{
-		Name: *f.task, Cycle: *f.cycle, TriggerOffset: *f.offset, Buckets: *f.buckets, Seed: *f.seed, Phase: *f.phase,
+	t := riverslot.Task{
+		Name: *f.task, Cycle: f.cycle.d, TriggerOffset: *f.offset, Buckets: *f.buckets, Seed: *f.seed, Phase: *f.phase,
 		Schema: *f.accountsSchema, Table: *f.table, Filter: *f.filter, Weight: *f.weight,
 	}
+	if f.cycle.monthly {
+		t.Cycle, t.Buckets, t.Monthly, t.Location = 0, 0, true, f.loc
+	}
+	return t
 }
 
 // checkSVGPath refuses, before anything runs, an --svg path whose directory
