@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,10 @@ in force at its start.
                           [--cycle D --buckets N]
   riverslot shards repair --task T --shard NAME=URL ... [--ranges ...] [--at TIME]
                           [--cycle D --buckets N]
+  riverslot shards copy-accounts --task T --shard NAME=URL ... --range LO-HI --from NAME --to NAME
+                          --table T [--accounts-schema S] [--batch N]
+  riverslot shards rebalance --task T --shard NAME=URL ... --to-even [--weights NAME=W,...]
+                          (--at TIME | --dry-run) [--cycle D --buckets N]
 
 --shard names each shard and its database (repeat it for every shard):
 NAME=URL, with River's schema --schema, or NAME@SCHEMA=URL for a shard
@@ -56,9 +61,28 @@ version any shard holds (or --ranges), from its start (or --at, at least
 30 s ahead); it refuses only a map that would change the shards of a cycle
 a shard has already made, and writes nothing when the shards agree.
 
+copy-accounts copies the accounts of buckets LO-HI (every column the two
+tables share by name) from shard --from's accounts table to --to's, where
+each shard holds its own accounts: in (bucket, id) order, --batch rows
+(default 1000) per transaction on --to, with ON CONFLICT (id) DO NOTHING.
+A rerun (after a kill, say) reads the range again from its start and skips
+the rows already there; rows present are never changed. Progress goes to
+stderr, the summary (rows copied, rows already present) to stdout.
+
+rebalance --to-even proposes moves on the task's slot bounds so that each
+shard owns buckets in proportion to its weight (--weights NAME=W,...; a
+shard not named weighs 1, 0 empties it), moving the fewest buckets and
+keeping ranges whole where it can; it prints each move and every shard's
+buckets before and after. --dry-run stops there; otherwise the new map is
+written from --at, as set and move write theirs.
+
 show prints each shard's latest map and its latest cycle (the map version
 it followed, its slots, its syncs as the ledger counts them) and the total
-over the shards for the latest cycle start.
+over the shards for the latest cycle start; then the ranges the latest
+changes moved away from a shard, and from when that shard's copies may be
+deleted (once the new map's first cycle has started on every shard and the
+old map's last cycle there can no longer sync them), with the SQL
+predicate of the range.
 
 Exit codes: 0 success, 1 a database failed or the shards disagree, 2 bad input.
 `
@@ -69,12 +93,12 @@ func (s *shardFlag) String() string     { return strings.Join(*s, " ") }
 func (s *shardFlag) Set(v string) error { *s = append(*s, v); return nil }
 
 func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || !slices.Contains([]string{"show", "set", "move", "add", "repair"}, args[0]) {
+	if len(args) == 0 || !slices.Contains([]string{"show", "set", "move", "add", "repair", "copy-accounts", "rebalance"}, args[0]) {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(stdout, shardsAbout)
 			return nil
 		}
-		return usageErr("shards needs a subcommand: show, set, move, add or repair (riverslot shards -h)")
+		return usageErr("shards needs a subcommand: show, set, move, add, repair, copy-accounts or rebalance (riverslot shards -h)")
 	}
 	sub := args[0]
 	fs := newFlagSet("shards "+sub, shardsAbout, stderr)
@@ -88,9 +112,22 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		buckets             *int
 		asJSON              *bool
 	)
-	if sub == "show" {
+	var (
+		fromShard, table, accountsSchema, weights *string
+		batch                                     *int
+		toEven, dryRun                            *bool
+	)
+	switch sub {
+	case "show":
 		asJSON = fs.Bool("json", false, "print JSON")
-	} else {
+	case "copy-accounts":
+		rng = fs.String("range", "", "the buckets whose accounts to copy, LO-HI (of 0-65535)")
+		fromShard = fs.String("from", "", "the shard to copy from")
+		to = fs.String("to", "", "the shard to copy to")
+		table = fs.String("table", "", "the accounts table, alike on both shards, with a uuid column id")
+		accountsSchema = fs.String("accounts-schema", "public", "the accounts table's schema on both shards")
+		batch = fs.Int("batch", shardscmd.CopyBatchDefault, "rows per transaction on --to")
+	default:
 		at = fs.String("at", "", "when the change takes effect (RFC 3339): the cycles starting at or after it follow it")
 		cycle = durationFlag(fs, "cycle", 0, "the task's Cycle, to check the ranges fall on its slots (0: not checked)")
 		buckets = fs.Int("buckets", slotplan.Buckets, "the task's Buckets (256 or 65536), with --cycle")
@@ -105,6 +142,10 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		to = fs.String("to", "", "the shard that gets them")
 	case "add":
 		rng = fs.String("range", "", "the buckets the new shard takes from --at, LO-HI (default: none, nothing moves)")
+	case "rebalance":
+		toEven = fs.Bool("to-even", false, "give each shard buckets in proportion to its weight (required)")
+		weights = fs.String("weights", "", "NAME=W,... each shard's weight (default 1 each; 0 empties a shard)")
+		dryRun = fs.Bool("dry-run", false, "print the moves, write nothing")
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -160,10 +201,39 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if from.IsZero() {
 			return usageErr("move needs --at: the first cycle start the move applies to (RFC 3339)")
 		}
+	case "rebalance":
+		if !*toEven {
+			return usageErr("rebalance needs --to-even: each shard gets buckets in proportion to its weight (--weights)")
+		}
+		if from.IsZero() && !*dryRun {
+			return usageErr("rebalance needs --at (the first cycle start the new map applies to, RFC 3339, at least 30 s ahead), or --dry-run to only print the moves")
+		}
 	}
 	parsed, err := parseShardSpecs(specs, *schema, "--schema is required (River's schema in each shard's database), or give each shard's as --shard NAME@SCHEMA=URL")
 	if err != nil {
 		return err
+	}
+	given := func(flag, name string) error {
+		if !slices.ContainsFunc(parsed, func(sp shardSpec) bool { return sp.name == name }) {
+			names := make([]string, len(parsed))
+			for i, sp := range parsed {
+				names[i] = sp.name
+			}
+			return usageErr("%s %q is not among --shard (%s); name one of them, or give its --shard NAME=URL", flag, name, strings.Join(names, ", "))
+		}
+		return nil
+	}
+	var copyConfig *shardscmd.CopyConfig
+	if sub == "copy-accounts" {
+		if copyConfig, err = parseCopy(*rng, *fromShard, *to, *table, *accountsSchema, *batch, given); err != nil {
+			return err
+		}
+	}
+	var weightMap map[string]float64
+	if sub == "rebalance" && *weights != "" {
+		if weightMap, err = parseWeights(*weights, given); err != nil {
+			return err
+		}
 	}
 	var move *shardscmd.Move
 	if sub == "move" || (sub == "add" && *rng != "") {
@@ -188,6 +258,12 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	switch sub {
 	case "show":
 		return shardscmd.Show(ctx, stdout, shards, *task, *asJSON)
+	case "copy-accounts":
+		copyConfig.Shards, copyConfig.Task, copyConfig.Progress = shards, *task, stderr
+		_, err := shardscmd.CopyAccounts(ctx, copyConfig, stdout)
+		return inputErr(err)
+	case "rebalance":
+		return inputErr(shardscmd.Rebalance(ctx, &shardscmd.RebalanceConfig{Shards: shards, Task: *task, Weights: weightMap, From: from, Plan: plan, DryRun: *dryRun}, stdout))
 	case "add":
 		return inputErr(shardscmd.Add(ctx, &shardscmd.AddConfig{Shards: shards, Task: *task, From: from, Range: move, Plan: plan}, stdout))
 	case "repair":
@@ -290,6 +366,57 @@ func parseShardRanges(s string) (slotplan.ShardMap, error) {
 		}
 	}
 	return m, m.Validate()
+}
+
+// parseCopy checks copy-accounts' flags (given checks a shard name is
+// among --shard) before anything connects.
+func parseCopy(rng, from, to, table, accountsSchema string, batch int, given func(flag, name string) error) (*shardscmd.CopyConfig, error) {
+	if rng == "" || from == "" || to == "" || table == "" {
+		return nil, usageErr("copy-accounts needs --range LO-HI, --from NAME, --to NAME and --table T")
+	}
+	lo, hi, err := parseBucketRange(rng)
+	if err != nil {
+		return nil, usageErr("--range: %v", err)
+	}
+	if lo < 0 || hi >= slotplan.BucketsTwoByte || lo > hi {
+		return nil, usageErr("--range %d-%d must be within the buckets 0-%d, low to high", lo, hi, slotplan.BucketsTwoByte-1)
+	}
+	if from == to {
+		return nil, usageErr("--from and --to are both %q: copy from one shard to another", from)
+	}
+	if err := given("--from", from); err != nil {
+		return nil, err
+	}
+	if err := given("--to", to); err != nil {
+		return nil, err
+	}
+	if err := checkSchemaName("--table", table); err != nil {
+		return nil, err
+	}
+	if err := checkSchemaName("--accounts-schema", accountsSchema); err != nil {
+		return nil, err
+	}
+	if batch < 1 || batch > shardscmd.CopyBatchMax {
+		return nil, usageErr("--batch must be 1-%d, got %d", shardscmd.CopyBatchMax, batch)
+	}
+	return &shardscmd.CopyConfig{From: from, To: to, Lo: lo, Hi: hi, Schema: accountsSchema, Table: table, Batch: batch}, nil
+}
+
+// parseWeights reads --weights "a=2,b=1.5".
+func parseWeights(s string, given func(flag, name string) error) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, part := range strings.Split(s, ",") {
+		name, value, ok := strings.Cut(strings.TrimSpace(part), "=")
+		w, err := strconv.ParseFloat(value, 64)
+		if !ok || err != nil || w < 0 || math.IsInf(w, 0) || math.IsNaN(w) {
+			return nil, usageErr("--weights: %q must be NAME=W, W a number of 0 or more", part)
+		}
+		if err := given("--weights", name); err != nil {
+			return nil, err
+		}
+		out[name] = w
+	}
+	return out, nil
 }
 
 func parseBucketRange(s string) (int, int, error) {

@@ -34,7 +34,9 @@ type shardView struct {
 
 // Show prints each shard's latest map and its latest cycle of task (the
 // map version it followed, its slots, its syncs as the ledger counts them)
-// and the total over the shards for the latest cycle start, as a table or
+// and the total over the shards for the latest cycle start, and the ranges
+// the latest changes moved away from a shard, with when that shard's
+// copies of their accounts may be deleted (movedAway), as a table or
 // JSON, to stdout. Shards whose latest maps disagree are an error, after
 // the report.
 func Show(ctx context.Context, stdout io.Writer, shards []riverslot.Shard, task string, asJSON bool) error {
@@ -73,10 +75,14 @@ func Show(ctx context.Context, stdout io.Writer, shards []riverslot.Shard, task 
 			total.Skipped += v.Skipped
 		}
 	}
+	moved, err := movedAway(ctx, shards, task, views, time.Now())
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(map[string]any{"task": task, "shards": views, "all": total, "maps_agree": len(maps) == 1}); err != nil {
+		if err := enc.Encode(map[string]any{"task": task, "shards": views, "all": total, "maps_agree": len(maps) == 1, "moved": moved}); err != nil {
 			return err
 		}
 	} else {
@@ -98,6 +104,9 @@ func Show(ctx context.Context, stdout io.Writer, shards []riverslot.Shard, task 
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\n", v.Shard, m, cycle, cm, v.SlotsDone, v.Slots, v.Synced, v.Skipped)
 		}
 		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if err := printMoved(stdout, moved); err != nil {
 			return err
 		}
 	}
