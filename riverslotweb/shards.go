@@ -28,7 +28,7 @@ type shardsHandler struct {
 //	GET /api/status?task=NAME          riverslot.StatusShards as JSON
 //	GET /api/accounts/{id}?task=NAME   the account's shard and that shard's AccountStatus
 //	GET /shards/{shard}/...            each shard's own page and API (New)
-//	GET /metrics                       Config.Metrics, when set
+//	GET /metrics                       the fleet's metrics, then Config.Metrics's
 //
 // The fleet's page shows the latest cycle any shard has made: its verdict
 // over every shard, the totals, each shard's slots, syncs and lateness
@@ -40,6 +40,18 @@ type shardsHandler struct {
 // fleet off track (ShardsStatus.Conflicts, Unserved). Like New it only
 // reads and serves no authentication. Every scheduler must have the same
 // tasks.
+//
+// /metrics answers in Prometheus's text format (0.0.4), so that one scrape
+// sees the fleet: for each task's latest cycle, per shard (labels task and
+// shard) whether its database answered (riverslot_shard_up), the map
+// version it follows, its slots, slots done and syncs enqueued, synced,
+// skipped, failed (riverslot_cycle_*, from its ledger) and lateness p99;
+// the same summed over the shards that answered (riverslot_fleet_cycle_*,
+// label task) and whether their maps agree (riverslot_fleet_maps_agree).
+// Each scrape reads each task's status once, within Config.Timeout. A
+// shard that does not answer is riverslot_shard_up 0 and has no other
+// series. Config.Metrics, when set, follows in the same answer, asked for
+// the text format.
 func NewShards(config *Config, shards ...*riverslot.Scheduler) (http.Handler, error) {
 	if len(shards) == 0 {
 		return nil, errors.New("riverslotweb.NewShards needs one Scheduler per shard")
@@ -80,7 +92,7 @@ func NewShards(config *Config, shards ...*riverslot.Scheduler) (http.Handler, er
 	h.mux.HandleFunc("GET /{$}", h.page)
 	h.mux.HandleFunc("GET /api/status", h.apiStatus)
 	h.mux.HandleFunc("GET /api/accounts/{id}", h.apiAccount)
-	h.mux.HandleFunc("GET /metrics", config.serveMetrics)
+	h.mux.HandleFunc("GET /metrics", h.metrics)
 	return h, nil
 }
 

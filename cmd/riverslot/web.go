@@ -36,17 +36,22 @@ unless --addr says otherwise and has no authentication of its own; to open
 it to others, mount riverslotweb.New in the app behind its own auth.
 --table and --filter name the accounts table as the app configures it (the
 page never counts it; an account's pin is read from the pins tables).
-It serves no /metrics: it runs no jobs.
+With --database-url it serves no /metrics: it runs no jobs.
 
 For tasks spread over several databases (docs/shards.md), give every
 shard's as --shard NAME=URL (NAME@SCHEMA=URL when its River schema is not
 --schema) instead of --database-url: / is then the page over all shards
 (riverslotweb.NewShards: the fleet's verdict and totals, each shard's
 slots, syncs and lateness, the shard serving each slot, an account's
-shard), /api/status its JSON (as riverslot status --shard --json), and
-/shards/NAME/ each shard's own page and API. A shard whose database does
-not answer is shown as such, at start too; the tasks are read from the
-first shard that answers and has made a cycle. riverslot worker --web-addr serves
+shard), /api/status its JSON (as riverslot status --shard --json),
+/shards/NAME/ each shard's own page and API, and /metrics the fleet's
+metrics in Prometheus's text format (docs/web.md): per task and shard,
+whether its database answered (riverslot_shard_up), the map version it
+follows, its slots and syncs from its ledger (riverslot_cycle_*), and their
+sums over the shards (riverslot_fleet_cycle_*), one status read per
+scrape. A shard whose database does not answer is shown as such (up 0),
+at start too; the tasks are read from the first shard that answers and
+has made a cycle. riverslot worker --web-addr serves
 this page and the worker's metrics on one port, as an app does by passing
 its Prometheus exporter's handler as riverslotweb.Config.Metrics.
 
