@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/bootstrap"
 	"github.com/riverslot/riverslot/internal/httpjson"
 	"github.com/riverslot/riverslot/internal/upstream"
@@ -611,10 +612,34 @@ func (s *Server) place(sc *Schedule, period time.Duration, now time.Time) {
 			continue
 		}
 		due := info.Due(c, sc.ID)
-		if info.SlotStartOf(c, sc.ID).Add(-info.Lead).After(now) {
+		if info.SlotStartOf(c, sc.ID).Add(-info.Lead).After(now) ||
+			(c.Equal(start) && due.After(now) && !s.slotStarted(info, start, sc.ID)) {
 			sc.NextCalls = append(sc.NextCalls, due.UTC())
 		}
 	}
+}
+
+// slotStarted reports whether the fan-out of the slot serving id in the
+// task's period starting at start has begun, as the ledger records it
+// (its first attempt's start, committed before it reads the schedules): a
+// schedule there before then is in it, however late the fan-out runs on a
+// busy machine. Asked only for a slot whose fan-out time has passed and
+// whose call is still ahead; on an error (logged) it says begun, the
+// promise it had before.
+func (s *Server) slotStarted(info riverslot.TaskInfo, start time.Time, id uuid.UUID) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	slot := info.Plan.Shift(info.Plan.SlotOf(id), info.Shift)
+	if info.Month != nil {
+		slot = info.Month.DayOf(start, info.Seed, id)
+	}
+	slots, err := s.ledger.Slots(ctx, s.cfg.Pool, info.Name, info.PlanID, start)
+	if err != nil {
+		s.cfg.Logger.WarnContext(ctx, "riverslot serve: could not read whether a slot's fan-out began; next_calls leave its period out", "task", info.Name, "cycle_start", start, "slot", slot, "error", err)
+		return true
+	}
+	sl, ok := slots[slot]
+	return ok && (sl.Started != nil || sl.Finished != nil)
 }
 
 // health fills the schedules' Health, in one query (each schedule's last

@@ -556,17 +556,29 @@ func TestRateAndConcurrency(t *testing.T) {
 	require.LessOrEqual(t, d.Wait, time.Second)
 
 	// At 1,000 a second the rate is no obstacle: the lease alone is. A
-	// sync whose NotAfter is 50 ms away waits until then (a lease may
-	// free), not skipped for the 100 ms a lease wait lasts.
+	// sync whose NotAfter is 80 ms away waits until then (a lease may
+	// free), not skipped for the 100 ms a lease wait lasts. A decision
+	// that itself took 80 ms (a busy machine; a CI run) was made past the
+	// NotAfter, where a skip is right: such a try proves nothing and is
+	// made again with a new sync, until one decides in time.
 	fast := upstream.Limits{Rate: 1000, Concurrency: 1}
 	holder := b.req("bank-2", fast)
 	require.Equal(t, upstream.Run, b.acquire(t, holder).Verdict)
-	soon := b.req("bank-2", fast)
-	soon.NotAfter = time.Now().Add(50 * time.Millisecond)
-	d = b.acquire(t, soon)
-	require.Equal(t, upstream.Wait, d.Verdict, "a lease may free before its NotAfter: it waits, not skipped")
-	require.Equal(t, upstream.WaitConcurrency, d.Reason)
-	require.LessOrEqual(t, d.Wait, 50*time.Millisecond)
+	decidedInTime := false
+	for range 20 {
+		soon := b.req("bank-2", fast)
+		soon.NotAfter = time.Now().Add(80 * time.Millisecond)
+		d = b.acquire(t, soon)
+		if time.Now().After(soon.NotAfter) {
+			continue
+		}
+		decidedInTime = true
+		require.Equal(t, upstream.Wait, d.Verdict, "a lease may free before its NotAfter: it waits, not skipped")
+		require.Equal(t, upstream.WaitConcurrency, d.Reason)
+		require.LessOrEqual(t, d.Wait, 80*time.Millisecond)
+		break
+	}
+	require.True(t, decidedInTime, "no decision of 20 took less than 80 ms")
 
 	b.release(t, first, upstream.Succeeded, 0)
 	d = b.acquire(t, second)
