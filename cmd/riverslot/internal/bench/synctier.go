@@ -38,9 +38,11 @@ func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil
 // that exist, so each checks its account and derives its NotAfter), the
 // same number through River's own no-op worker, same fields, same
 // MaxWorkers, and through riverslot's sync worker again with every sync
-// going through its upstream's limits (23 upstreams, limits set high), one
-// River client each, in turn, and reports the median jobs a second of
-// each: what the sync tier costs per job, and what the limiter costs.
+// going through its upstream's limits (23 upstreams, limits set high), and
+// once more with the same limits and no Upstream (every sync's decision and
+// outcome on one row, the hot row of a task with Limits alone), one River
+// client each, in turn, and reports the median jobs a second of each: what
+// the sync tier costs per job, and what the limiter costs.
 func (r *Runner) syncTier(ctx context.Context) error {
 	n, workers := r.cfg.SyncTierJobs, r.cfg.SyncTierWorkers
 	accounts, drop, err := r.schema(ctx, "synctier_accounts")
@@ -59,27 +61,27 @@ func (r *Runner) syncTier(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var riverslots, raws, limiteds []time.Duration
+	var riverslots, raws, limiteds, ones []time.Duration
 	for rep := range r.cfg.Reps {
-		// The three runs take turns going first: a run pays for the
+		// The runs take turns going first: a run pays for the
 		// autovacuum and checkpoint work the runs before it left (their
 		// completed jobs, their dropped schemas), and the one always
 		// last paid most.
-		var took [3]time.Duration
-		for i := range 3 {
-			run := tier((rep*2 + i) % 3)
+		var took [tiers]time.Duration
+		for i := range tiers {
+			run := (tier(rep) + i) % tiers
 			d, err := r.syncTierOnce(ctx, accounts, ids, workers, run)
 			if err != nil {
 				return err
 			}
 			took[run] = d
 		}
-		rs, raw, lim := took[tierRiverslot], took[tierRiver], took[tierLimited]
-		r.logf("sync tier %d jobs, MaxWorkers %d, rep %d: riverslot %s, River no-op %s, riverslot with upstream limits set high %s", n, workers, rep+1,
-			rs.Round(time.Millisecond), raw.Round(time.Millisecond), lim.Round(time.Millisecond))
-		riverslots, raws, limiteds = append(riverslots, rs), append(raws, raw), append(limiteds, lim)
+		rs, raw, lim, one := took[tierRiverslot], took[tierRiver], took[tierLimited], took[tierLimitedOneKey]
+		r.logf("sync tier %d jobs, MaxWorkers %d, rep %d: riverslot %s, River no-op %s, riverslot with upstream limits set high %s, the same limits on one upstream %s", n, workers, rep+1,
+			rs.Round(time.Millisecond), raw.Round(time.Millisecond), lim.Round(time.Millisecond), one.Round(time.Millisecond))
+		riverslots, raws, limiteds, ones = append(riverslots, rs), append(raws, raw), append(limiteds, lim), append(ones, one)
 	}
-	rs, raw, lim := median(riverslots), median(raws), median(limiteds)
+	rs, raw, lim, one := median(riverslots), median(raws), median(limiteds), median(ones)
 	r.row(fmt.Sprintf("sync tier (jobs/s; no-op Sync against River's no-op worker, MaxWorkers %d, median of %d)", workers, r.cfg.Reps), human(n),
 		fmt.Sprintf("%.0f/s (%.2f s)", perSec(n, rs), rs.Seconds()),
 		fmt.Sprintf("%.0f/s (%.2f s) River no-op worker", perSec(n, raw), raw.Seconds()),
@@ -88,6 +90,10 @@ func (r *Runner) syncTier(ctx context.Context) error {
 		fmt.Sprintf("%.0f/s (%.2f s)", perSec(n, lim), lim.Seconds()),
 		fmt.Sprintf("%.0f/s (%.2f s) no limits", perSec(n, rs), rs.Seconds()),
 		fmt.Sprintf("%.2f", rs.Seconds()/lim.Seconds()))
+	r.row(fmt.Sprintf("upstream limiter, one upstream (jobs/s; Limits without Upstream: every sync on one row, limits set high, against no limits, MaxWorkers %d, median of %d)", workers, r.cfg.Reps), human(n),
+		fmt.Sprintf("%.0f/s (%.2f s)", perSec(n, one), one.Seconds()),
+		fmt.Sprintf("%.0f/s (%.2f s) no limits", perSec(n, rs), rs.Seconds()),
+		fmt.Sprintf("%.2f", rs.Seconds()/one.Seconds()))
 	return nil
 }
 
@@ -99,6 +105,8 @@ const (
 	tierRiverslot tier = iota
 	tierRiver
 	tierLimited
+	tierLimitedOneKey // Limits without Upstream: every sync's decision on one row
+	tiers
 )
 
 // limiterKeys is how many upstreams the limited run spreads its syncs
@@ -126,11 +134,13 @@ func (r *Runner) syncTierOnce(ctx context.Context, accounts string, ids []uuid.U
 	if run != tierRiver {
 		task := riverslot.Task{Name: "synctier", Cycle: 24 * time.Hour, Schema: accounts, Table: "accounts", Queue: "synctier",
 			Sync: func(context.Context, uuid.UUID, *river.Job[syncjob.Args]) error { return nil }}
-		if run == tierLimited {
+		if run == tierLimited || run == tierLimitedOneKey {
 			// Limits no run reaches: what deciding and recording each
 			// sync costs, not waiting.
-			task.Upstream = fmt.Sprintf("'bank-' || get_byte(uuid_send(id), 0) %% %d", limiterKeys)
 			task.Limits = riverslot.UpstreamLimits{Rate: 1e6, Burst: 100_000, Concurrency: 100_000, FailureThreshold: 1000}
+		}
+		if run == tierLimited {
+			task.Upstream = fmt.Sprintf("'bank-' || get_byte(uuid_send(id), 0) %% %d", limiterKeys)
 		}
 		scheduler, err := riverslot.New(r.cfg.Pool, &riverslot.Config{
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
