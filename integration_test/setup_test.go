@@ -241,9 +241,12 @@ func (b *testBundle) failSyncInserts(ctx context.Context, t *testing.T, conditio
 // requireSyncedOnce asserts what the Sync calls of one cycle did (m from
 // b.measure, which counts the synced table's record of calls): every
 // account's Sync was called once, but for
-//   - accounts whose one sync job a busy machine started past its NotAfter:
+//   - accounts whose sync job a busy machine started past its NotAfter:
 //     it completed as stale without a call (the next cycle covers the
-//     account; syncjob's tests hold the rule), and they must be a minority;
+//     account; syncjob's tests hold the rule). How many is the machine's
+//     (a loaded CI run: 2,368 of 4,380); what must hold is the slack: each
+//     such job's NotAfter was at least a second (a slot, LateGrace) after
+//     its scheduled time, so none was stale the moment it was due;
 //   - fannedOutLate accounts the caller knows a late fan-out skipped.
 //
 // An account's Sync is called twice only on a retry of its job (River runs
@@ -251,19 +254,26 @@ func (b *testBundle) failSyncInserts(ctx context.Context, t *testing.T, conditio
 func (b *testBundle) requireSyncedOnce(ctx context.Context, t *testing.T, m *measure.Cycle, task string, fannedOutLate int64) {
 	t.Helper()
 
-	var staleLate, skippedOther, retries int64
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT
-		count(*) FILTER (WHERE metadata->'output'->>$4 = $5 AND finalized_at >= (metadata->'output'->>$6)::timestamptz),
-		count(*) FILTER (WHERE metadata->'output' ? $4 AND NOT (metadata->'output'->>$4 = $5 AND finalized_at >= (metadata->'output'->>$6)::timestamptz)),
-		coalesce(sum(attempt - 1) FILTER (WHERE attempt > 1), 0)
-		FROM `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+`
-		WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = $3`,
-		syncjob.Kind, task, m.CycleStart, syncjob.OutputSkipped, syncjob.SkippedStale, syncjob.OutputNotAfter).Scan(&staleLate, &skippedOther, &retries))
+	jobs := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	synced := pgx.Identifier{b.schema, "synced"}.Sanitize()
+	var staleUncalled, skippedOther, slackless, retries int64
+	require.NoError(t, b.pool.QueryRow(ctx, `WITH s AS (
+		SELECT (args->>'account_id')::uuid AS account_id, attempt, scheduled_at, finalized_at,
+			metadata->'output' ? $4 AS skipped,
+			metadata->'output'->>$4 = $5 AND finalized_at >= (metadata->'output'->>$6)::timestamptz AS stale,
+			(metadata->'output'->>$6)::timestamptz AS not_after
+		FROM `+jobs+` WHERE kind = $1 AND args->>'task' = $2 AND (args->>'cycle_start')::timestamptz = $3)
+	SELECT
+		(SELECT count(DISTINCT account_id) FROM s WHERE stale AND NOT EXISTS (
+			SELECT 1 FROM `+synced+` c WHERE c.task = $2 AND c.cycle_start = $3 AND c.account_id = s.account_id)),
+		(SELECT count(*) FROM s WHERE skipped AND NOT stale),
+		(SELECT count(*) FROM s WHERE stale AND attempt = 1 AND not_after < scheduled_at + interval '1 second'),
+		(SELECT coalesce(sum(attempt - 1), 0) FROM s WHERE attempt > 1)`,
+		syncjob.Kind, task, m.CycleStart, syncjob.OutputSkipped, syncjob.SkippedStale, syncjob.OutputNotAfter).Scan(&staleUncalled, &skippedOther, &slackless, &retries))
 	t.Logf("cycle %s of %s: %d accounts, Sync called once for %d, twice or more for %d (%d retried attempts), for none %d (%d stale past their NotAfter, %d skipped by a late fan-out)",
-		m.CycleStart.Format(time.RFC3339), task, m.Accounts, m.SyncedOnce, m.Duplicated, retries, m.Missed, staleLate, fannedOutLate)
+		m.CycleStart.Format(time.RFC3339), task, m.Accounts, m.SyncedOnce, m.Duplicated, retries, m.Missed, staleUncalled, fannedOutLate)
 	require.Zero(t, skippedOther, "sync jobs skipped without starting past their NotAfter")
-	require.Equal(t, staleLate+fannedOutLate, m.Missed, "accounts whose Sync was not called: exactly those skipped as stale or by a late fan-out")
-	require.Equal(t, m.Accounts, m.SyncedOnce+m.Duplicated+m.Missed, "every account synced once, more on a retry, or skipped")
+	require.Zero(t, slackless, "stale sync jobs whose NotAfter left less than a second after their scheduled time")
+	require.Equal(t, staleUncalled+fannedOutLate, m.Missed, "accounts whose Sync was not called: exactly those skipped as stale or by a late fan-out")
 	require.LessOrEqual(t, m.Duplicated, retries, "a second Sync call for an account only on a retry of its job")
-	require.LessOrEqual(t, 2*staleLate, m.Accounts, "most syncs run (a NotAfter that makes every sync stale fails here)")
 }

@@ -43,7 +43,7 @@ func TestWorkerMonthly(t *testing.T) {
 	require.NoError(t, err)
 
 	markSchemaAsDemos(ctx, t, b.pool, b.schema)
-	startWorker(t, b.schema, "monthly", "--task", "invoices", "--cycle", "monthly", "--location", "Europe/Berlin", "--periodic=false")
+	w := startWorker(t, b.schema, "monthly", "--task", "invoices", "--cycle", "monthly", "--location", "Europe/Berlin", "--periodic=false")
 
 	// Next month in Berlin, made ahead by an app's scheduler with the same task.
 	now := time.Now().In(berlin)
@@ -125,6 +125,11 @@ func TestWorkerMonthly(t *testing.T) {
 	})
 	require.EqualValues(t, want, b.count(ctx, t, "SELECT count(*) FROM "+synced+" WHERE task = 'invoices' AND cycle_start = $1", start), "Sync calls")
 	require.EqualValues(t, want, b.count(ctx, t, "SELECT count(DISTINCT account_id) FROM "+synced+" WHERE task = 'invoices' AND cycle_start = $1", start), "accounts synced")
+
+	// The jobs carry the plan they were made for, and a node runs them under
+	// it whatever its own: the worker's flags made its plan the app's
+	// monthly Berlin one only if it never said otherwise.
+	require.NotContains(t, w.logs.String(), "made for another plan than this node's", "the worker's --cycle monthly --location Europe/Berlin is the app's plan")
 
 	// status with no plan flag: the ledger's monthly plan, its days as slots.
 	out, err := exec.Command(riverslotBinary(t), "status", "--database-url", riverslottest.DatabaseURL(), "--schema", b.schema, "--task", "invoices", "--json").Output()

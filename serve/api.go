@@ -803,6 +803,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING `+sche
 	if err := tx.Commit(r.Context()); err != nil {
 		return internal(err)
 	}
+	s.placeCommitted(&sc)
 	w.Header().Set("Location", "/v1/schedules/"+sc.ID.String())
 	return http.StatusCreated, sc
 }
@@ -1028,7 +1029,18 @@ WHERE id = $1 AND deleted_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2) FO
 	if err := tx.Commit(r.Context()); err != nil {
 		return internal(err)
 	}
+	s.placeCommitted(&sc)
 	return http.StatusOK, sc
+}
+
+// placeCommitted places a schedule again once the change that made it is
+// committed: whether its slot's fan-out has begun (slotStarted) is read
+// after the commit, so that a fan-out that has not begun then is sure to
+// select it.
+func (s *Server) placeCommitted(sc *Schedule) {
+	if period, err := ParsePeriod(sc.Period); err == nil {
+		s.place(sc, period, time.Now())
+	}
 }
 
 func (s *Server) delete(_ http.ResponseWriter, r *http.Request) (int, any) {

@@ -114,6 +114,7 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	)
 	var (
 		fromShard, table, accountsSchema, weights *string
+		idColumn                                  *string
 		batch                                     *int
 		toEven, dryRun                            *bool
 	)
@@ -124,7 +125,8 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		rng = fs.String("range", "", "the buckets whose accounts to copy, LO-HI (of 0-65535)")
 		fromShard = fs.String("from", "", "the shard to copy from")
 		to = fs.String("to", "", "the shard to copy to")
-		table = fs.String("table", "", "the accounts table, alike on both shards, with a uuid column id")
+		table = fs.String("table", "", "the accounts table, alike on both shards, with a uuid column --id-column")
+		idColumn = fs.String("id-column", "id", "the accounts table's uuid column (the task's IDColumn)")
 		accountsSchema = fs.String("accounts-schema", "public", "the accounts table's schema on both shards")
 		batch = fs.Int("batch", shardscmd.CopyBatchDefault, "rows per transaction on --to")
 	default:
@@ -228,6 +230,10 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if copyConfig, err = parseCopy(*rng, *fromShard, *to, *table, *accountsSchema, *batch, given); err != nil {
 			return err
 		}
+		if err := checkSchemaName("--id-column", *idColumn); err != nil {
+			return err
+		}
+		copyConfig.IDColumn = *idColumn
 	}
 	var weightMap map[string]float64
 	if sub == "rebalance" && *weights != "" {

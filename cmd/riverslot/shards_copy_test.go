@@ -238,8 +238,10 @@ func TestShardsCopyAccounts(t *testing.T) {
 			{[]string{"--range", rng, "--from", "s1", "--to", "s1", "--table", "accounts"}, `--from and --to are both "s1"`},
 			{[]string{"--range", rng, "--from", "s1", "--to", "s2"}, "copy-accounts needs --range LO-HI, --from NAME, --to NAME and --table T"},
 			{[]string{"--range", rng, "--from", "s1", "--to", "s2", "--table", "missing"}, "--table: shard s1 has no table " + pgx.Identifier{b.schema, "missing"}.Sanitize()},
-			{[]string{"--range", rng, "--from", "s1", "--to", "s2", "--table", "noid"}, "has no uuid column id"},
-			{[]string{"--range", rng, "--from", "s1", "--to", "s2", "--table", "nokey"}, "has no primary key or unique index on id"},
+			{[]string{"--range", rng, "--from", "s1", "--to", "s2", "--table", "noid"}, `has no uuid column "id"`},
+			{[]string{"--range", rng, "--from", "s1", "--to", "s2", "--table", "accounts", "--id-column", "account_id"}, `has no uuid column "account_id"; the accounts table needs one (the account's id, whose last two bytes are its bucket): name it with --id-column`},
+			{[]string{"--range", rng, "--from", "s1", "--to", "s2", "--table", "accounts", "--id-column", "a;b"}, "--id-column must be a plain identifier"},
+			{[]string{"--range", rng, "--from", "s1", "--to", "s2", "--table", "nokey"}, `has no primary key or unique index on "id"`},
 			{[]string{"--range", rng, "--from", "s1", "--to", "s2", "--table", "accounts", "--batch", "0"}, "--batch must be 1-100000, got 0"},
 		} {
 			code, _, stderr := cmd(tt.args...)

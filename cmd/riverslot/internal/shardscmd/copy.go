@@ -35,8 +35,11 @@ type CopyConfig struct {
 	// Lo and Hi are the range of two-byte buckets, inclusive.
 	Lo, Hi int
 	// Schema and Table name the accounts table, alike on both shards,
-	// with a uuid column id (a primary key or unique on To).
+	// with a uuid column IDColumn (a primary key or unique on To).
 	Schema, Table string
+	// IDColumn is the accounts' uuid column, the task's IDColumn.
+	// Defaults to "id".
+	IDColumn string
 	// Batch is how many rows each transaction on To copies. Defaults to
 	// CopyBatchDefault.
 	Batch int
@@ -95,6 +98,9 @@ func CopyAccounts(ctx context.Context, c *CopyConfig, w io.Writer) (CopyResult, 
 	case batch < 1 || batch > CopyBatchMax:
 		return res, inputErr("--batch must be 1-%d, got %d", CopyBatchMax, batch)
 	}
+	if c.IDColumn == "" {
+		c.IDColumn = "id"
+	}
 	from, err := shardNamed(c.Shards, "--from", c.From)
 	if err != nil {
 		return res, err
@@ -104,11 +110,11 @@ func CopyAccounts(ctx context.Context, c *CopyConfig, w io.Writer) (CopyResult, 
 		return res, err
 	}
 	table := sqlbucket.QualifiedTable(c.Schema, c.Table)
-	srcCols, err := tableColumns(ctx, from, c.Schema, c.Table)
+	srcCols, err := tableColumns(ctx, from, c.Schema, c.Table, c.IDColumn)
 	if err != nil {
 		return res, err
 	}
-	dstCols, err := tableColumns(ctx, to, c.Schema, c.Table)
+	dstCols, err := tableColumns(ctx, to, c.Schema, c.Table, c.IDColumn)
 	if err != nil {
 		return res, err
 	}
@@ -122,7 +128,7 @@ func CopyAccounts(ctx context.Context, c *CopyConfig, w io.Writer) (CopyResult, 
 		cols = append(cols, column{name: sc.name, typ: dstCols[i].typ})
 		overriding = overriding || dstCols[i].identityAlways
 	}
-	if err := uniqueID(ctx, to, table); err != nil {
+	if err := uniqueID(ctx, to, table, c.IDColumn); err != nil {
 		return res, err
 	}
 
@@ -134,12 +140,13 @@ func CopyAccounts(ctx context.Context, c *CopyConfig, w io.Writer) (CopyResult, 
 	if note != "" {
 		fmt.Fprintln(w, note)
 	}
-	if valid, _, err := sqlbucket.IndexValid(ctx, from.Pool, c.Schema, c.Table, sqlbucket.IndexNameFor(c.Table, "id", slotplan.BucketsTwoByte)); err == nil && !valid {
+	if valid, _, err := sqlbucket.IndexValid(ctx, from.Pool, c.Schema, c.Table, sqlbucket.IndexNameFor(c.Table, c.IDColumn, slotplan.BucketsTwoByte)); err == nil && !valid {
 		fmt.Fprintf(progress, "shard %s has no valid two-byte bucket index on %s: each batch may read the whole table (riverslot migrate --table %s --buckets 65536 creates it)\n", c.From, table, c.Table)
 	}
 
-	expr := sqlbucket.ExprFor("id", slotplan.BucketsTwoByte)
-	if err := from.Pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE "+sqlbucket.SlotPredicateFor("id", slotplan.BucketsTwoByte, 1, 2), c.Lo, c.Hi).Scan(&res.InRange); err != nil {
+	expr := sqlbucket.ExprFor(c.IDColumn, slotplan.BucketsTwoByte)
+	idCol := pgx.Identifier{c.IDColumn}.Sanitize()
+	if err := from.Pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE "+sqlbucket.SlotPredicateFor(c.IDColumn, slotplan.BucketsTwoByte, 1, 2), c.Lo, c.Hi).Scan(&res.InRange); err != nil {
 		return res, fmt.Errorf("shard %q: error counting the range's rows: %w", c.From, err)
 	}
 
@@ -173,15 +180,15 @@ func CopyAccounts(ctx context.Context, c *CopyConfig, w io.Writer) (CopyResult, 
 		selectList[i], insertCols[i] = q+"::text", q
 		casts[i] = pgx.Identifier{fmt.Sprintf("c%d", i)}.Sanitize() + "::" + col.typ
 	}
-	read := "SELECT " + expr + ", \"id\"::text, " + strings.Join(selectList, ", ") + " FROM " + table +
-		" WHERE " + sqlbucket.SlotPredicateFor("id", slotplan.BucketsTwoByte, 1, 2) +
-		" AND (" + expr + ", \"id\") > ($3, $4::uuid) ORDER BY " + expr + ", \"id\" LIMIT $5"
+	read := "SELECT " + expr + ", " + idCol + "::text, " + strings.Join(selectList, ", ") + " FROM " + table +
+		" WHERE " + sqlbucket.SlotPredicateFor(c.IDColumn, slotplan.BucketsTwoByte, 1, 2) +
+		" AND (" + expr + ", " + idCol + ") > ($3, $4::uuid) ORDER BY " + expr + ", " + idCol + " LIMIT $5"
 	override := ""
 	if overriding {
 		override = " OVERRIDING SYSTEM VALUE"
 	}
 	insert := "INSERT INTO " + table + " (" + strings.Join(insertCols, ", ") + ")" + override +
-		" SELECT " + strings.Join(casts, ", ") + " FROM " + pgx.Identifier{copyTemp}.Sanitize() + " ON CONFLICT (\"id\") DO NOTHING"
+		" SELECT " + strings.Join(casts, ", ") + " FROM " + pgx.Identifier{copyTemp}.Sanitize() + " ON CONFLICT (" + idCol + ") DO NOTHING"
 
 	afterBucket, afterID := c.Lo-1, "00000000-0000-0000-0000-000000000000"
 	for {
@@ -276,7 +283,7 @@ type tableColumn struct {
 // tableColumns reads the accounts table's columns on shard s (from
 // information_schema), refusing a missing table or one without a uuid
 // column id.
-func tableColumns(ctx context.Context, s riverslot.Shard, schema, table string) ([]tableColumn, error) {
+func tableColumns(ctx context.Context, s riverslot.Shard, schema, table, idColumn string) ([]tableColumn, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT column_name, udt_schema, udt_name, is_generated = 'ALWAYS', coalesce(identity_generation = 'ALWAYS', false)
 FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`, schema, table)
 	if err != nil {
@@ -298,25 +305,25 @@ FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDE
 		return nil, inputErr("--table: shard %s has no table %s (or none this user may read); give the accounts table with --table and --accounts-schema, or create it there first (riverslot migrate --table creates its index, not the table)",
 			s.Name, sqlbucket.QualifiedTable(schema, table))
 	}
-	i := slices.IndexFunc(cols, func(c tableColumn) bool { return c.name == "id" })
+	i := slices.IndexFunc(cols, func(c tableColumn) bool { return c.name == idColumn })
 	if i < 0 || cols[i].typ != `"pg_catalog"."uuid"` {
-		return nil, inputErr("--table: %s on shard %s has no uuid column id; the accounts table needs one (the account's id, whose last two bytes are its bucket)",
-			sqlbucket.QualifiedTable(schema, table), s.Name)
+		return nil, inputErr("--table: %s on shard %s has no uuid column %q; the accounts table needs one (the account's id, whose last two bytes are its bucket): name it with --id-column",
+			sqlbucket.QualifiedTable(schema, table), s.Name, idColumn)
 	}
 	return cols, nil
 }
 
-// uniqueID refuses a destination table whose id is not a primary key or
-// unique (ON CONFLICT (id) needs one).
-func uniqueID(ctx context.Context, s riverslot.Shard, table string) error {
+// uniqueID refuses a destination table whose id column is not a primary
+// key or unique (ON CONFLICT needs one).
+func uniqueID(ctx context.Context, s riverslot.Shard, table, idColumn string) error {
 	var ok bool
 	err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = 'id')`, table).Scan(&ok)
+WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = $2)`, table, idColumn).Scan(&ok)
 	if err != nil {
 		return fmt.Errorf("shard %q: error reading the indexes of %s: %w", s.Name, table, err)
 	}
 	if !ok {
-		return inputErr("--table: %s on shard %s has no primary key or unique index on id; the copy skips the rows present by it (ON CONFLICT (id)): add one (ALTER TABLE ... ADD PRIMARY KEY (id))", table, s.Name)
+		return inputErr("--table: %s on shard %s has no primary key or unique index on %q; the copy skips the rows present by it (ON CONFLICT): add one (ALTER TABLE ... ADD PRIMARY KEY (%s))", table, s.Name, idColumn, idColumn)
 	}
 	return nil
 }

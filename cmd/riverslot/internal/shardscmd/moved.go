@@ -236,7 +236,7 @@ func printMoved(w io.Writer, moved []movedView) error {
 		return err
 	}
 	for _, m := range moved {
-		fmt.Fprintf(w, "on %s, buckets %d-%d: DELETE FROM <accounts table> WHERE %s\n", m.From, m.Lo, m.Hi, m.Predicate)
+		fmt.Fprintf(w, "on %s, buckets %d-%d: DELETE FROM <accounts table> WHERE %s (with the task's IDColumn for \"id\" if it is not id)\n", m.From, m.Lo, m.Hi, m.Predicate)
 	}
 	return nil
 }
