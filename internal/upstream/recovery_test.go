@@ -198,3 +198,88 @@ FROM `+table+` u WHERE u.task = p.task AND u.key = p.key AND p.task = 'transacti
 	require.InDelta(t, want.Seconds(), d.Wait.Seconds(), 30, "spread into the 20 minutes it has left")
 	require.Less(t, d.Wait, 20*time.Minute-time.Second/2, "before its NotAfter")
 }
+
+// TestFailedProbeKeepsItsDeferral: a deferred sync that runs as the probe
+// and fails keeps its first deferral: after the breaker closes it wakes in
+// the order it was first deferred, ahead of a sync deferred after it, and
+// the deferred counter counts it once. A deferred sync whose probe closes
+// the breaker leaves no deferral behind.
+func TestFailedProbeKeepsItsDeferral(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := upstream.Limits{FailureThreshold: 1}
+	table, places := pgx.Identifier{b.schema, upstream.Table}.Sanitize(), pgx.Identifier{b.schema, upstream.PlacesTable}.Sanitize()
+	first := b.req("bank-1", limits)
+	require.Equal(t, upstream.Run, b.acquire(t, first).Verdict)
+	rel, err := b.lim.Release(b.ctx, b.pool, first, upstream.Failed, 0)
+	require.NoError(t, err)
+	require.True(t, rel.Open, "one failure opens it")
+	require.NoError(t, b.lim.MarkDeferred(b.ctx, b.pool, first)) // as the sync worker does
+
+	// Three syncs deferred 30, 60 and 90 minutes into an outage that began
+	// three hours ago (their history written into their rows).
+	var a, c, d upstream.Request
+	for i, r := range []*upstream.Request{&a, &c, &d} {
+		*r = b.req("bank-1", limits)
+		r.NotAfter = time.Now().Add(24 * time.Hour)
+		got := b.acquire(t, *r)
+		require.Equal(t, upstream.Wait, got.Verdict, "sync %d", i)
+		require.Equal(t, "open", got.Reason, "sync %d", i)
+	}
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+table+` SET open_since = clock_timestamp() - interval '3 hours', open_until = clock_timestamp()
+WHERE task = 'transactions' AND key = 'bank-1'`)
+	require.NoError(t, err)
+	for i, r := range []upstream.Request{a, c, d} {
+		tag, err := b.pool.Exec(b.ctx, `UPDATE `+places+` p SET deferred_at = u.open_since + $2 * interval '1 minute'
+FROM `+table+` u WHERE u.task = p.task AND u.key = p.key AND p.task = 'transactions' AND p.key = 'bank-1' AND p.job_id = $1 AND p.deferred`, r.JobID, 30*(i+1))
+		require.NoError(t, err)
+		require.EqualValues(t, 1, tag.RowsAffected(), "sync %d holds a deferral", i)
+	}
+	require.EqualValues(t, 4, b.state(t, "bank-1").Deferred)
+
+	// The cooldown ends: a, deferred first, probes, and fails; the worker
+	// defers it again.
+	got := b.acquire(t, a)
+	require.Equal(t, upstream.Run, got.Verdict)
+	require.True(t, got.Probe)
+	rel, err = b.lim.Release(b.ctx, b.pool, a, upstream.Failed, 0)
+	require.NoError(t, err)
+	require.True(t, rel.Open, "the probe failed: open again")
+	require.NoError(t, b.lim.MarkDeferred(b.ctx, b.pool, a))
+	var into float64 // seconds
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT extract(epoch FROM p.deferred_at - u.open_since)::float8
+FROM `+places+` p JOIN `+table+` u USING (task, key) WHERE p.task = 'transactions' AND p.key = 'bank-1' AND p.job_id = $1 AND p.deferred`, a.JobID).Scan(&into))
+	require.InDelta(t, (30 * time.Minute).Seconds(), into, 1, "its first deferral is kept across its probe")
+	require.EqualValues(t, 4, b.state(t, "bank-1").Deferred, "the failed probe's sync is counted once")
+
+	// The next cooldown ends: d, deferred too, probes, and the upstream is
+	// back.
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+table+` SET open_until = clock_timestamp() WHERE task = 'transactions' AND key = 'bank-1'`)
+	require.NoError(t, err)
+	got = b.acquire(t, d)
+	require.Equal(t, upstream.Run, got.Verdict)
+	require.True(t, got.Probe)
+	b.release(t, d, upstream.Succeeded, 0)
+	require.Equal(t, "closed", b.state(t, "bank-1").Breaker)
+	var left bool
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM `+places+` WHERE job_id = $1)`, d.JobID).Scan(&left))
+	require.False(t, left, "the probe that closed the breaker leaves no deferral behind")
+
+	// a wakes 30 minutes after the close, c 60: in the order they were
+	// first deferred, less the moments the statements since the close took.
+	wa, wc := b.acquire(t, a), b.acquire(t, c)
+	for i, w := range []upstream.Decision{wa, wc} {
+		require.Equal(t, upstream.Wait, w.Verdict, "sync %d", i)
+		require.Equal(t, upstream.WaitRecovery, w.Reason, "sync %d", i)
+		want := time.Duration(30*(i+1)) * time.Minute
+		require.LessOrEqual(t, w.Wait, want, "sync %d", i)
+		require.Greater(t, w.Wait, want-30*time.Second, "sync %d", i)
+	}
+	require.Less(t, wa.Wait, wc.Wait, "the sync deferred first wakes first")
+	require.Equal(t, upstream.Run, b.acquire(t, d).Verdict, "the probe's sync is not held after the close")
+
+	st := b.state(t, "bank-1")
+	require.EqualValues(t, 4, st.Deferred, "each deferred sync counted once")
+	require.EqualValues(t, 2, st.Probes)
+	require.Zero(t, st.Skipped)
+}

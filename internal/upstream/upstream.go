@@ -10,7 +10,9 @@
 //     and counters.
 //   - riverslot_upstream_place: the places in each key's line, one row per
 //     sync job that holds a place in the rate limiter's line (reserved_at)
-//     or waits for the breaker (deferred, since deferred_at).
+//     or waits for the breaker (deferred, since deferred_at; kept while
+//     the sync runs as the breaker's probe, dropped when the probe
+//     closes it).
 //
 // A sync in flight holds a lease in its key's row (leases: job id to
 // expiry; in_flight counts them), which expires, so a node killed mid-sync
@@ -827,6 +829,15 @@ WHERE task = $1 AND key = $2`, r.Task, r.Key, s.newLineTAT, s.newStartTAT, probe
 		return wrap(err, "clearing the upstream's abandoned places")
 	}
 	switch {
+	case s.leaseRun && s.newProbe && s.deferred:
+		// A deferred sync that runs as the probe keeps its deferral (out
+		// of the line): should the probe fail, it waits for the breaker
+		// again from its first deferral, counted once; Release drops the
+		// place when the probe closes the breaker.
+		if _, err := tx.Exec(ctx, `UPDATE `+l.places+` SET reserved_at = NULL, updated_at = $4
+WHERE task = $1 AND key = $2 AND job_id = $3`, r.Task, r.Key, r.JobID, s.now); err != nil {
+			return wrap(err, "recording the upstream's decision")
+		}
 	case s.dropJob || s.leaseRun:
 		if s.hasJob {
 			if _, err := tx.Exec(ctx, `DELETE FROM `+l.places+` WHERE task = $1 AND key = $2 AND job_id = $3`, r.Task, r.Key, r.JobID); err != nil {
@@ -856,9 +867,13 @@ ON CONFLICT (task, key, job_id) DO UPDATE SET reserved_at = EXCLUDED.reserved_at
 // failure counts toward FailureThreshold (and reopens a half-open
 // breaker), a throttle pauses the whole upstream for retryAfter on every
 // node. One statement.
+//
+// It drops the sync's place, but for a deferred sync that ran as the probe
+// and did not succeed: the breaker did not close, and the sync keeps its
+// first deferral (the only place a running sync holds, record).
 func (l *Limiter) Release(ctx context.Context, db DB, r Request, outcome Outcome, retryAfter time.Duration) (Released, error) {
 	var rel Released
-	err := db.QueryRow(ctx, `WITH j AS (DELETE FROM `+l.places+` WHERE task = $1 AND key = $2 AND job_id = $3)
+	err := db.QueryRow(ctx, `WITH j AS (DELETE FROM `+l.places+` WHERE task = $1 AND key = $2 AND job_id = $3 AND ($4 = 0 OR NOT deferred))
 UPDATE `+l.table+` u SET
 	calls = calls + CASE WHEN $4 = 3 THEN 0 ELSE 1 END,
 	win_calls = CASE WHEN win_start IS NULL OR clock_timestamp() - win_start >= interval '10 seconds' THEN 1 ELSE win_calls + 1 END,
@@ -899,13 +914,17 @@ RETURNING state = 'open', open_until, clock_timestamp()`, r.Task, r.Key, r.JobID
 
 // MarkDeferred records that the sync of r waits for its upstream's open
 // breaker after it failed (Released.DeferFor): it holds no place in line,
-// and should it run out of time it is skipped as upstream_down.
+// and should it run out of time it is skipped as upstream_down. A sync the
+// breaker deferred before (a failed probe) keeps its first deferral, and is
+// not counted again.
 func (l *Limiter) MarkDeferred(ctx context.Context, db DB, r Request) error {
-	_, err := db.Exec(ctx, `WITH j AS (INSERT INTO `+l.places+` (task, key, job_id, deferred, deferred_at) VALUES ($1, $2, $3, true, clock_timestamp())
+	_, err := db.Exec(ctx, `WITH p AS (SELECT deferred FROM `+l.places+` WHERE task = $1 AND key = $2 AND job_id = $3),
+j AS (INSERT INTO `+l.places+` (task, key, job_id, deferred, deferred_at) VALUES ($1, $2, $3, true, clock_timestamp())
 	ON CONFLICT (task, key, job_id) DO UPDATE SET deferred = true, reserved_at = NULL, updated_at = now(),
 		deferred_at = coalesce(`+l.places+`.deferred_at, clock_timestamp())
 	RETURNING 1)
-UPDATE `+l.table+` SET deferred = deferred + 1 WHERE task = $1 AND key = $2 AND EXISTS (SELECT 1 FROM j)`, r.Task, r.Key, r.JobID)
+UPDATE `+l.table+` SET deferred = deferred + 1 WHERE task = $1 AND key = $2 AND EXISTS (SELECT 1 FROM j)
+	AND NOT coalesce((SELECT deferred FROM p), false)`, r.Task, r.Key, r.JobID)
 	return wrap(err, "recording the deferred sync")
 }
 
