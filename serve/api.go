@@ -524,7 +524,7 @@ func (s *Server) scan(rows pgx.CollectableRow) (Schedule, error) {
 	sc.CreatedAt, sc.UpdatedAt, sc.DeletedAt = created, updated, deleted
 	period := time.Duration(periodMS) * time.Millisecond
 	sc.Period, sc.Timeout = FormatPeriod(period), (time.Duration(timeoutMS) * time.Millisecond).String()
-	s.place(&sc, period, time.Now())
+	s.place(&sc, period, time.Now(), false)
 	return sc, nil
 }
 
@@ -590,7 +590,10 @@ func (s *Server) begun(task string, start time.Time) bool {
 // process has started it (a server's first period, from its start, is the
 // next one: Task.FirstCycle; a period the service was down for at its
 // start is made late, if at all, and shown once it is).
-func (s *Server) place(sc *Schedule, period time.Duration, now time.Time) {
+//
+// fresh reads the ledger's slots anew (slotStarted), for a schedule just
+// committed.
+func (s *Server) place(sc *Schedule, period time.Duration, now time.Time, fresh bool) {
 	info, ok := s.tasks[period]
 	if !ok {
 		return
@@ -613,7 +616,7 @@ func (s *Server) place(sc *Schedule, period time.Duration, now time.Time) {
 		}
 		due := info.Due(c, sc.ID)
 		if info.SlotStartOf(c, sc.ID).Add(-info.Lead).After(now) ||
-			(c.Equal(start) && due.After(now) && !s.slotStarted(info, start, sc.ID)) {
+			(c.Equal(start) && due.After(now) && !s.slotStarted(info, start, sc.ID, fresh)) {
 			sc.NextCalls = append(sc.NextCalls, due.UTC())
 		}
 	}
@@ -626,20 +629,48 @@ func (s *Server) place(sc *Schedule, period time.Duration, now time.Time) {
 // busy machine. Asked only for a slot whose fan-out time has passed and
 // whose call is still ahead; on an error (logged) it says begun, the
 // promise it had before.
-func (s *Server) slotStarted(info riverslot.TaskInfo, start time.Time, id uuid.UUID) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
+//
+// One read of the period's slots serves a whole list: a slot seen begun
+// stays begun, and one not begun is read again after startedFor, or at
+// once when fresh (a schedule just committed).
+func (s *Server) slotStarted(info riverslot.TaskInfo, start time.Time, id uuid.UUID, fresh bool) bool {
 	slot := info.Plan.Shift(info.Plan.SlotOf(id), info.Shift)
 	if info.Month != nil {
 		slot = info.Month.DayOf(start, info.Seed, id)
 	}
+	now := time.Now()
+	s.startedMu.Lock()
+	r, ok := s.started[info.Name]
+	s.startedMu.Unlock()
+	if ok && r.start.Equal(start) && (r.slots[slot] || (!fresh && now.Sub(r.read) < startedFor)) {
+		return r.slots[slot]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	slots, err := s.ledger.Slots(ctx, s.cfg.Pool, info.Name, info.PlanID, start)
 	if err != nil {
 		s.cfg.Logger.WarnContext(ctx, "riverslot serve: could not read whether a slot's fan-out began; next_calls leave its period out", "task", info.Name, "cycle_start", start, "slot", slot, "error", err)
 		return true
 	}
-	sl, ok := slots[slot]
-	return ok && (sl.Started != nil || sl.Finished != nil)
+	r = startedRead{start: start, read: now, slots: map[int]bool{}}
+	for n, sl := range slots {
+		r.slots[n] = sl.Started != nil || sl.Finished != nil
+	}
+	s.startedMu.Lock()
+	s.started[info.Name] = r
+	s.startedMu.Unlock()
+	return r.slots[slot]
+}
+
+// startedFor is how long slotStarted trusts a read that found a slot's
+// fan-out not begun: the span of one list request, not more.
+const startedFor = 200 * time.Millisecond
+
+// startedRead is the begun slots of a task's current period, as read at
+// read (slotStarted).
+type startedRead struct {
+	start, read time.Time
+	slots       map[int]bool
 }
 
 // health fills the schedules' Health, in one query (each schedule's last
@@ -1039,7 +1070,7 @@ WHERE id = $1 AND deleted_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2) FO
 // select it.
 func (s *Server) placeCommitted(sc *Schedule) {
 	if period, err := ParsePeriod(sc.Period); err == nil {
-		s.place(sc, period, time.Now())
+		s.place(sc, period, time.Now(), true)
 	}
 }
 

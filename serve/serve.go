@@ -111,6 +111,10 @@ type Server struct {
 	ledger  ledger.Ledger
 	beganMu sync.Mutex
 	began   map[string]periodBegun
+	// started is, per task, the begun fan-outs of its current period
+	// (slotStarted).
+	startedMu sync.Mutex
+	started   map[string]startedRead
 	// missedDone holds, per task, the periods RecordMissed finished.
 	missedMu   sync.Mutex
 	missedDone map[string]map[time.Time]bool
@@ -198,6 +202,7 @@ func New(cfg Config) (*Server, error) {
 		tenants:   pgx.Identifier{cfg.Schema, TenantsTable}.Sanitize(),
 		ledger:    ledger.New(cfg.Schema),
 		began:     map[string]periodBegun{},
+		started:   map[string]startedRead{},
 	}
 	switch q := &s.cfg.TenantQuota; {
 	case *q == TenantQuota{}:

@@ -259,7 +259,7 @@ func (f *taskFlags) checkMonthly() error {
 		return usageErr("--trigger-offset does not apply to --cycle monthly: a month starts at local midnight of its first day in --location")
 	case f.given("phase"):
 		return usageErr("--phase does not apply to --cycle monthly: an account's place is a fixed fraction of each month")
-	case f.given("buckets"):
+	case f.given("buckets") && *f.buckets != slotplan.BucketsTwoByte:
 		return usageErr("--buckets does not apply to --cycle monthly: a calendar-month task always uses the 65,536 two-byte buckets")
 	}
 	name := cmp.Or(*f.location, "UTC")

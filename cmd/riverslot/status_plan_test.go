@@ -67,6 +67,7 @@ func TestStatusPlanAndMonthlyFlags(t *testing.T) {
 		{"LocationWithoutMonthly", []string{"--location", "Europe/Berlin"}, "--location names the time zone of a calendar-month task: give it with --cycle monthly"},
 		{"BadLocation", []string{"--cycle", "monthly", "--location", "Mars/Olympus"}, `--location must be an IANA time zone such as Europe/London or UTC, got "Mars/Olympus"`},
 		{"MonthlyWithOffset", []string{"--cycle", "monthly", "--trigger-offset", "1h"}, "--trigger-offset does not apply to --cycle monthly"},
+		{"MonthlyWithOneByteBuckets", []string{"--cycle", "monthly", "--buckets", "256"}, "--buckets does not apply to --cycle monthly"},
 		{"BadCycle", []string{"--cycle", "weekly"}, `"weekly" is not a duration; write a number with a unit of s, m or h, e.g. 24h, 90m, 120s, or monthly`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
