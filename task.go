@@ -366,6 +366,12 @@ type UpstreamLimits struct {
 	// Cooldown is how long an open breaker defers syncs before a probe.
 	// Defaults to 30s.
 	Cooldown time.Duration
+	// Latency is how long one sync's call to the upstream usually takes.
+	// It is not enforced: Check and UpstreamBudgets weigh it with
+	// Concurrency, which lets at most Concurrency / Latency syncs a
+	// second through, below Rate when the bank is slow. Defaults to
+	// unknown: the concurrency bound is not weighed.
+	Latency time.Duration
 }
 
 // Throttled returns the error a SyncFunc returns when the upstream asked

@@ -106,8 +106,9 @@ func (s *Scheduler) Upstreams(ctx context.Context, taskName, after string, limit
 	return out, nil
 }
 
-// UpstreamBudget is one upstream's accounts per cycle against its rate
-// limit, as UpstreamBudgets counts them.
+// UpstreamBudget is one upstream's accounts per cycle against what its
+// limits let through, as UpstreamBudgets counts them: its Rate, and its
+// Concurrency over Limits.Latency.
 type UpstreamBudget struct {
 	// Key is the upstream ("" the task's default).
 	Key string
@@ -118,20 +119,56 @@ type UpstreamBudget struct {
 	// cycle, in syncs a second. NeedRate is what its most crowded slot
 	// needs: the slot's accounts over the slot's length (hash placement).
 	NeedRate, AverageRate float64
-	// Rate is its limit (an operator's override, else Task.Limits.Rate;
-	// 0: none).
+	// Rate is its rate limit (an operator's override, else
+	// Task.Limits.Rate; 0: none).
 	Rate float64
-	// Fits: its accounts fit in a cycle at its rate (AverageRate within
-	// Rate). An upstream that does not fit has syncs skipped as
-	// upstream_throttled every cycle.
+	// Concurrency is its limit of syncs in flight (an operator's
+	// override, else Task.Limits.Concurrency; 0: none), and
+	// ConcurrencyRate the most syncs a second it lets through:
+	// Concurrency / Task.Limits.Latency (0: no concurrency limit, or the
+	// latency unknown).
+	Concurrency     int
+	ConcurrencyRate float64
+	// Limit is what bounds its throughput, the lower of Rate and
+	// ConcurrencyRate where set (0: none); Bound names it: "rate",
+	// "concurrency" or "none".
+	Limit float64
+	Bound string
+	// Fits: its accounts fit in a cycle (AverageRate within Limit). An
+	// upstream that does not fit has syncs skipped as upstream_throttled
+	// every cycle.
 	Fits bool
-	// OnTime: its busiest slot fits too (NeedRate within Rate). An
+	// OnTime: its busiest slot fits too (NeedRate within Limit). An
 	// upstream that fits but is not on time has syncs waiting in line, up
 	// to their NotAfter (half a cycle), later than their place.
 	OnTime bool
 	// Sampled: Accounts and the rates are estimates from a sample of the
 	// table (Check on a large table), not a count.
 	Sampled bool
+}
+
+// The bounds of UpstreamBudget.Bound.
+const (
+	BoundNone        = "none"
+	BoundRate        = "rate"
+	BoundConcurrency = "concurrency"
+)
+
+// weigh sets b's Limit, Bound, Fits and OnTime from its Rate and its
+// Concurrency at latency a call.
+func (b *UpstreamBudget) weigh(latency time.Duration) {
+	b.ConcurrencyRate, b.Limit, b.Bound = 0, 0, BoundNone
+	if b.Concurrency > 0 && latency > 0 {
+		b.ConcurrencyRate = float64(b.Concurrency) / latency.Seconds()
+	}
+	switch {
+	case b.Rate > 0 && (b.ConcurrencyRate == 0 || b.Rate <= b.ConcurrencyRate):
+		b.Limit, b.Bound = b.Rate, BoundRate
+	case b.ConcurrencyRate > 0:
+		b.Limit, b.Bound = b.ConcurrencyRate, BoundConcurrency
+	}
+	b.Fits = b.Limit == 0 || b.AverageRate <= b.Limit
+	b.OnTime = b.Limit == 0 || b.NeedRate <= b.Limit
 }
 
 // UpstreamBudgetError is the error Check returns for a task whose
@@ -155,9 +192,13 @@ func (e *UpstreamBudgetError) Error() string {
 		if u.Sampled {
 			about = "about "
 		}
+		if u.Bound == BoundConcurrency {
+			fmt.Fprintf(&b, " upstream %q has %s%d accounts, which need %.3g syncs/s, its concurrency limit lets %.3g/s through (%d in flight at Limits.Latency a call), below its rate limit;", u.Key, about, u.Accounts, u.AverageRate, u.Limit, u.Concurrency)
+			continue
+		}
 		fmt.Fprintf(&b, " upstream %q has %s%d accounts, which need %.3g syncs/s, its rate limit is %.3g/s;", u.Key, about, u.Accounts, u.AverageRate, u.Rate)
 	}
-	b.WriteString(" raise their rate (riverslot upstream set --key K --rate R, or Task.Limits.Rate), lengthen Cycle, or accept that the excess is skipped as upstream_throttled every cycle")
+	b.WriteString(" raise their rate or concurrency (riverslot upstream set --key K --rate R --concurrency C, or Task.Limits), lengthen Cycle, or accept that the excess is skipped as upstream_throttled every cycle")
 	return b.String()
 }
 
@@ -220,7 +261,7 @@ func (s *Scheduler) upstreamBudgets(ctx context.Context, spec *taskspec.Spec, pe
 	}); err != nil {
 		return nil, fmt.Errorf("error counting task %q's accounts per upstream: %w", spec.Name, err)
 	}
-	overrides := map[string]float64{}
+	rates, concurrencies := map[string]float64{}, map[string]int{}
 	lim := upstream.New(s.riverSchema)
 	for after := ""; ; {
 		page, err := lim.List(ctx, s.pool, spec.Name, after, 1000)
@@ -229,7 +270,10 @@ func (s *Scheduler) upstreamBudgets(ctx context.Context, spec *taskspec.Spec, pe
 		}
 		for _, st := range page {
 			if st.Rate != nil {
-				overrides[st.Key] = *st.Rate
+				rates[st.Key] = *st.Rate
+			}
+			if st.Concurrency != nil {
+				concurrencies[st.Key] = *st.Concurrency
 			}
 		}
 		if len(page) < 1000 {
@@ -241,7 +285,7 @@ func (s *Scheduler) upstreamBudgets(ctx context.Context, spec *taskspec.Spec, pe
 	out := make([]UpstreamBudget, 0, len(byKey))
 	for k, a := range byKey {
 		total := int64(math.Round(float64(a.total) * scale))
-		b := UpstreamBudget{Key: k, Accounts: total, Rate: spec.Limits.Rate, Sampled: percent < 100,
+		b := UpstreamBudget{Key: k, Accounts: total, Rate: spec.Limits.Rate, Concurrency: spec.Limits.Concurrency, Sampled: percent < 100,
 			NeedRate: float64(a.most) / plan.SlotDuration.Seconds(), AverageRate: float64(total) / plan.Cycle.Seconds()}
 		if b.Sampled {
 			// A sample's busiest slot is mostly its noise: the slot a
@@ -249,11 +293,13 @@ func (s *Scheduler) upstreamBudgets(ctx context.Context, spec *taskspec.Spec, pe
 			mean := float64(total) / float64(plan.Slots)
 			b.NeedRate = (mean + 3*math.Sqrt(mean)) / plan.SlotDuration.Seconds()
 		}
-		if r, ok := overrides[k]; ok {
+		if r, ok := rates[k]; ok {
 			b.Rate = r
 		}
-		b.Fits = b.Rate == 0 || b.AverageRate <= b.Rate
-		b.OnTime = b.Rate == 0 || b.NeedRate <= b.Rate
+		if c, ok := concurrencies[k]; ok {
+			b.Concurrency = c
+		}
+		b.weigh(spec.Limits.Latency)
 		out = append(out, b)
 	}
 	slices.SortFunc(out, func(a, b UpstreamBudget) int {
@@ -271,10 +317,12 @@ func (s *Scheduler) checkUpstreamBudget(ctx context.Context, spec *taskspec.Spec
 	if !s.configured || !spec.UsesUpstreamLimiter() {
 		return nil
 	}
-	if spec.Limits.Rate == 0 {
+	if spec.Limits.Rate == 0 && (spec.Limits.Latency == 0 || spec.Limits.Concurrency == 0) {
+		// No task-wide bound to weigh: an operator's override may set one
+		// (a rate, or a concurrency limit weighed at Limits.Latency).
 		var anyRate bool
 		err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+sqlbucket.QualifiedTable(s.riverSchema, upstream.LimitsTable)+
-			" WHERE task = $1 AND rate > 0)", spec.Name).Scan(&anyRate)
+			" WHERE task = $1 AND (rate > 0 OR ($2 AND concurrency > 0)))", spec.Name, spec.Limits.Latency > 0).Scan(&anyRate)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 			return nil // no overrides table: Check reports the missing ledger, Migrate creates both
@@ -312,7 +360,7 @@ func (s *Scheduler) checkUpstreamBudget(ctx context.Context, spec *taskspec.Spec
 	late, near := 0, 0
 	for _, b := range budgets {
 		switch {
-		case !b.Fits && b.Sampled && b.AverageRate <= sampledMargin*b.Rate:
+		case !b.Fits && b.Sampled && b.AverageRate <= sampledMargin*b.Limit:
 			// A sample of pages can be this far off on a table whose
 			// rows were loaded one upstream at a time.
 			near++

@@ -75,7 +75,7 @@ func TestCheckUpstreamBudget(t *testing.T) {
 	require.InDelta(t, average("big"), be.Over[0].AverageRate, 1e-9)
 	require.False(t, be.Over[0].Sampled)
 	require.ErrorContains(t, err, fmt.Sprintf(`upstream "big" has %d accounts, which need %.3g syncs/s, its rate limit is %.3g/s`, count["big"], average("big"), rate))
-	require.ErrorContains(t, err, "raise their rate (riverslot upstream set --key K --rate R, or Task.Limits.Rate)")
+	require.ErrorContains(t, err, "raise their rate or concurrency (riverslot upstream set --key K --rate R --concurrency C, or Task.Limits)")
 
 	// Without a rate nothing is counted, and nothing fails.
 	_, err = check(t, 0)
@@ -144,4 +144,92 @@ func TestCheckUpstreamBudget(t *testing.T) {
 		require.NoError(t, s3.Check(ctx))
 		require.Len(t, records.Find("riverslot: the accounts table was never analyzed, so Check does not count its upstreams (a whole-table scan); run ANALYZE on it, or riverslot upstream check before a deploy"), 1)
 	}
+}
+
+// TestCheckUpstreamConcurrency: Check weighs an upstream's Concurrency at
+// Limits.Latency a call, not only its Rate (issue 41: a bank of 800
+// accounts needing 12.5 syncs/s, rate 15/s, 2 in flight at 800 ms a call
+// lets 2.5/s through, and was said to fit). The bound that binds is
+// named; an operator's concurrency override counts; without a latency the
+// concurrency limit is not weighed.
+func TestCheckUpstreamConcurrency(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.Schema(ctx, t, pool)
+	riverslottest.CreateAccounts(ctx, t, pool, schema, "accounts", 800)
+	table := pgx.Identifier{schema, "accounts"}.Sanitize()
+	_, err := pool.Exec(ctx, "ALTER TABLE "+table+" ADD COLUMN bank text NOT NULL DEFAULT 'slow'")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "ANALYZE "+table)
+	require.NoError(t, err)
+	require.NoError(t, riverslot.Migrate(ctx, pool, schema))
+
+	const cycle = 64 * time.Second // 800 accounts: 12.5 syncs/s
+	check := func(t *testing.T, limits riverslot.UpstreamLimits) (*riverslot.Scheduler, error) {
+		t.Helper()
+		s, err := riverslot.New(pool, &riverslot.Config{Logger: riverslottest.Logger(t), Tasks: []riverslot.Task{{
+			Name: "transactions", Cycle: cycle, Schema: schema, Table: "accounts", Upstream: "bank", Limits: limits, Sync: noopSync,
+		}}})
+		require.NoError(t, err)
+		require.NoError(t, s.Configure(&river.Config{Schema: schema}))
+		return s, s.Check(ctx)
+	}
+
+	// The issue's bank: the rate fits, the concurrency does not.
+	slow := riverslot.UpstreamLimits{Rate: 15, Concurrency: 2, Latency: 800 * time.Millisecond}
+	s, err := check(t, slow)
+	var be *riverslot.UpstreamBudgetError
+	require.True(t, errors.As(err, &be), "Check: %v", err)
+	require.Len(t, be.Over, 1)
+	over := be.Over[0]
+	require.Equal(t, "slow", over.Key)
+	require.EqualValues(t, 800, over.Accounts)
+	require.Equal(t, riverslot.BoundConcurrency, over.Bound)
+	require.InDelta(t, 2/0.8, over.ConcurrencyRate, 1e-9)
+	require.InDelta(t, 2/0.8, over.Limit, 1e-9)
+	require.InDelta(t, 800/cycle.Seconds(), over.AverageRate, 1e-9)
+	require.ErrorContains(t, err, `upstream "slow" has 800 accounts, which need 12.5 syncs/s, its concurrency limit lets 2.5/s through (2 in flight at Limits.Latency a call)`)
+
+	// UpstreamBudgets says the same without failing.
+	budgets, err := s.UpstreamBudgets(ctx, "transactions")
+	require.NoError(t, err)
+	require.Len(t, budgets, 1)
+	require.False(t, budgets[0].Fits)
+	require.Equal(t, riverslot.BoundConcurrency, budgets[0].Bound)
+
+	// Without a rate, a concurrency limit with a latency is still weighed.
+	_, err = check(t, riverslot.UpstreamLimits{Concurrency: 2, Latency: 800 * time.Millisecond})
+	require.True(t, errors.As(err, &be), "Check without a rate: %v", err)
+
+	// Without a latency the concurrency limit cannot be weighed: the rate
+	// alone fits.
+	_, err = check(t, riverslot.UpstreamLimits{Rate: 15, Concurrency: 2})
+	require.NoError(t, err)
+
+	// Ten in flight carry 12.5/s: the cycle fits, bounded by concurrency
+	// (12.5/s) below the rate (15/s).
+	s, err = check(t, riverslot.UpstreamLimits{Rate: 15, Concurrency: 10, Latency: 800 * time.Millisecond})
+	require.NoError(t, err)
+	budgets, err = s.UpstreamBudgets(ctx, "transactions")
+	require.NoError(t, err)
+	require.True(t, budgets[0].Fits)
+	require.Equal(t, riverslot.BoundConcurrency, budgets[0].Bound)
+
+	// An operator's concurrency override for the key wins over the task's
+	// 2, in both directions.
+	twenty := 20
+	require.NoError(t, s.SetUpstreamLimits(ctx, "transactions", "slow", riverslot.UpstreamOverride{Concurrency: &twenty}))
+	_, err = check(t, slow)
+	require.NoError(t, err)
+	budgets, err = s.UpstreamBudgets(ctx, "transactions")
+	require.NoError(t, err)
+	require.Equal(t, 20, budgets[0].Concurrency)
+	require.Equal(t, riverslot.BoundRate, budgets[0].Bound, "20 / 800ms = 25/s is above the rate")
+
+	// Bad input names the field.
+	_, err = riverslot.New(pool, &riverslot.Config{Tasks: []riverslot.Task{{
+		Name: "transactions", Cycle: cycle, Schema: schema, Table: "accounts", Limits: riverslot.UpstreamLimits{Latency: -time.Second}, Sync: noopSync,
+	}}})
+	require.ErrorContains(t, err, "Limits.Latency must be 0 (unknown)")
 }

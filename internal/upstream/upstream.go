@@ -116,6 +116,10 @@ type Limits struct {
 	// Cooldown is how long an open breaker defers syncs before one probe
 	// checks the upstream again.
 	Cooldown time.Duration
+	// Latency is how long one sync's call usually takes: not enforced,
+	// only weighed by the budget check (Concurrency / Latency syncs a
+	// second at most).
+	Latency time.Duration
 }
 
 // Validate returns an error naming the field (prefix, e.g. "Limits.") and
@@ -136,6 +140,9 @@ func (l Limits) Validate(prefix string) error {
 	}
 	if l.Cooldown < 0 {
 		errs = append(errs, fmt.Errorf("%sCooldown must be positive (default %s); got %s", prefix, CooldownDefault, l.Cooldown))
+	}
+	if l.Latency < 0 {
+		errs = append(errs, fmt.Errorf("%sLatency must be 0 (unknown) or how long one sync's call takes, e.g. 800*time.Millisecond; got %s", prefix, l.Latency))
 	}
 	return errors.Join(errs...)
 }

@@ -10,10 +10,10 @@ import (
 )
 
 // Budgets counts task's accounts per upstream and slot in the database of
-// pool (Scheduler.UpstreamBudgets), each with its rate limit: operators'
-// overrides read from River's tables in riverSchema ("": search_path), else
-// task.Limits.Rate. It is Check's count; Check weighs the concurrency limit
-// too. task.Sync is not called and may be nil; a task the library refuses
+// pool (Scheduler.UpstreamBudgets), each weighed against its limits:
+// operators' overrides read from River's tables in riverSchema ("":
+// search_path), else task.Limits (the concurrency limit at
+// task.Limits.Latency a call). task.Sync is not called and may be nil; a task the library refuses
 // is an *inspect.InputError.
 func Budgets(ctx context.Context, pool *pgxpool.Pool, riverSchema string, task riverslot.Task) ([]riverslot.UpstreamBudget, error) {
 	scheduler, err := inspect.Scheduler(pool, "", riverSchema, task)

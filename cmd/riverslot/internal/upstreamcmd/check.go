@@ -3,7 +3,6 @@ package upstreamcmd
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -15,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riverslot/riverslot"
-	"github.com/riverslot/riverslot/internal/upstream"
 )
 
 // CheckConfig is riverslot upstream check: the task as its flags give it,
@@ -40,18 +38,15 @@ type CheckConfig struct {
 	Latency time.Duration
 }
 
-// Bound names what limits an upstream's throughput.
-type Bound string
+// Bound names what limits an upstream's throughput (riverslot.BoundNone,
+// BoundRate or BoundConcurrency).
+type Bound = string
 
+// The bounds, as the library names them.
 const (
-	// BoundNone: no limit (no rate, and no concurrency limit or no
-	// latency known).
-	BoundNone Bound = "none"
-	// BoundRate: Rate, syncs started a second.
-	BoundRate Bound = "rate"
-	// BoundConcurrency: Concurrency syncs in flight at once, each taking
-	// Latency: Concurrency / Latency syncs a second, below Rate.
-	BoundConcurrency Bound = "concurrency"
+	BoundNone        Bound = riverslot.BoundNone
+	BoundRate        Bound = riverslot.BoundRate
+	BoundConcurrency Bound = riverslot.BoundConcurrency
 )
 
 // Budget is one upstream's accounts against what its limits let through:
@@ -111,69 +106,19 @@ func (b *Budget) ConcurrencyFor(rate float64) int {
 // let through: its Rate, and its Concurrency over c.Latency. Most needed
 // first. A task the library refuses is an *inspect.InputError.
 func Check(ctx context.Context, c *CheckConfig) ([]Budget, error) {
-	counted, err := Budgets(ctx, c.Pool, c.RiverSchema, c.Task)
-	if err != nil {
-		return nil, err
-	}
-	overrides, err := concurrencyOverrides(ctx, c.Pool, c.RiverSchema, c.Task.Name)
+	task := c.Task
+	task.Limits.Latency = c.Latency // the library weighs Concurrency at it
+	counted, err := Budgets(ctx, c.Pool, c.RiverSchema, task)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Budget, len(counted))
 	for i, u := range counted {
-		concurrency := c.Task.Limits.Concurrency
-		if o, ok := overrides[u.Key]; ok {
-			concurrency = o
-		}
-		out[i] = weigh(u, concurrency, c.Latency)
+		out[i] = Budget{Key: u.Key, Accounts: u.Accounts, AverageRate: u.AverageRate, NeedRate: u.NeedRate,
+			Rate: u.Rate, Concurrency: u.Concurrency, Latency: c.Latency, ConcurrencyRate: u.ConcurrencyRate,
+			Limit: u.Limit, Bound: u.Bound, Fits: u.Fits, OnTime: u.OnTime}
 	}
 	return out, nil
-}
-
-// weigh is u's budget against both its bounds: the rate (u.Rate) and
-// concurrency in flight at latency each.
-func weigh(u riverslot.UpstreamBudget, concurrency int, latency time.Duration) Budget {
-	b := Budget{Key: u.Key, Accounts: u.Accounts, AverageRate: u.AverageRate, NeedRate: u.NeedRate,
-		Rate: u.Rate, Concurrency: concurrency, Latency: latency, Bound: BoundNone}
-	if concurrency > 0 && latency > 0 {
-		b.ConcurrencyRate = float64(concurrency) / latency.Seconds()
-	}
-	switch {
-	case b.Rate > 0 && (b.ConcurrencyRate == 0 || b.Rate <= b.ConcurrencyRate):
-		b.Limit, b.Bound = b.Rate, BoundRate
-	case b.ConcurrencyRate > 0:
-		b.Limit, b.Bound = b.ConcurrencyRate, BoundConcurrency
-	}
-	b.Fits = b.Limit == 0 || b.AverageRate <= b.Limit
-	b.OnTime = b.Limit == 0 || b.NeedRate <= b.Limit
-	return b
-}
-
-// concurrencyOverrides reads operators' concurrency overrides of task's
-// upstreams (0 lifts the limit), a page at a time; none when the
-// limiter's tables do not exist yet (as UpstreamBudgets reads the rates).
-func concurrencyOverrides(ctx context.Context, pool *pgxpool.Pool, riverSchema, task string) (map[string]int, error) {
-	out := map[string]int{}
-	lim := upstream.New(riverSchema)
-	const page = 1000
-	for after := ""; ; {
-		states, err := lim.List(ctx, pool, task, after, page)
-		if errors.Is(err, upstream.ErrMissing) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("error reading the concurrency overrides of task %q: %w", task, err)
-		}
-		for _, st := range states {
-			if st.Concurrency != nil {
-				out[st.Key] = *st.Concurrency
-			}
-		}
-		if len(states) < page {
-			return out, nil
-		}
-		after = states[len(states)-1].Key
-	}
 }
 
 // fixes says what lets b carry need syncs a second: each bound below it
