@@ -7,6 +7,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -215,29 +216,41 @@ func TestSimulateBuckets(t *testing.T) {
 	require.Contains(t, stderr, "riverslot simulate: --buckets must be 256 or 65536 (Task.Buckets), got 1024")
 }
 
-// TestSimulateShards: --shards 4 simulates one shard, a quarter of the
-// accounts with its own River, and reports the fleet as four alike: four
-// times its syncs and mean starts, its own queue per database; a shard
-// over the simulator's bound, and options it does not model, are refused.
+// TestSimulateShards: --shards 4 simulates each of four shards on its own,
+// an even share of the slots each: the shards' accounts add up to
+// --accounts, each syncs its own once in the cycle, and the fleet's figures
+// are the shards' merged.
 func TestSimulateShards(t *testing.T) {
 	// Not parallel: CPU-bound (see TestSimulateJSON).
 	code, stdout, stderr := runCmd(t, "simulate", "--accounts", "20000", "--cycle", "120s", "--shards", "4", "--json")
 	require.Equal(t, 0, code, stderr)
-	var out struct {
-		Results []map[string]any `json:"results"`
-		Fleet   []map[string]any `json:"fleet"`
-	}
+	var out simulateShardsJSON
 	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
-	require.Len(t, out.Results, 1)
+	require.Len(t, out.Shards, 4)
 	require.Len(t, out.Fleet, 1)
-	r, f := out.Results[0], out.Fleet[0]
-	require.EqualValues(t, 5000, r["accounts"], "one shard's accounts")
-	require.EqualValues(t, 5000, r["jobs_completed"], "one cycle: each of the shard's accounts once")
-	require.EqualValues(t, 20000, f["accounts"])
-	require.EqualValues(t, 20000, f["jobs_completed"])
-	require.EqualValues(t, 4, f["shards"])
-	require.Equal(t, r["peak_queue_depth"], f["peak_queue_depth_per_database"])
-	require.InDelta(t, 4*r["mean_starts_per_second"].(float64), f["mean_starts_per_second"].(float64), 1e-9)
+	var accounts, peakSum, peakMax int64
+	for i, sh := range out.Shards {
+		require.Equal(t, fmt.Sprintf("s%d", i+1), sh.Shard)
+		require.Equal(t, 2, sh.Slots, "8 slots over 4 shards")
+		require.Equal(t, 16384, sh.Buckets)
+		require.Equal(t, fmt.Sprintf("%d-%d", i*16384, (i+1)*16384-1), sh.Ranges)
+		require.Len(t, sh.Results, 1)
+		r := sh.Results[0]
+		require.Equal(t, sh.Accounts, r.Accounts)
+		require.EqualValues(t, sh.Accounts, r.JobsCompleted, "%s: each of its accounts once", sh.Shard)
+		require.InEpsilon(t, 5000, sh.Accounts, 0.1)
+		accounts += int64(sh.Accounts)
+		peakSum += r.MaxStartsPerSecond
+		peakMax = max(peakMax, r.MaxStartsPerSecond)
+	}
+	f := out.Fleet[0]
+	require.EqualValues(t, 20000, accounts)
+	require.EqualValues(t, 20000, f.Accounts)
+	require.EqualValues(t, 20000, f.JobsCompleted)
+	require.Equal(t, 4, f.Shards)
+	require.True(t, f.MaxStartsPerSecondExact)
+	require.LessOrEqual(t, f.MaxStartsPerSecond, peakSum)
+	require.GreaterOrEqual(t, f.MaxStartsPerSecond, peakMax)
 
 	for _, tt := range []struct {
 		args []string
@@ -245,11 +258,125 @@ func TestSimulateShards(t *testing.T) {
 	}{
 		{[]string{"--shards", "0"}, "--shards must be between 1 and 1024"},
 		{[]string{"--shards", "2", "--reciprocal"}, "--shards models the plain task"},
-		{[]string{"--accounts", "300000000", "--shards", "2"}, "is 150000000 a shard"},
-		{[]string{"--accounts", "300000000"}, "--shards N simulates a larger fleet"},
+		{[]string{"--accounts", "300000000", "--shards", "2"}, "--accounts 300000000 gives shard s1 about 150000000 accounts"},
+		{[]string{"--accounts", "300000000"}, "--accounts must be between 1 and 100,000,000, got 300000000 (--shards N simulates a larger fleet"},
+		{[]string{"--shards", "9"}, "--shards 9: a 2m0s cycle has 8 slots"},
+		{[]string{"--shard-workers", "s1=2"}, "--shard-weights, --shard-workers, --shard-slowdown and --shard-down describe the shards of --shards N"},
+		{[]string{"--shards", "3", "--shard-weights", "2,1"}, "--shard-weights: 2 values for 3 shards (s1, s2, s3)"},
+		{[]string{"--shards", "3", "--shard-weights", "s2=-1"}, `--shard-weights: shard s2: weight "-1" must be a number above 0`},
+		{[]string{"--shards", "8", "--shard-weights", "s1=100"}, "gets none of the 8 slots of a 2m0s cycle: raise its weight"},
+		{[]string{"--shards", "3", "--shard-workers", "s4=2"}, `--shard-workers: no shard "s4": the shards are s1, s2, s3`},
+		{[]string{"--shards", "3", "--shard-workers", "s2"}, `--shard-workers: "s2" must be NAME=VALUE`},
+		{[]string{"--shards", "3", "--shard-workers", "s2=0"}, `--shard-workers: shard s2: workers "0" must be between 1 and 10000`},
+		{[]string{"--shards", "3", "--shard-workers", "s2=4,s2=5"}, "--shard-workers: shard s2 is given twice"},
+		{[]string{"--shards", "3", "--shard-slowdown", "s1=0"}, `--shard-slowdown: shard s1: slowdown "0" must be a factor above 0`},
+		{[]string{"--shards", "3", "--shard-down", "s3:90s-30s"}, `--shard-down must be NAME:FROM-TO, FROM and TO durations after the first cycle start with 0 <= FROM < TO, e.g. s3:30s-90s, got "s3:90s-30s"`},
+		{[]string{"--shards", "3", "--shard-down", "s3:3m-4m"}, "--shard-down s3:3m-4m: it starts at or after the end of the 2m0s simulated"},
+		{[]string{"--shards", "3", "--shard-down", "s3:30s-40s", "--outage", "1m+1m"}, "--outage takes every shard down and --shard-down one: give one or the other"},
+		{[]string{"--shard-map", "a:0-100/b:101-65535"}, `--shard-map: invalid shard map: range 0-100 of shard "a" does not fall on the slots of a 2m0s cycle (each spans 8192 buckets): move its bound 101 to 0 or 8192`},
+		{[]string{"--shard-map", "a:0-8191"}, "--shard-map: invalid shard map: buckets 8192-65535 belong to no shard"},
+		{[]string{"--shard-map", "a:0-8191/b:8192-65535", "--shards", "3"}, "--shards 3 and --shard-map's 2 shards (a, b) disagree"},
+		{[]string{"--shard-map", "a:0-8191/b:8192-65535", "--shard-weights", "1,2"}, "--shard-map gives the map and --shard-weights makes one: give one or the other"},
 	} {
-		code, _, stderr := runCmd(t, append([]string{"simulate"}, tt.args...)...)
+		code, stdout, stderr := runCmd(t, append([]string{"simulate"}, tt.args...)...)
 		require.Equal(t, 2, code, "%v: %s", tt.args, stderr)
 		require.Contains(t, stderr, tt.want, tt.args)
+		require.Contains(t, stderr, "riverslot simulate: --", tt.args)
+		require.Empty(t, stdout)
+	}
+}
+
+// simulateShardsJSON is simulate --shards --json's output.
+type simulateShardsJSON struct {
+	Map struct {
+		Ranges []struct {
+			Shard  string
+			Lo, Hi int
+		}
+	}
+	Shards []struct {
+		Shard, Ranges, Down      string
+		Buckets, Slots, Accounts int
+		Workers                  int
+		Slowdown                 float64
+		Results                  []struct {
+			Accounts           int
+			JobsCompleted      int64   `json:"jobs_completed"`
+			AccountsSkipped    int64   `json:"accounts_skipped"`
+			MaxStartsPerSecond int64   `json:"max_starts_per_second"`
+			P50                float64 `json:"lateness_p50_seconds"`
+			P99                float64 `json:"lateness_p99_seconds"`
+			Max                float64 `json:"lateness_max_seconds"`
+		}
+	}
+	Fleet []struct {
+		Shards                  int
+		Accounts                int64
+		JobsCompleted           int64 `json:"jobs_completed"`
+		AccountsSkipped         int64 `json:"accounts_skipped"`
+		MaxStartsPerSecond      int64 `json:"max_starts_per_second"`
+		MaxStartsPerSecondExact bool  `json:"max_starts_per_second_exact"`
+	}
+}
+
+// An uneven, slow and failing fleet: --shard-weights 2,1,1 gives s1 half
+// the buckets (the map's own ranges say so) and about twice the accounts
+// of each other shard; the shard with 2 workers starts its syncs later
+// than the others; the shard down 80-100 s starts some late; the table is
+// the same for the same flags, and --out writes each shard's files.
+func TestSimulateShardFlags(t *testing.T) {
+	// Not parallel: CPU-bound (see TestSimulateJSON).
+	args := []string{"simulate", "--accounts", "12000", "--cycle", "120s", "--shards", "3", "--shard-weights", "2,1,1",
+		"--shard-workers", "s2=2", "--shard-slowdown", "s2=2", "--sync-duration", "100ms", "--shard-down", "s3:95s-115s"}
+	code, stdout, stderr := runCmd(t, append(args, "--json")...)
+	require.Equal(t, 0, code, stderr)
+	var out simulateShardsJSON
+	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+	require.Len(t, out.Shards, 3)
+	buckets := map[string]int{}
+	for _, r := range out.Map.Ranges {
+		buckets[r.Shard] += r.Hi - r.Lo + 1
+	}
+	require.Equal(t, map[string]int{"s1": 32768, "s2": 16384, "s3": 16384}, buckets)
+	s1, s2, s3 := out.Shards[0], out.Shards[1], out.Shards[2]
+	require.Equal(t, 32768, s1.Buckets)
+	require.Equal(t, 4, s1.Slots)
+	require.InEpsilon(t, 2.0, float64(s1.Accounts)/float64(s2.Accounts), 0.1)
+	require.InEpsilon(t, 2.0, float64(s1.Accounts)/float64(s3.Accounts), 0.1)
+	require.Equal(t, 12000, s1.Accounts+s2.Accounts+s3.Accounts)
+	require.Equal(t, 2, s2.Workers)
+	require.Equal(t, 2.0, s2.Slowdown)
+	require.Equal(t, 50, s1.Workers)
+	require.Equal(t, "1m35s-1m55s", s3.Down)
+	require.Empty(t, s1.Down)
+	r1, r2, r3 := s1.Results[0], s2.Results[0], s3.Results[0]
+	require.Greater(t, r2.P50, 10*r1.P99, "the slow shard's syncs start later")
+	require.Less(t, r1.Max, 0.3)
+	require.Greater(t, r3.Max, 15.0, "s3 serves 90-120 s: a sync due at 95 s waits for 115 s")
+	require.EqualValues(t, 12000, out.Fleet[0].JobsCompleted+out.Fleet[0].AccountsSkipped)
+
+	code, first, stderr := runCmd(t, args...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, first, "12000 accounts over 3 shards")
+	require.Contains(t, first, "shard map: v1 s1:0-24575,40960-49151 s2:24576-40959 s3:49152-65535")
+	require.Contains(t, first, "all 3 shards")
+	require.Contains(t, first, "note: shard s2: 2 workers")
+	code, second, stderr := runCmd(t, args...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, first, second)
+
+	// --shard-map gives the map itself; --out a directory per shard.
+	dir := t.TempDir()
+	code, stdout, stderr = runCmd(t, "simulate", "--accounts", "3000", "--cycle", "120s", "--shard-map", "eu:0-8191/us:8192-65535", "--json", "--out", dir)
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+	require.Len(t, out.Shards, 2)
+	require.Equal(t, "eu", out.Shards[0].Shard)
+	require.Equal(t, 1, out.Shards[0].Slots)
+	require.Equal(t, 7, out.Shards[1].Slots)
+	for _, shard := range []string{"eu", "us"} {
+		rows, err := os.ReadFile(filepath.Join(dir, shard, "metrics.csv"))
+		require.NoError(t, err)
+		require.Contains(t, string(rows), "riverslot", shard)
 	}
 }

@@ -201,9 +201,10 @@ type Config struct {
 	// rounded to a second, at least 1s.
 	Interval time.Duration
 
-	// Progress, when set, is called about once per simulated 1% with the
-	// strategy and how far it is.
-	Progress func(s Strategy, done, total time.Duration)
+	// Progress, when set, is called about once per simulated 1% with what
+	// is simulated (the strategy; "s2 riverslot" for a shard of RunShards)
+	// and how far it is.
+	Progress func(label string, done, total time.Duration)
 }
 
 func (c *Config) setDefaults() {
@@ -248,13 +249,23 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// AccountsMax is the most accounts one simulated database (a run of Run,
+// a shard of RunShards) holds.
+const AccountsMax = 100_000_000
+
 // validate reports every bad field, naming it and the fix.
 func (c *Config) validate() error {
 	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.Accounts < 1 || c.Accounts > 100_000_000 {
-		add("Accounts must be between 1 and 100,000,000, got %d", c.Accounts)
+	if c.Accounts < 1 || c.Accounts > AccountsMax {
+		errs = append(errs, fmt.Errorf("Accounts must be between 1 and 100,000,000, got %d", c.Accounts))
 	}
+	return errors.Join(append(errs, c.validateRun())...)
+}
+
+// validateRun reports every bad field but Accounts.
+func (c *Config) validateRun() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.Duration < 0 {
 		add("Duration must not be negative, got %s", c.Duration)
 	}

@@ -80,6 +80,12 @@ type engine struct {
 	strategy Strategy
 	specs    []*taskspec.Spec
 	rng      *rand.Rand
+	label    string // Progress's
+
+	// A shard's (RunShards; nil for one database): the buckets it owns,
+	// whose accounts churn draws, and the slots its bootstrap enqueues.
+	own      *bucketSet
+	ownSlots []bool
 
 	base   time.Time // t = 0: the first cycle start
 	now    int64
@@ -231,7 +237,7 @@ func (e *engine) run(ctx context.Context) error {
 		ev := e.events.pop()
 		e.now = ev.t
 		if cfg.Progress != nil && e.now >= nextProgress && e.now <= e.end {
-			cfg.Progress(e.strategy, time.Duration(e.now), cfg.Duration)
+			cfg.Progress(e.label, time.Duration(e.now), cfg.Duration)
 			nextProgress = e.now + progressStep
 		}
 		switch ev.kind {
@@ -490,7 +496,7 @@ func (e *engine) start(i int32, at int64) {
 		}
 		work = int64(e.cfg.JobOverhead) + e.sample()
 	case kindBootstrap:
-		work = int64(e.cfg.JobOverhead) + e.insertTime(e.specs[j.task].Plan.Slots)
+		work = int64(e.cfg.JobOverhead) + e.insertTime(e.slotsServed(e.specs[j.task].Plan))
 	case kindControl:
 		n := e.lrsK
 		if e.strategy == StrategyNaive {
@@ -506,6 +512,20 @@ func (e *engine) start(i int32, at int64) {
 		return
 	}
 	e.schedule(at+work, evDone, i, j.epoch)
+}
+
+// slotsServed is how many of plan's slots the bootstrap enqueues.
+func (e *engine) slotsServed(plan slotplan.Plan) int {
+	if e.ownSlots == nil {
+		return plan.Slots
+	}
+	n := 0
+	for _, own := range e.ownSlots {
+		if own {
+			n++
+		}
+	}
+	return n
 }
 
 func (e *engine) batchLen(i int32) int {
@@ -579,6 +599,9 @@ func (e *engine) done(i int32) {
 		ti, k := j.task, j.cycle
 		e.finish(i)
 		for slot := range spec.Plan.Slots {
+			if e.ownSlots != nil && !e.ownSlots[slot] {
+				continue // another shard's
+			}
 			e.insert(job{kind: kindPerSlot, task: ti, cycle: k, slot: int32(slot), prio: uint8(spec.ControlPriority), due: e.since(spec.PerSlotStart(cs, slot))})
 		}
 	case kindControl:
@@ -734,6 +757,9 @@ func (e *engine) churn() {
 			e.removeFromSlot(i)
 		}
 		e.accounts[i] = newAccount(e.rng)
+		for e.own != nil && !e.own.has(&e.accounts[i]) {
+			e.accounts[i] = newAccount(e.rng) // a new account of this shard's buckets
+		}
 		if e.slotOf != nil {
 			e.addToSlot(i)
 		}

@@ -63,6 +63,21 @@ func (h *hist) quantile(q float64) float64 {
 
 func (h *hist) reset() { *h = hist{} }
 
+// merge adds o's values to h.
+func (h *hist) merge(o *hist) {
+	if o.n == 0 {
+		return
+	}
+	if h.n == 0 || o.min < h.min {
+		h.min = o.min
+	}
+	h.max = max(h.max, o.max)
+	h.n += o.n
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+}
+
 // Row is one metrics interval of one strategy. Depths are sync jobs by
 // state at the row's time; the rest covers the interval ending then.
 type Row struct {
@@ -106,7 +121,18 @@ type metrics struct {
 	first, last int64 // first and last sync start
 
 	simEnd int64 // the simulated duration: means cover [0, simEnd]
+
+	// perSecond: count sync starts in each second (a shard of RunShards,
+	// for the fleet's busiest second); perSecOver: a start fell outside
+	// the series' bound.
+	perSecond  bool
+	perSec     []uint32
+	perSecOver bool
 }
+
+// perSecondMax bounds the per-second series: 10,000,000 seconds (116
+// days, 40 MB).
+const perSecondMax = 10_000_000
 
 func newMetrics(accounts, tasks int, interval, simulated time.Duration) *metrics {
 	m := &metrics{lastDone: make([]int64, accounts*tasks), accounts: accounts, interval: int64(interval), simEnd: int64(simulated), sec: math.MinInt64, first: -1}
@@ -173,6 +199,17 @@ func (m *metrics) start(t, due int64) {
 		m.sec, m.secStarts = sec, 0
 	}
 	m.secStarts++
+	if m.perSecond {
+		switch {
+		case sec < 0 || sec >= perSecondMax:
+			m.perSecOver = true
+		default:
+			for int64(len(m.perSec)) <= sec {
+				m.perSec = append(m.perSec, 0)
+			}
+			m.perSec[sec]++
+		}
+	}
 }
 
 // complete records a successful sync of account a by the task with index

@@ -4,12 +4,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/riverslot/riverslot/internal/taskspec"
@@ -60,6 +58,18 @@ type Result struct {
 	// start lateness (bucket upper bounds in seconds, counts).
 	Rows     []Row       `json:"-"`
 	Lateness []HistPoint `json:"-"`
+
+	merge *mergeable // a shard's, for the fleet's figures (RunShards)
+}
+
+// mergeable is what a shard's run keeps for the fleet's figures: the
+// distributions, the sync starts and their count in each second.
+type mergeable struct {
+	late, gaps   *hist
+	starts       int64
+	first, last  int64
+	perSecond    []uint32 // sync starts in second i from the first cycle start
+	perSecondAll bool     // perSecond holds every start
 }
 
 // HistPoint is one histogram bucket.
@@ -80,23 +90,7 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 		return nil, err
 	}
 	fleet := newFleet(cfg.Accounts, cfg.Seed, specs[0].Plan)
-	results := make([]*Result, len(cfg.Strategies))
-	errs := make([]error, len(cfg.Strategies))
-	var wg sync.WaitGroup
-	for i, s := range cfg.Strategies {
-		wg.Go(func() {
-			f := fleet
-			if len(cfg.Strategies) > 1 {
-				f = slices.Clone(fleet) // churn replaces accounts
-			}
-			results[i], errs[i] = runOne(ctx, &cfg, s, specs, f)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return results, nil
+	return runStrategies(ctx, &cfg, specs, fleet, nil)
 }
 
 // Specs validates the simulated riverslot tasks with taskspec.Build, as
@@ -125,22 +119,45 @@ func Specs(cfg Config) ([]*taskspec.Spec, error) {
 // one slice whatever its size (100,000,000 accounts: 1.6 GB); each run of
 // one last byte is then ordered by byte 14 (with 65,536 buckets) and id.
 func newFleet(n int, seed uint64, plan slotplan.Plan) []account {
-	draw := func(each func(a account)) {
-		rng := rand.New(rand.NewPCG(seed, 0x6163636f756e7473)) // "accounts"
-		for range n {
-			each(newAccount(rng))
-		}
+	return newFleetOf(n, seed, plan, nil, nil)
+}
+
+// drawFleet calls each with the n accounts of seed's fleet, in the order
+// they are drawn.
+func drawFleet(n int, seed uint64, each func(a *account)) {
+	rng := rand.New(rand.NewPCG(seed, 0x6163636f756e7473)) // "accounts"
+	for range n {
+		a := newAccount(rng)
+		each(&a)
+	}
+}
+
+// newFleetOf is newFleet's accounts whose two-byte bucket own holds (every
+// account when own is nil): a shard's part of the fleet, in the same
+// order. lastBytes, when given, counts them by their last byte already
+// (countShards), which saves one drawing of the fleet.
+func newFleetOf(n int, seed uint64, plan slotplan.Plan, own *bucketSet, lastBytes *[256]int) []account {
+	draw := func(each func(a *account)) {
+		drawFleet(n, seed, func(a *account) {
+			if own == nil || own.has(a) {
+				each(a)
+			}
+		})
 	}
 	var next [257]int
-	draw(func(a account) { next[int(a.id[15])+1]++ })
+	if lastBytes != nil {
+		copy(next[1:], lastBytes[:])
+	} else {
+		draw(func(a *account) { next[int(a.id[15])+1]++ })
+	}
 	for b := 1; b < len(next); b++ {
 		next[b] += next[b-1]
 	}
 	starts := next
-	fleet := make([]account, n)
-	draw(func(a account) {
+	fleet := make([]account, next[256])
+	draw(func(a *account) {
 		b := a.id[15]
-		fleet[next[b]] = a
+		fleet[next[b]] = *a
 		next[b]++
 	})
 	byID := func(x, y account) int {
@@ -178,16 +195,37 @@ func newFleet(n int, seed uint64, plan slotplan.Plan) []account {
 	return fleet
 }
 
-func runOne(ctx context.Context, cfg *Config, s Strategy, specs []*taskspec.Spec, fleet []account) (*Result, error) {
+// shardRun is what runOne needs to know of the shard it simulates (nil
+// for one database serving every slot).
+type shardRun struct {
+	index int    // in the fleet: the stream of its random draws
+	name  string // the Progress label's
+	own   *bucketSet
+	slots []bool // per slot of the plan: the shard serves it
+}
+
+func runOne(ctx context.Context, cfg *Config, s Strategy, specs []*taskspec.Spec, fleet []account, shard *shardRun) (*Result, error) {
 	began := time.Now()
+	stream := uint64(slices.Index(Strategies, s))
+	label := string(s)
+	if shard != nil {
+		// Shard 0 draws as one database would: a fleet of one shard is the
+		// run without shards.
+		stream |= uint64(shard.index) << 32
+		label = shard.name + " " + label
+	}
 	e := &engine{
-		cfg: cfg, strategy: s, specs: specs, base: Base,
-		rng:          rand.New(rand.NewPCG(cfg.Seed, uint64(slices.Index(Strategies, s)))),
+		cfg: cfg, strategy: s, specs: specs, base: Base, label: label,
+		rng:          rand.New(rand.NewPCG(cfg.Seed, stream)),
 		accounts:     fleet, // Run's own copy for this strategy
 		fanOut:       map[int32][]int32{},
 		bootstrapped: map[[2]int]bool{},
 		enqueued:     map[int]bool{},
 		m:            newMetrics(len(fleet), len(specs), cfg.Interval, cfg.Duration),
+	}
+	if shard != nil {
+		e.own, e.ownSlots = shard.own, shard.slots
+		e.m.perSecond = true
 	}
 	if cfg.Upstreams.Count > 0 {
 		e.up = newUpstreamModel(cfg.Upstreams, cfg.Cycle, specs[0].SyncTimeout)
@@ -246,6 +284,12 @@ func runOne(ctx context.Context, cfg *Config, s Strategy, specs []*taskspec.Spec
 	}
 	if e.up != nil {
 		r.Upstreams = e.up.results(e.accounts)
+	}
+	if shard != nil {
+		// Copies: a pointer into m would keep its per-account slices.
+		late, gaps := m.lateness, m.gaps
+		r.merge = &mergeable{late: &late, gaps: &gaps, starts: m.starts, first: m.first, last: m.last,
+			perSecond: m.perSec, perSecondAll: !m.perSecOver}
 	}
 	r.WallSeconds = time.Since(began).Seconds()
 	return r, nil
