@@ -39,6 +39,7 @@ var expectedSeconds = map[string]int{
 	"TestTwoByteBucketsFullCycle":                     51,
 	"TestOppositeOfLateFanOutsProcesses":              140,
 	"TestShardsThreeDatabases":                        130,
+	"TestShardsOperator":                              130,
 	"TestServeRestart":                                125,
 }
 
