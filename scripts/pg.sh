@@ -13,7 +13,7 @@
 #
 # With PG_OWN=1 (what `make test` sets) and no TEST_DATABASE_URL, step 5
 # comes first: the tests get a cluster of their own, tuned for a test suite
-# (max_connections 500, so test packages can run three at a time; fsync off:
+# (max_connections 800, so test packages can run five at a time; fsync off:
 # its data is thrown away), and the server on 5432 is left alone. Without
 # initdb it falls back to the order above.
 set -euo pipefail
@@ -79,11 +79,21 @@ own_cluster() {
 		data=/tmp/riverslot-pgdata
 		run=(runuser -u postgres --)
 	fi
-	# A cluster of ours already running: its port is in postmaster.pid.
+	local conns=800
+	opts() { echo "-p $1 -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=$conns -c fsync=off -c synchronous_commit=off -c full_page_writes=off"; }
+	# A cluster of ours already running: its port is in postmaster.pid. One
+	# started by an earlier version with fewer connections is restarted
+	# with this version's settings (make test sizes its parallelism by them).
 	if [ -f "$data/postmaster.pid" ]; then
 		port=$(sed -n 4p "$data/postmaster.pid")
 		url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 		if answers "$url"; then
+			have_conns=$("$pgensure" maxconns "$url" 2>/dev/null || echo 0)
+			if [ "$have_conns" -lt "$conns" ]; then
+				log "restarting the throwaway cluster in $data with max_connections=$conns (it has $have_conns)"
+				"${run[@]}" "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w -m fast -o "$(opts "$port")" restart >&2 || die
+				wait_for "$url" || die
+			fi
 			log "using the throwaway cluster in $data (127.0.0.1:$port)"
 			ensure_db "$url"
 			exit 0
@@ -99,7 +109,7 @@ own_cluster() {
 	fi
 	log "starting it on 127.0.0.1:$port"
 	"${run[@]}" "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
-		-o "-p $port -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=500 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" start >&2 || die
+		-o "$(opts "$port")" start >&2 || die
 	url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 	wait_for "$url" || die
 	ensure_db "$url"
