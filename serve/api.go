@@ -110,7 +110,7 @@ type Call struct {
 	Error           *string    `json:"error,omitempty"`
 	// Missed, set on an entry of a call that was not made, says why
 	// (MissedServerDown, MissedFanOutLate, MissedLate,
-	// MissedUpstreamPaused, MissedUpstreamDown); StartedAt is then its
+	// MissedUpstreamPaused, MissedUpstreamDown, MissedQuota); StartedAt is then its
 	// place.
 	Missed *string `json:"missed,omitempty"`
 	// Triggered is a call made by POST /v1/schedules/{id}/trigger, outside

@@ -32,6 +32,10 @@ const (
 	// MissedUpstreamDown: its upstream's circuit breaker held it past that
 	// time.
 	MissedUpstreamDown = "upstream_down"
+	// MissedQuota: its tenant's max_calls_per_second had no room for it
+	// before that time (the tenant's other calls, retries and triggered
+	// calls took the quota).
+	MissedQuota = "tenant_quota"
 )
 
 // A schedule's catch_up: what a period the service did not start brings.
@@ -60,6 +64,12 @@ func missedReason(skip string) string {
 // skipped is the tasks' OnSkip: a call riverslot skipped is a history
 // entry with its reason.
 func (s *Server) skipped(ctx context.Context, id uuid.UUID, job *river.Job[riverslot.SyncArgs], reason string) {
+	s.recordMiss(ctx, id, job, missedReason(reason))
+}
+
+// recordMiss writes the history entry of job's call of schedule id, not
+// made for reason (a Missed... constant).
+func (s *Server) recordMiss(ctx context.Context, id uuid.UUID, job *river.Job[riverslot.SyncArgs], reason string) {
 	var due *time.Time
 	for _, info := range s.tasks {
 		if info.Name == job.Args.Task {
@@ -71,7 +81,7 @@ func (s *Server) skipped(ctx context.Context, id uuid.UUID, job *river.Job[river
 	defer cancel()
 	_, err := s.cfg.Pool.Exec(rctx, `INSERT INTO `+s.calls+` (schedule_id, tenant_id, period_ms, period_start, job_id, attempt, due_at, started_at, latency_ms, ok, missed)
 SELECT id, tenant_id, period_ms, $2, $3, $4, $5, clock_timestamp(), 0, false, $6 FROM `+s.schedules+` WHERE id = $1`,
-		id, job.Args.CycleStart, job.ID, job.Attempt, due, missedReason(reason))
+		id, job.Args.CycleStart, job.ID, job.Attempt, due, reason)
 	if err != nil {
 		s.cfg.Logger.WarnContext(ctx, "riverslot serve: could not record a missed call", slog.String("schedule", id.String()), slog.String("error", err.Error()))
 	}
@@ -249,11 +259,7 @@ LIMIT $4`, period.Milliseconds(), c, end, missedBatch)
 			caught[id] = true
 			// Not when its next place is nearer than a call takes: the two
 			// would overlap, and the place's call covers the period.
-			next := info.Due(info.Schedule.Start(now), id)
-			if !next.After(now) {
-				next = info.Due(info.Schedule.Next(info.Schedule.Start(now)), id)
-			}
-			if next.Sub(now) > time.Duration(timeoutMS)*time.Millisecond+time.Second {
+			if next := nextPlace(info, id, now); next.Sub(now) > time.Duration(timeoutMS)*time.Millisecond+time.Second {
 				catchUps = append(catchUps, river.InsertManyParams{Args: TriggerArgs{Schedule: id, At: now.UTC(), Period: c.UTC()},
 					InsertOpts: &river.InsertOpts{Queue: callsQueue, MaxAttempts: retries + 1, UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: triggerEvery}}})
 			}

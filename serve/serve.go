@@ -30,6 +30,8 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/ledger"
+	"github.com/riverslot/riverslot/internal/riverjob"
+	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
 )
@@ -106,6 +108,11 @@ type Server struct {
 	defaultTenant atomic.Pointer[uuid.UUID]
 	// inserter queues triggered calls (a River client that works no job).
 	inserter *river.Client[pgx.Tx]
+	// limiter is riverslot's upstream limiter, which triggered and
+	// caught-up calls go through as the calls at their places do, and
+	// every call through its tenant's quota (QuotaTask).
+	limiter *upstream.Limiter
+	jobs    string // River's job table
 	// ledger is riverslot's ledger, and begun, per task, whether its
 	// current period is bootstrapped (read at most every 2 s).
 	ledger  ledger.Ledger
@@ -201,6 +208,8 @@ func New(cfg Config) (*Server, error) {
 		tokens:    pgx.Identifier{cfg.Schema, TokensTable}.Sanitize(),
 		tenants:   pgx.Identifier{cfg.Schema, TenantsTable}.Sanitize(),
 		ledger:    ledger.New(cfg.Schema),
+		limiter:   upstream.New(cfg.Schema),
+		jobs:      riverjob.QualifiedTable(cfg.Schema),
 		began:     map[string]periodBegun{},
 		started:   map[string]startedRead{},
 	}
@@ -586,7 +595,9 @@ type loaded struct {
 	target
 	tenant   uuid.UUID
 	periodMS int64
-	live     bool // not deleted nor paused
+	live     bool    // not deleted nor paused
+	upstream string  // its upstream key
+	maxCPS   float64 // its tenant's max_calls_per_second (0: none)
 }
 
 // load reads what a call of schedule id needs (pgx.ErrNoRows when there
@@ -599,9 +610,9 @@ func (s *Server) load(ctx context.Context, id uuid.UUID) (loaded, error) {
 		secret, previous *string
 	)
 	err := s.cfg.Pool.QueryRow(ctx, `SELECT s.url, s.method, s.headers, s.body, s.timeout_ms, s.retries, s.period_ms, s.deleted_at IS NULL AND NOT s.paused, s.tenant_id,
-	t.signing_secret, CASE WHEN t.previous_until > clock_timestamp() THEN t.previous_secret END
+	t.signing_secret, CASE WHEN t.previous_until > clock_timestamp() THEN t.previous_secret END, s.upstream, coalesce(t.max_calls_per_second, 0)
 FROM `+s.schedules+` s LEFT JOIN `+s.tenants+` t ON t.id = s.tenant_id WHERE s.id = $1`, id).
-		Scan(&l.url, &l.method, &l.headers, &l.body, &timeoutMS, &l.retries, &l.periodMS, &l.live, &l.tenant, &secret, &previous)
+		Scan(&l.url, &l.method, &l.headers, &l.body, &timeoutMS, &l.retries, &l.periodMS, &l.live, &l.tenant, &secret, &previous, &l.upstream, &l.maxCPS)
 	if err != nil {
 		return l, err
 	}
@@ -678,18 +689,58 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 	// retries counts every call made, a 429's included, so "retries": 0 is
 	// one call a period whatever the answer. One probe of the calls' job
 	// index.
+	//
+	// A call never overlaps the previous one: while a triggered or
+	// caught-up call of the schedule that started before this job is in
+	// flight, this one waits for it here (a worker held, at most its
+	// timeout: triggers are rare, and a snooze would make it wait for
+	// River's scheduler), then calls.
 	var made int
-	if err := s.cfg.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s.calls+` WHERE job_id = $1 AND missed IS NULL`, job.ID).Scan(&made); err != nil {
-		return riverslot.NotUpstream(fmt.Errorf("error counting schedule %s's calls: %w", id, err))
+	for {
+		var ahead bool
+		var err error
+		if made, ahead, err = s.callState(ctx, id, job.ID, job.AttemptedAt, l.timeout); err != nil {
+			return riverslot.NotUpstream(err)
+		}
+		if !ahead {
+			break
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return riverslot.NotUpstream(ctx.Err())
+		}
 	}
 	if made > l.retries {
 		return river.JobCancel(fmt.Errorf("giving up: %d calls made this period, the schedule's retries are %d", made, l.retries))
 	}
 	l.msgID = messageID(id, job.Args.CycleStart)
 	var due *time.Time
+	notAfter := job.Args.NotAfter
 	if info, ok := s.tasks[time.Duration(periodMS)*time.Millisecond]; ok && info.Name == job.Args.Task {
 		d := info.Due(job.Args.CycleStart, id)
 		due = &d
+		if notAfter.IsZero() {
+			// riverslot's rule: at most half a period after its place.
+			notAfter = d.Add(info.Schedule.Next(job.Args.CycleStart).Sub(job.Args.CycleStart) / 2)
+		}
+	}
+	// The tenant's calls a second, at run time: a call (a retry too) over
+	// the quota waits its turn in line, and one whose turn would come too
+	// close to the next call is skipped, a history entry "tenant_quota".
+	if qr, ok := quotaRequest(l.tenant, l.maxCPS, job.ID, notAfter); ok {
+		d, err := s.admit(ctx, qr)
+		if err != nil {
+			return riverslot.NotUpstream(fmt.Errorf("error deciding schedule %s's call under its tenant's quota: %w", id, err))
+		}
+		switch d.Verdict {
+		case upstream.Wait:
+			return river.JobSnooze(d.Wait)
+		case upstream.Skip:
+			s.recordMiss(ctx, id, job, MissedQuota)
+			return nil
+		}
+		defer s.release(ctx, qr, upstream.Succeeded, 0)
 	}
 	periodStart := job.Args.CycleStart
 	ok, status, wait, callErr := s.make(ctx, attempt{schedule: id, l: l, periodStart: &periodStart, jobID: job.ID, attempt: job.Attempt, due: due})

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,10 +129,14 @@ func TestTenantShapes(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, a.do("DELETE", "/v1/tenants/"+def.String(), nil, nil), "the default tenant stays")
 }
 
-// TestScopes: every endpoint that needs a token, as each scope and for
-// its own tenant and another's, answers what the OpenAPI document's
-// x-scope says: a narrower scope 403, a wide enough one its answer, and
-// another tenant's schedule or token 404.
+// TestScopes: a table driven from the OpenAPI document. Every operation
+// it lists is public (the document, the page) or an endpoint with an
+// x-scope, which is the scope enforced (401 without a token); each is
+// called as admin, as a tenant token and a read token of acme on acme's
+// things, and as a tenant token and a read token of another tenant on
+// acme's: a narrower scope 403, a wide enough one its answer, another
+// tenant's schedule or token 404, and nothing another tenant reads
+// names acme's tenant or schedules.
 func TestScopes(t *testing.T) {
 	t.Parallel()
 	a := setup(t, &serve.Guard{}, time.Hour)
@@ -148,6 +153,10 @@ func TestScopes(t *testing.T) {
 	ctx := context.Background()
 	read, err := a.srv.AddTenantToken(ctx, acme.ID, "reader", serve.ScopeRead)
 	require.NoError(t, err)
+	otherRead, err := a.srv.AddTenantToken(ctx, other.ID, "reader", serve.ScopeRead)
+	require.NoError(t, err)
+	// acme's things another tenant must never see in a list.
+	acmeSchedule := a.schedule(map[string]any{"url": "https://203.0.113.10/acme", "period": "1h", "tenant": acme.ID})
 
 	type who struct {
 		name  string
@@ -160,6 +169,7 @@ func TestScopes(t *testing.T) {
 		{"acme tenant", acme.Token, serve.ScopeTenant, true},
 		{"acme read", read, serve.ScopeRead, true},
 		{"other tenant", other.Token, serve.ScopeTenant, false},
+		{"other read", otherRead, serve.ScopeRead, false},
 	}
 	allowed := func(p who, need serve.Scope) bool {
 		switch need {
@@ -170,15 +180,49 @@ func TestScopes(t *testing.T) {
 		}
 		return p.scope == serve.ScopeAdmin
 	}
-	seen := 0
+	// The table is the OpenAPI document's: every operation it lists is
+	// either public (these two, static) or has an x-scope, enforced as
+	// Endpoints says; an endpoint added without a scope decision, or
+	// served and not documented, fails here.
+	public := map[string]bool{"GET /v1/openapi.json": true, "GET /v1/page": true}
+	byOp := map[string]serve.Endpoint{}
 	for _, ep := range serve.Endpoints() {
+		byOp[ep.Method+" "+ep.Path] = ep
+		_, ok := doc.Paths[ep.Path][strings.ToLower(ep.Method)]
+		require.True(t, ok, "%s %s is served and in the OpenAPI document", ep.Method, ep.Path)
+	}
+	var ops []string
+	for path, methods := range doc.Paths {
+		for m := range methods {
+			switch m {
+			case "get", "post", "put", "patch", "delete", "head":
+				ops = append(ops, strings.ToUpper(m)+" "+path)
+			}
+		}
+	}
+	slices.Sort(ops)
+	require.Len(t, ops, len(byOp)+len(public), "every documented operation is an endpoint or public")
+	seen := 0
+	for _, opName := range ops {
+		method, docPath, _ := strings.Cut(opName, " ")
 		var op struct {
 			Scope serve.Scope `json:"x-scope"`
 		}
-		raw, ok := doc.Paths[ep.Path][strings.ToLower(ep.Method)]
-		require.True(t, ok, "%s %s is in the OpenAPI document", ep.Method, ep.Path)
-		require.NoError(t, json.Unmarshal(raw, &op))
-		require.Equal(t, ep.Scope, op.Scope, "%s %s: the document's x-scope is the one enforced", ep.Method, ep.Path)
+		require.NoError(t, json.Unmarshal(doc.Paths[docPath][strings.ToLower(method)], &op))
+		if public[opName] {
+			require.Empty(t, op.Scope, "%s is public: no x-scope", opName)
+			resp, err := http.Get(a.http.URL + docPath)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s needs no token", opName)
+			continue
+		}
+		ep, ok := byOp[opName]
+		require.True(t, ok, "%s is documented: it must be an endpoint with a scope (serve.Endpoints)", opName)
+		require.NotEmpty(t, op.Scope, "%s: the document names its scope (x-scope)", opName)
+		require.Equal(t, ep.Scope, op.Scope, "%s: the document's x-scope is the one enforced", opName)
+		// Without a token: 401, never served.
+		require.Equal(t, http.StatusUnauthorized, a.as("").do(method, strings.ReplaceAll(docPath, "{id}", "1"), nil, nil), "%s without a token", opName)
 		for _, p := range principals {
 			// Each case on things of its own, made here by the admin: acme's
 			// schedule, a token of acme's, a tenant of its own.
@@ -191,6 +235,9 @@ func TestScopes(t *testing.T) {
 				body = map[string]any{"url": "https://203.0.113.10/x", "period": "1h", "paused": true}
 				if ep.Method == "POST" {
 					delete(body, "paused")
+				}
+				if strings.HasSuffix(path, "/trigger") {
+					body = nil
 				}
 			case strings.HasPrefix(path, "/v1/tokens"):
 				tok, err := a.srv.AddTenantToken(ctx, acme.ID, "victim", serve.ScopeRead)
@@ -211,8 +258,10 @@ func TestScopes(t *testing.T) {
 				body = map[string]any{"name": fmt.Sprintf("n-%s-%s-%d", ep.Method, p.name, seen), "max_schedules": 5}
 			}
 			seen++
+			var raw json.RawMessage
+			status := a.as(p.token).do(ep.Method, path, body, &raw)
 			var e apiErr
-			status := a.as(p.token).do(ep.Method, path, body, &e)
+			_ = json.Unmarshal(raw, &e)
 			switch {
 			case !allowed(p, ep.Scope):
 				require.Equal(t, http.StatusForbidden, status, "%s %s as %s: %s", ep.Method, path, p.name, e.Error)
@@ -223,6 +272,11 @@ func TestScopes(t *testing.T) {
 				require.Equal(t, http.StatusForbidden, status, "%s %s as %s: naming another tenant", ep.Method, path, p.name)
 			default:
 				require.True(t, status >= 200 && status < 300, "%s %s as %s: %d %s", ep.Method, path, p.name, status, e.Error)
+			}
+			if !p.own && ep.Method == "GET" {
+				// What another tenant reads holds nothing of acme's.
+				require.NotContains(t, string(raw), acme.ID.String(), "%s %s as %s", ep.Method, path, p.name)
+				require.NotContains(t, string(raw), acmeSchedule.ID.String(), "%s %s as %s", ep.Method, path, p.name)
 			}
 		}
 	}

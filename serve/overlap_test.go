@@ -1,0 +1,107 @@
+package serve_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/serve"
+)
+
+// TestCallsNeverOverlap: a schedule's call at its place that comes while a
+// triggered call of the schedule is in flight waits for it to end, then
+// calls: the receiver never has two of the schedule's calls at once, and
+// gets both.
+func TestCallsNeverOverlap(t *testing.T) {
+	t.Parallel()
+	const period = 24 * time.Hour
+	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
+	ctx := context.Background()
+
+	var (
+		mu                  sync.Mutex
+		inFlight, most, got int
+		firstEnded          time.Time
+		secondAt            time.Time
+	)
+	hold := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got++
+		n := got
+		inFlight++
+		most = max(most, inFlight)
+		if n == 2 {
+			secondAt = time.Now()
+		}
+		mu.Unlock()
+		if n == 1 {
+			select { // the triggered call, held in flight
+			case <-hold:
+			case <-r.Context().Done():
+			}
+		}
+		mu.Lock()
+		inFlight--
+		if n == 1 {
+			firstEnded = time.Now()
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(ts.Close)
+	sc := a.schedule(map[string]any{"url": ts.URL + "/x", "period": "24h", "timeout": "10s"})
+	config := &river.Config{Schema: a.srv.Schema(), FetchPollInterval: 100 * time.Millisecond}
+	require.NoError(t, a.srv.Configure(config, 10))
+	client, _ := riverslottest.StartClient(ctx, t, a.srv.Pool(), config)
+	var release sync.Once
+	let := func() { release.Do(func() { close(hold) }) }
+	t.Cleanup(let) // first of the cleanups: a failure leaves nothing held
+
+	require.Equal(t, http.StatusAccepted, a.do("POST", "/v1/schedules/"+sc.ID.String()+"/trigger", nil, nil))
+	riverslottest.WaitFor(t, 10*time.Second, "the triggered call in flight", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return inFlight == 1
+	})
+	// The period's call, queued now (as its slot's fan-out queues it at its
+	// place), starts while the triggered call is in flight.
+	info, err := a.srv.Scheduler().Task(serve.TaskName(period))
+	require.NoError(t, err)
+	res, err := client.Insert(ctx, riverslot.SyncArgs{Task: info.Name, AccountID: sc.ID, CycleStart: info.Schedule.Start(time.Now()), NotAfter: time.Now().Add(time.Minute)},
+		&river.InsertOpts{Queue: "riverslot_calls"})
+	require.NoError(t, err)
+	jobs := pgx.Identifier{a.srv.Schema(), "river_job"}.Sanitize()
+	riverslottest.WaitFor(t, 10*time.Second, "the period's call running", func() bool {
+		var state string
+		require.NoError(t, a.srv.Pool().QueryRow(ctx, `SELECT state FROM `+jobs+` WHERE id = $1`, res.Job.ID).Scan(&state))
+		return state == "running"
+	})
+	// Running, it would call within its next poll (100 ms) if it did not
+	// wait: give it five.
+	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	calls := got
+	mu.Unlock()
+	require.Equal(t, 1, calls, "the period's call waits while the triggered one is in flight")
+	let()
+	riverslottest.WaitFor(t, 10*time.Second, "the period's call, after", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got == 2
+	})
+	mu.Lock()
+	mostInFlight, ended, second := most, firstEnded, secondAt
+	mu.Unlock()
+	require.Equal(t, 1, mostInFlight, "never two calls of the schedule at once")
+	require.False(t, second.Before(ended), "the second call starts after the first ended")
+}
