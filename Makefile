@@ -11,15 +11,20 @@ help: ## List the targets
 
 .PHONY: test
 # Two runs of go test, one report:
-#   1. integration_test alone: real River clients and worker processes on
-#      short real cycles load both CPUs by themselves (a second package beside
-#      them made sync lateness p50 reach 31 s and syncs go stale);
-#   2. every other package, TEST_P at a time (5 when the server allows 700
-#      connections or more, as the cluster of make test's own does; 3 from
-#      400; 2 from 250; else 1),
-#      the longest (LONG_PKGS: real cycles, mostly waiting) first: at 3 at
-#      a time the five longest queued behind each other (a cold CI run:
-#      phase 2 took 4.3 min for a longest package of 2.5 min).
+#   1. without -race (NORACE_PKGS), 2 at a time: integration_test, and
+#      beside it the packages of pure computation and benchmarks (slotplan,
+#      sim, bench) one after the other. integration_test's real River
+#      clients and worker processes on short real cycles load both CPUs;
+#      under the race detector (2-10x the CPU) they made River's scheduler
+#      time out (CI run 2 of 2026-11-28: a 30 s JobScheduler timeout with no
+#      lock held, run queue 16-30 on 2 cores) and per-slot jobs miss their
+#      windows. slotplan, sim and bench took 59-165 s each under -race,
+#      20-99 s without, mostly waiting. Their concurrency is the library's,
+#      which phase 2 runs under -race;
+#   2. every other package with -race, TEST_P at a time (5 when the server
+#      allows 700 connections or more, as the cluster of make test's own
+#      does; 3 from 400; 2 from 250; else 1), the longest (LONG_PKGS: real
+#      cycles, mostly waiting) first.
 # The test binaries are built first, so no compile competes with a cycle.
 # PG_OWN=1: scripts/pg.sh starts a throwaway cluster for the tests when the
 # PostgreSQL server binaries are installed (TEST_DATABASE_URL overrides).
@@ -37,16 +42,20 @@ help: ## List the targets
 TEST_DB ?= riverslot_test
 TEST_P ?=
 INTEGRATION_PARALLEL ?= 16
-LONG_PKGS = ./cmd/riverslot/internal/bench ./cmd/riverslot ./cmd/riverslot/internal/sim ./serve ./slotplan ./internal/bootstrap ./riverslotweb
-GOTEST = $(GO) test -json -race -count=1 -parallel 16 -timeout 20m
-test: ## Get a Postgres (see scripts/pg.sh), create riverslot_test, run go test -race ./..., list the slowest tests
+NORACE_PKGS = ./integration_test ./cmd/riverslot/internal/sim ./cmd/riverslot/internal/bench ./slotplan
+LONG_PKGS = ./cmd/riverslot ./serve ./internal/bootstrap ./riverslotweb
+# RACE_PKGS: LONG_PKGS first, then every package not in either list.
+RACE_PKGS = $(LONG_PKGS) $$($(GO) list ./... $(patsubst ./%,| grep -v -e '/%$$',$(NORACE_PKGS) $(LONG_PKGS)))
+GOTEST = $(GO) test -json -count=1 -parallel 16 -timeout 20m
+test: ## Get a Postgres (see scripts/pg.sh), create riverslot_test, run go test ./... (-race but for NORACE_PKGS), list the slowest tests
 	@set -o pipefail; url=$$(PG_OWN=1 $(PG) $(TEST_DB)) && echo "test database: $$url" && \
 		$(GO) build -o .testreport ./scripts/testreport && \
-		echo "building the test binaries" && $(GO) test -race -count=1 -run '^$$' ./... >/dev/null && \
+		echo "building the test binaries" && $(GO) test -race -count=1 -run '^$$' $(RACE_PKGS) >/dev/null && \
+		$(GO) test -count=1 -run '^$$' $(NORACE_PKGS) >/dev/null && \
 		p=$(TEST_P) && if [ -z "$$p" ]; then c=$$($(GO) run ./scripts/pgensure maxconns "$$url"); p=$$(( c >= 700 ? 5 : c >= 400 ? 3 : c >= 250 ? 2 : 1 )); fi; \
-		echo "integration_test, then the other packages $$p at a time" && \
-		{ TEST_DATABASE_URL="$$url" RIVERSLOT_TEST_PARALLEL=$(INTEGRATION_PARALLEL) $(GOTEST) -p 1 -parallel 64 ./integration_test; r1=$$?; \
-		  TEST_DATABASE_URL="$$url" RIVERSLOT_TEST_BINARIES=$$p $(GOTEST) -p $$p $(LONG_PKGS) $$($(GO) list ./... | grep -v -e '/integration_test$$' $(patsubst ./%,-e '/%$$',$(LONG_PKGS))); r2=$$?; \
+		echo "integration_test and the computation packages (no -race), then the other packages $$p at a time (-race)" && \
+		{ TEST_DATABASE_URL="$$url" RIVERSLOT_TEST_PARALLEL=$(INTEGRATION_PARALLEL) RIVERSLOT_TEST_BINARIES=2 $(GOTEST) -p 2 -parallel 64 $(NORACE_PKGS); r1=$$?; \
+		  TEST_DATABASE_URL="$$url" RIVERSLOT_TEST_BINARIES=$$p $(GOTEST) -race -p $$p $(RACE_PKGS); r2=$$?; \
 		  exit $$((r1 | r2)); } | tee .test-output.json | ./.testreport -slowest 15
 
 .PHONY: demo

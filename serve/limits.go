@@ -2,12 +2,14 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/upstream"
@@ -88,10 +90,21 @@ func (s *Server) release(ctx context.Context, r upstream.Request, outcome upstre
 	}
 }
 
-// quotaRetryAfter is the Retry-After of a call refused by a tenant's quota
-// of maxCPS calls a second: the next start is free within one interval.
-func quotaRetryAfter(maxCPS float64) time.Duration {
-	return max(time.Second, time.Duration(math.Ceil(1/maxCPS))*time.Second)
+// quotaRoomIn is the Retry-After of a trigger refused by tenant's quota of
+// maxCPS calls a second: when its next start is free, after the calls
+// already waiting in its line (the limiter's line_tat and start_tat), in
+// whole seconds, at least one interval.
+func (s *Server) quotaRoomIn(ctx context.Context, tenant uuid.UUID, maxCPS float64) (time.Duration, error) {
+	var ahead float64
+	err := s.cfg.Pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM greatest(line_tat, start_tat) - clock_timestamp()), 0)::float8
+FROM `+s.upstreamTable+` WHERE task = $1 AND key = $2`, QuotaTask, tenant.String()).Scan(&ahead)
+	if errors.Is(err, pgx.ErrNoRows) {
+		ahead = 0
+	} else if err != nil {
+		return 0, fmt.Errorf("error reading tenant %s's quota line: %w", tenant, err)
+	}
+	interval := 1 / maxCPS
+	return time.Duration(math.Ceil(max(1, interval, ahead))) * time.Second, nil
 }
 
 // callState returns how many calls job made (missed entries aside), and

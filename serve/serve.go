@@ -111,8 +111,9 @@ type Server struct {
 	// limiter is riverslot's upstream limiter, which triggered and
 	// caught-up calls go through as the calls at their places do, and
 	// every call through its tenant's quota (QuotaTask).
-	limiter *upstream.Limiter
-	jobs    string // River's job table
+	limiter       *upstream.Limiter
+	upstreamTable string // the limiter's state, riverslot_upstream
+	jobs          string // River's job table
 	// ledger is riverslot's ledger, and begun, per task, whether its
 	// current period is bootstrapped (read at most every 2 s).
 	ledger  ledger.Ledger
@@ -203,15 +204,16 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, tasks: map[time.Duration]riverslot.TaskInfo{},
-		schedules: pgx.Identifier{cfg.Schema, SchedulesTable}.Sanitize(),
-		calls:     pgx.Identifier{cfg.Schema, CallsTable}.Sanitize(),
-		tokens:    pgx.Identifier{cfg.Schema, TokensTable}.Sanitize(),
-		tenants:   pgx.Identifier{cfg.Schema, TenantsTable}.Sanitize(),
-		ledger:    ledger.New(cfg.Schema),
-		limiter:   upstream.New(cfg.Schema),
-		jobs:      riverjob.QualifiedTable(cfg.Schema),
-		began:     map[string]periodBegun{},
-		started:   map[string]startedRead{},
+		schedules:     pgx.Identifier{cfg.Schema, SchedulesTable}.Sanitize(),
+		calls:         pgx.Identifier{cfg.Schema, CallsTable}.Sanitize(),
+		tokens:        pgx.Identifier{cfg.Schema, TokensTable}.Sanitize(),
+		tenants:       pgx.Identifier{cfg.Schema, TenantsTable}.Sanitize(),
+		ledger:        ledger.New(cfg.Schema),
+		limiter:       upstream.New(cfg.Schema),
+		upstreamTable: sqlbucket.QualifiedTable(cfg.Schema, upstream.Table),
+		jobs:          riverjob.QualifiedTable(cfg.Schema),
+		began:         map[string]periodBegun{},
+		started:       map[string]startedRead{},
 	}
 	switch q := &s.cfg.TenantQuota; {
 	case *q == TenantQuota{}:
@@ -692,24 +694,16 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 	//
 	// A call never overlaps the previous one: while a triggered or
 	// caught-up call of the schedule that started before this job is in
-	// flight, this one waits for it here (a worker held, at most its
-	// timeout: triggers are rare, and a snooze would make it wait for
-	// River's scheduler), then calls.
-	var made int
-	for {
-		var ahead bool
-		var err error
-		if made, ahead, err = s.callState(ctx, id, job.ID, job.AttemptedAt, l.timeout); err != nil {
-			return riverslot.NotUpstream(err)
-		}
-		if !ahead {
-			break
-		}
-		select {
-		case <-time.After(100 * time.Millisecond):
-		case <-ctx.Done():
-			return riverslot.NotUpstream(ctx.Err())
-		}
+	// flight, this one snoozes a second and looks again. It does not wait
+	// here: it holds its upstream's lease and start (a host at its
+	// concurrency limit would wait behind an idle worker), and a wait
+	// could outlast the job's timeout.
+	made, ahead, err := s.callState(ctx, id, job.ID, job.AttemptedAt, l.timeout)
+	if err != nil {
+		return riverslot.NotUpstream(err)
+	}
+	if ahead {
+		return river.JobSnooze(time.Second)
 	}
 	if made > l.retries {
 		return river.JobCancel(fmt.Errorf("giving up: %d calls made this period, the schedule's retries are %d", made, l.retries))
@@ -737,8 +731,12 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 		case upstream.Wait:
 			return river.JobSnooze(d.Wait)
 		case upstream.Skip:
+			// Missed, with its entry; cancelled, not completed: a nil
+			// would tell the upstream's limiter (which holds this job's
+			// lease) that a call succeeded, and close a half-open
+			// breaker with no call made.
 			s.recordMiss(ctx, id, job, MissedQuota)
-			return nil
+			return river.JobCancel(fmt.Errorf("not called: its tenant's max_calls_per_second had no room for it within half a period of its place (%s)", MissedQuota))
 		}
 		defer s.release(ctx, qr, upstream.Succeeded, 0)
 	}

@@ -109,7 +109,12 @@ func (w *triggerWorker) Work(ctx context.Context, job *river.Job[TriggerArgs]) e
 	}
 	outcome, retryAfter := upstream.Neutral, time.Duration(0)
 	defer func() { s.release(ctx, hr, outcome, retryAfter) }()
-	if qr, ok := quotaRequest(l.tenant, l.maxCPS, job.ID, notAfter); ok && (catchUp || made > 0) {
+	// A triggered call's first attempt took its start under the quota when
+	// it was asked for; one that runs more than a second after that (held
+	// by its upstream's limits or by another call in flight) takes a new
+	// turn, so that it does not land beside a call that took the next.
+	stale := job.AttemptedAt != nil && job.AttemptedAt.Sub(job.Args.At) > time.Second
+	if qr, ok := quotaRequest(l.tenant, l.maxCPS, job.ID, notAfter); ok && (catchUp || made > 0 || stale) {
 		d, err := s.admit(ctx, qr)
 		if err != nil {
 			return fmt.Errorf("error deciding schedule %s's call under its tenant's quota: %w", id, err)
@@ -209,7 +214,10 @@ WHERE s.id = $1 AND s.deleted_at IS NULL AND ($2::uuid IS NULL OR s.tenant_id = 
 			return internal(err)
 		}
 		if d.Verdict != upstream.Run {
-			retry := quotaRetryAfter(maxCPS)
+			retry, err := s.quotaRoomIn(r.Context(), tenant, maxCPS)
+			if err != nil {
+				return internal(err)
+			}
 			w.Header().Set("Retry-After", strconv.Itoa(int(retry/time.Second)))
 			return 0, quotaExceeded("max_calls_per_second", maxCPS, fmt.Sprintf("the tenant's calls (at their places, retried, triggered, caught up) take the quota now; ask again in %s", retry))
 		}
