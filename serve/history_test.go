@@ -176,6 +176,20 @@ func TestTriggerAndMissed(t *testing.T) {
 	// Ten periods on, no process having run the last ones: the sweep
 	// writes one entry per schedule and period (it looks at the last 4),
 	// and a second process sweeping the same periods writes none.
+	// A catch-up is made only while it can end before the schedule's next
+	// place (its timeout and a second), judged by the real clock when its
+	// job starts: sweep while d's next place is at least 10 s ahead (the
+	// sweep's clock is moved, the worker's is not; a CI run swept 2 s
+	// before d's place and rightly saw no catch-up).
+	offset := time.Duration(live[3].OffsetSeconds * float64(time.Second))
+	riverslottest.WaitFor(t, period, "d's next place 10 s ahead or more", func() bool {
+		now := time.Now()
+		next := now.Truncate(period).Add(offset)
+		if !next.After(now) {
+			next = next.Add(period)
+		}
+		return next.Sub(now) >= 10*time.Second
+	})
 	later := time.Now().Add(10 * period)
 	n, err := a.srv.RecordMissedAt(ctx, later)
 	require.NoError(t, err)
