@@ -207,9 +207,9 @@ func TestCheckUpstreamConcurrency(t *testing.T) {
 	_, err = check(t, riverslot.UpstreamLimits{Rate: 15, Concurrency: 2})
 	require.NoError(t, err)
 
-	// Ten in flight carry 12.5/s: the cycle fits, bounded by concurrency
-	// (12.5/s) below the rate (15/s).
-	s, err = check(t, riverslot.UpstreamLimits{Rate: 15, Concurrency: 10, Latency: 800 * time.Millisecond})
+	// Eleven in flight carry 13.75/s: the cycle's 12.5/s fits, bounded by
+	// concurrency below the rate (15/s).
+	s, err = check(t, riverslot.UpstreamLimits{Rate: 15, Concurrency: 11, Latency: 800 * time.Millisecond})
 	require.NoError(t, err)
 	budgets, err = s.UpstreamBudgets(ctx, "transactions")
 	require.NoError(t, err)
@@ -217,7 +217,7 @@ func TestCheckUpstreamConcurrency(t *testing.T) {
 	require.Equal(t, riverslot.BoundConcurrency, budgets[0].Bound)
 
 	// An operator's concurrency override for the key wins over the task's
-	// 2, in both directions.
+	// 2.
 	twenty := 20
 	require.NoError(t, s.SetUpstreamLimits(ctx, "transactions", "slow", riverslot.UpstreamOverride{Concurrency: &twenty}))
 	_, err = check(t, slow)
