@@ -23,7 +23,8 @@ import (
 // every 2 s), a trigger while the quota is taken answers 429 naming the
 // quota, with Retry-After, and is accepted once the quota has room; a
 // retry and two catch-up calls queued at once wait their turn, none
-// dropped: the receiver gets every call, never two within a second. The
+// dropped: the receiver gets every call, the quota's clock spaces their
+// starts 2 s apart. The
 // limiter's rows count each call the receiver got, under the tenant's key
 // and under the schedules' upstream key.
 func TestQuotaAtRunTime(t *testing.T) {
@@ -73,6 +74,7 @@ func TestQuotaAtRunTime(t *testing.T) {
 	require.NoError(t, a.srv.Configure(config, 10))
 	client, _ := riverslottest.StartClient(ctx, t, a.srv.Pool(), config)
 
+	t0 := time.Now()
 	require.Equal(t, http.StatusAccepted, as.do("POST", "/v1/schedules/"+sc["a"].ID.String()+"/trigger", nil, nil))
 	// The quota's start is A's for 2 s: B is refused, the quota named.
 	req, err := http.NewRequest("POST", a.http.URL+"/v1/schedules/"+sc["b"].ID.String()+"/trigger", nil)
@@ -109,14 +111,19 @@ func TestQuotaAtRunTime(t *testing.T) {
 	mu.Unlock()
 	require.Len(t, got, 5, "every call made once: A twice (its retry), B, C and D")
 	slices.SortFunc(got, func(x, y arrival) int { return x.at.Compare(y.at) })
-	for i := 1; i < len(got); i++ {
-		// Starts are 2 s apart by the database's clock; 1 s of slack for
-		// the time between a start and its request's arrival.
-		require.GreaterOrEqual(t, got[i].at.Sub(got[i-1].at), time.Second, "%s then %s: the tenant's quota spaces its calls", got[i-1].path, got[i].path)
-	}
+	// The quota's clock: each of the 5 starts moved its next free start 2 s
+	// past the later of itself and the one before, so the five, the first
+	// no sooner than t0, leave it at least 10 s after t0 (8 s: one start's
+	// slack). A machine's lag only makes starts later. At the receiver the
+	// calls then span at least 4 s (the first call's lag after its start
+	// can only shorten the span it saw); all at once, they would not.
+	upstreamTable := pgx.Identifier{a.srv.Schema(), "riverslot_upstream"}.Sanitize()
+	var startTAT time.Time
+	require.NoError(t, a.srv.Pool().QueryRow(ctx, `SELECT start_tat FROM `+upstreamTable+` WHERE task = $1 AND key = $2`, serve.QuotaTask, acme.ID.String()).Scan(&startTAT))
+	require.False(t, startTAT.Before(t0.Add(8*time.Second)), "the quota's next start %s, %s after the first trigger: five starts 2 s apart", startTAT, startTAT.Sub(t0))
+	require.GreaterOrEqual(t, got[len(got)-1].at.Sub(got[0].at), 4*time.Second, "the tenant's quota spaces its calls: %v", got)
 	// The limiter's counts, each written as its call ends (after the
 	// receiver answered).
-	upstreamTable := pgx.Identifier{a.srv.Schema(), "riverslot_upstream"}.Sanitize()
 	limiterCalls := func(task, key string) (n int64) {
 		require.NoError(t, a.srv.Pool().QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM `+upstreamTable+` WHERE task = $1 AND key = $2`, task, key).Scan(&n))
 		return n
