@@ -49,7 +49,10 @@ func TestFirstCycleSaidWhenItApplies(t *testing.T) {
 	client, events := riverslottest.StartClient(ctx, t, pool, config)
 	info, err := s.Task("next")
 	require.NoError(t, err)
-	begun := info.Schedule.Start(time.Now()) // under way: the app was deployed mid-cycle
+	// Under way for more than LateGrace (a slot: a cycle begun less than
+	// that ago is no late first cycle, a CI run in the first 3m45s of an
+	// hour said nothing): the cycle of two slots ago, this one or the last.
+	begun := info.Schedule.Start(time.Now().Add(-2 * info.Plan.SlotDuration))
 	bootstrap := func(start time.Time) {
 		t.Helper()
 		res, err := s.EnqueueCycle(ctx, client, "next", start)
