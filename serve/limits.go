@@ -109,29 +109,42 @@ FROM `+s.upstreamTable+` WHERE task = $1 AND key = $2`, QuotaTask, tenant.String
 
 // callState returns how many calls job made (missed entries aside), and
 // whether another call of schedule id is in flight ahead of it: a running
-// job of the schedule's (a call at its place, a triggered or caught-up
-// call) that River started before this one (by attempted_at, then id),
-// recently enough that its call may not have ended (twice its timeout and
-// a margin: a job whose process was killed holds no one back for long).
-// One statement.
-func (s *Server) callState(ctx context.Context, id uuid.UUID, jobID int64, attemptedAt *time.Time, timeout time.Duration) (made int, ahead bool, err error) {
+// job of the schedule's that River started before this one (by
+// attempted_at, then id), recently enough that its call may not have
+// ended (twice its timeout and a margin: a job whose process was killed
+// holds no one back for long). For a call at its place (ofTrigger false)
+// only a triggered or caught-up call can be in flight (a period's calls
+// never overlap each other); for those (ofTrigger true), a call at its
+// place too. One statement.
+func (s *Server) callState(ctx context.Context, id uuid.UUID, jobID int64, attemptedAt *time.Time, timeout time.Duration, ofTrigger bool) (made int, ahead bool, err error) {
 	at := time.Now()
 	if attemptedAt != nil {
 		at = *attemptedAt
 	}
-	// The running jobs first (MATERIALIZED): a few, found by River's
-	// state-leading fetch index. Searched by the args' GIN index, a
-	// schedule's every retained job (1,440 a day at one a minute) would
-	// be read on every call.
-	err = s.cfg.Pool.QueryRow(ctx, `WITH running AS MATERIALIZED (
-		SELECT id, kind, args, attempted_at FROM `+s.jobs+` WHERE state = 'running' AND kind IN ($3, $4))
-	SELECT (SELECT count(*) FROM `+s.calls+` WHERE job_id = $1 AND missed IS NULL),
+	args := []any{jobID, id, riverslot.SyncArgs{}.Kind(), TriggerArgs{}.Kind(), (2 * (timeout + holdMargin)).Milliseconds(), at}
+	// A call at its place, on every call: the running trigger jobs only,
+	// by River's index on kind (triggers are rare), a few rows. A
+	// triggered call (rare) also reads the running jobs of calls at their
+	// places, MATERIALIZED first by River's state-leading fetch index (by
+	// the args' GIN index it would read the schedule's every retained
+	// job: 1,440 a day at one a minute).
+	// The kind is written in the statement (a constant of this package,
+	// not a value from outside): as a parameter, a generic plan would take
+	// it for a common kind and read every running job instead.
+	q := `SELECT (SELECT count(*) FROM ` + s.calls + ` WHERE job_id = $1 AND missed IS NULL),
+	EXISTS (SELECT 1 FROM ` + s.jobs + ` j WHERE j.kind = '` + TriggerArgs{}.Kind() + `' AND j.state = 'running' AND j.id <> $1 AND j.args->>'schedule' = $2::text
+		AND j.attempted_at > clock_timestamp() - $5 * interval '1 millisecond'
+		AND (j.attempted_at, j.id) < ($6::timestamptz, $1::bigint) AND $3::text IS NOT NULL AND $4::text IS NOT NULL)`
+	if ofTrigger {
+		q = `WITH running AS MATERIALIZED (
+		SELECT id, kind, args, attempted_at FROM ` + s.jobs + ` WHERE state = 'running' AND kind IN ($3, $4))
+	SELECT (SELECT count(*) FROM ` + s.calls + ` WHERE job_id = $1 AND missed IS NULL),
 	EXISTS (SELECT 1 FROM running j WHERE j.id <> $1
 		AND (j.kind = $3 AND j.args->>'account_id' = $2::text OR j.kind = $4 AND j.args->>'schedule' = $2::text)
 		AND j.attempted_at > clock_timestamp() - $5 * interval '1 millisecond'
-		AND (j.attempted_at, j.id) < ($6::timestamptz, $1::bigint))`,
-		jobID, id, riverslot.SyncArgs{}.Kind(), TriggerArgs{}.Kind(), (2*(timeout+holdMargin)).Milliseconds(), at).Scan(&made, &ahead)
-	if err != nil {
+		AND (j.attempted_at, j.id) < ($6::timestamptz, $1::bigint))`
+	}
+	if err := s.cfg.Pool.QueryRow(ctx, q, args...).Scan(&made, &ahead); err != nil {
 		return 0, false, fmt.Errorf("error reading schedule %s's calls in flight: %w", id, err)
 	}
 	return made, ahead, nil
