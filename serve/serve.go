@@ -698,7 +698,7 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 	// here: it holds its upstream's lease and start (a host at its
 	// concurrency limit would wait behind an idle worker), and a wait
 	// could outlast the job's timeout.
-	made, ahead, err := s.callState(ctx, id, job.ID, job.AttemptedAt, l.timeout)
+	made, ahead, err := s.callState(ctx, id, job.ID, job.AttemptedAt, l.timeout, false)
 	if err != nil {
 		return riverslot.NotUpstream(err)
 	}

@@ -84,7 +84,7 @@ func (w *triggerWorker) Work(ctx context.Context, job *river.Job[TriggerArgs]) e
 			return nil
 		}
 	}
-	made, ahead, err := s.callState(ctx, id, job.ID, job.AttemptedAt, l.timeout)
+	made, ahead, err := s.callState(ctx, id, job.ID, job.AttemptedAt, l.timeout, true)
 	if err != nil {
 		return err
 	}
