@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os/exec"
 	"slices"
 	"sort"
@@ -102,17 +101,8 @@ func TestShardsOperator(t *testing.T) {
 	v1 := riverslot.ShardMap{Ranges: []riverslot.ShardRange{{Shard: "s1", Lo: 0, Hi: 32767}, {Shard: "s2", Lo: 32768, Hi: 65535}}}
 	v3 := riverslot.ShardMap{Ranges: []riverslot.ShardRange{{Shard: "s1", Lo: 0, Hi: 16383}, {Shard: "s3", Lo: 16384, Hi: 32767}, {Shard: "s2", Lo: 32768, Hi: 65535}}}
 	v5 := riverslot.ShardMap{Ranges: []riverslot.ShardRange{{Shard: "s1", Lo: 0, Hi: 16383}, {Shard: "s3", Lo: 16384, Hi: 24575}, {Shard: "s1", Lo: 24576, Hi: 32767}, {Shard: "s2", Lo: 32768, Hi: 65535}}}
-	bucketOf := func(id uuid.UUID) int { return int(id[15])<<8 | int(id[14]) }
-	rng := rand.New(rand.NewPCG(39, 4))
-	var all []uuid.UUID
-	for slot := range 8 {
-		for range perSlot {
-			id := uuid.New()
-			b := slot*width + rng.IntN(width)
-			id[15], id[14] = byte(b>>8), byte(b)
-			all = append(all, id)
-		}
-	}
+	bucketOf := twoByteBucket
+	all := idsInSlots(39, 4, 8, perSlot, width)
 
 	type shard struct {
 		name string

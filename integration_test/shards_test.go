@@ -57,18 +57,9 @@ func TestShardsThreeDatabases(t *testing.T) {
 		{Shard: "s1", Lo: 0, Hi: 3*width - 1}, {Shard: "s2", Lo: 3 * width, Hi: 5*width - 1}, {Shard: "s3", Lo: 5 * width, Hi: 65535},
 	}}
 	moveLo, moveHi := 2*width, 3*width-1
-	bucketOf := func(id uuid.UUID) int { return int(id[15])<<8 | int(id[14]) }
+	bucketOf := twoByteBucket
 	moving := func(id uuid.UUID) bool { b := bucketOf(id); return b >= moveLo && b <= moveHi }
-	rng := rand.New(rand.NewPCG(7, 8))
-	var all []uuid.UUID
-	for slot := range 8 {
-		for range perSlot {
-			id := uuid.New()
-			b := slot*width + rng.IntN(width)
-			id[15], id[14] = byte(b>>8), byte(b)
-			all = append(all, id)
-		}
-	}
+	all := idsInSlots(7, 8, 8, perSlot, width)
 
 	type shard struct {
 		name    string
@@ -322,4 +313,23 @@ func TestShardsThreeDatabases(t *testing.T) {
 		require.Equal(t, shards[i].name, sc.Status.Shard)
 	}
 	t.Logf("over all shards, cycle %s: %d of %d slots done, %d enqueued, %d synced; %s", all3.CycleStart.Format(time.TimeOnly), all3.SlotsDone, all3.Slots, all3.Enqueued, all3.Synced, all3.Verdict)
+}
+
+// twoByteBucket is id's bucket of 65,536: its last two bytes.
+func twoByteBucket(id uuid.UUID) int { return int(id[15])<<8 | int(id[14]) }
+
+// idsInSlots returns perSlot ids in each of slots slots of width two-byte
+// buckets, their buckets drawn from the seeds (the same every run).
+func idsInSlots(seed1, seed2 uint64, slots, perSlot, width int) []uuid.UUID {
+	rng := rand.New(rand.NewPCG(seed1, seed2))
+	var all []uuid.UUID
+	for slot := range slots {
+		for range perSlot {
+			id := uuid.New()
+			b := slot*width + rng.IntN(width)
+			id[15], id[14] = byte(b>>8), byte(b)
+			all = append(all, id)
+		}
+	}
+	return all
 }
