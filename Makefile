@@ -11,9 +11,18 @@ help: ## List the targets
 
 .PHONY: test
 # Two runs of go test, one report:
-#   1. without -race (NORACE_PKGS), 2 at a time: integration_test, and
-#      beside it the packages of pure computation and benchmarks (slotplan,
-#      sim, bench) one after the other. integration_test's real River
+#   1. without -race (NORACE_PKGS): integration_test, and beside it, at
+#      nice 10 so that its real-time tests come first for the CPU, the
+#      packages of computation and benchmarks (COMPUTE_PKGS: sim, bench,
+#      slotplan) one after the other (their stream is kept in
+#      .test-output-compute.json and reported after integration_test's:
+#      two writers on one pipe could interleave a long event). A cold CI
+#      run with them at the same priority (load average 31) failed
+#      TestServeProcesses (a call 4.2 s after its place) and
+#      TestOppositeOfLateFanOutsProcesses (a fan-out late, a sync spread).
+#      The worker processes' binary (cmd/riverslot without -race) is built
+#      before the tests too (RIVERSLOT_BIN): cold, its compile ran beside
+#      the first real cycles. integration_test's real River
 #      clients and worker processes on short real cycles load both CPUs;
 #      under the race detector (2-10x the CPU) they made River's scheduler
 #      time out (CI run 2 of 2026-11-28: a 30 s JobScheduler timeout with no
@@ -42,7 +51,8 @@ help: ## List the targets
 TEST_DB ?= riverslot_test
 TEST_P ?=
 INTEGRATION_PARALLEL ?= 16
-NORACE_PKGS = ./integration_test ./cmd/riverslot/internal/sim ./cmd/riverslot/internal/bench ./slotplan
+COMPUTE_PKGS = ./cmd/riverslot/internal/sim ./cmd/riverslot/internal/bench ./slotplan
+NORACE_PKGS = ./integration_test $(COMPUTE_PKGS)
 LONG_PKGS = ./cmd/riverslot ./serve ./internal/bootstrap ./riverslotweb
 # RACE_PKGS: LONG_PKGS first, then every package not in either list.
 RACE_PKGS = $(LONG_PKGS) $$($(GO) list ./... $(patsubst ./%,| grep -v -e '/%$$',$(NORACE_PKGS) $(LONG_PKGS)))
@@ -52,9 +62,12 @@ test: ## Get a Postgres (see scripts/pg.sh), create riverslot_test, run go test 
 		$(GO) build -o .testreport ./scripts/testreport && \
 		echo "building the test binaries" && $(GO) test -race -count=1 -run '^$$' $(RACE_PKGS) >/dev/null && \
 		$(GO) test -count=1 -run '^$$' $(NORACE_PKGS) >/dev/null && \
+		$(GO) build -o .bin/riverslot ./cmd/riverslot && \
 		p=$(TEST_P) && if [ -z "$$p" ]; then c=$$($(GO) run ./scripts/pgensure maxconns "$$url"); p=$$(( c >= 700 ? 5 : c >= 400 ? 3 : c >= 250 ? 2 : 1 )); fi; \
-		echo "integration_test and the computation packages (no -race), then the other packages $$p at a time (-race)" && \
-		{ TEST_DATABASE_URL="$$url" RIVERSLOT_TEST_PARALLEL=$(INTEGRATION_PARALLEL) RIVERSLOT_TEST_BINARIES=2 $(GOTEST) -p 2 -parallel 64 $(NORACE_PKGS); r1=$$?; \
+		echo "integration_test, beside it the computation packages at nice 10 (no -race), then the other packages $$p at a time (-race)" && \
+		{ TEST_DATABASE_URL="$$url" RIVERSLOT_BIN=$(CURDIR)/.bin/riverslot RIVERSLOT_TEST_BINARIES=2 nice -n 10 $(GOTEST) -p 1 $(COMPUTE_PKGS) >.test-output-compute.json & cp=$$!; \
+		  TEST_DATABASE_URL="$$url" RIVERSLOT_BIN=$(CURDIR)/.bin/riverslot RIVERSLOT_TEST_PARALLEL=$(INTEGRATION_PARALLEL) RIVERSLOT_TEST_BINARIES=2 $(GOTEST) -parallel 64 ./integration_test; r1=$$?; \
+		  wait $$cp; r1=$$((r1 | $$?)); cat .test-output-compute.json; \
 		  TEST_DATABASE_URL="$$url" RIVERSLOT_TEST_BINARIES=$$p $(GOTEST) -race -p $$p $(RACE_PKGS); r2=$$?; \
 		  exit $$((r1 | r2)); } | tee .test-output.json | ./.testreport -slowest 15
 

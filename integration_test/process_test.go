@@ -34,6 +34,15 @@ func riverslotBinary(t testing.TB) string {
 	t.Helper()
 
 	binOnce.Do(func() {
+		// make test builds it before the tests start, so that its
+		// compile does not run beside the first real cycles.
+		if p := os.Getenv("RIVERSLOT_BIN"); p != "" {
+			if _, err := os.Stat(p); err != nil {
+				binErr = fmt.Errorf("RIVERSLOT_BIN: %w (build it with go build -o %s ./cmd/riverslot, or unset it)", err, p)
+			}
+			binPath = p
+			return
+		}
 		dir, err := os.MkdirTemp("", "riverslot-bin-")
 		if err != nil {
 			binErr = err

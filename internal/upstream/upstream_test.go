@@ -374,7 +374,10 @@ func TestPauseEndsWithoutABurst(t *testing.T) {
 	var limits upstream.Limits
 	r := b.req("bank-1", limits)
 	require.Equal(t, upstream.Run, b.acquire(t, r).Verdict)
-	const pause = 3 * time.Second
+	// Long enough that the pause outlasts the eight decisions on a busy
+	// machine (a CI run under -race beside four packages took over 3 s
+	// for them and saw the pause end: Run); nothing here waits for it.
+	const pause = 30 * time.Second
 	b.release(t, r, upstream.Throttled, pause)
 	var arrived, wakes []time.Time
 	for range 8 {
@@ -498,7 +501,10 @@ func TestAbandonedPlacesSwept(t *testing.T) {
 func TestDeferredSyncsSpread(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	limits := upstream.Limits{FailureThreshold: 1, Cooldown: 2 * time.Second}
+	// A cooldown the 43 decisions below cannot outlast on a busy machine
+	// (with 2 s a CI run under -race saw the breaker half-open: Run);
+	// nothing here waits for it.
+	limits := upstream.Limits{FailureThreshold: 1, Cooldown: 30 * time.Second}
 	r := b.req("bank-1", limits)
 	require.Equal(t, upstream.Run, b.acquire(t, r).Verdict)
 	b.release(t, r, upstream.Failed, 0) // opens it

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -44,11 +45,14 @@ func TestFidelity(t *testing.T) {
 	ctx := context.Background()
 	pool := riverslottest.Pool(t) // fails with how to get a database when there is none
 
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "riverslot")
-	build := exec.Command("go", "build", "-o", bin, "github.com/riverslot/riverslot/cmd/riverslot")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build github.com/riverslot/riverslot/cmd/riverslot: %s", out)
+	// make test builds the binary before the tests (RIVERSLOT_BIN).
+	bin := os.Getenv("RIVERSLOT_BIN")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "riverslot")
+		build := exec.Command("go", "build", "-o", bin, "github.com/riverslot/riverslot/cmd/riverslot")
+		out, err := build.CombinedOutput()
+		require.NoError(t, err, "go build github.com/riverslot/riverslot/cmd/riverslot: %s", out)
+	}
 
 	schema := fmt.Sprintf("sim_fidelity_%d", rand.Uint32())
 	t.Cleanup(func() {
