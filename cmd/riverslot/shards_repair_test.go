@@ -116,13 +116,21 @@ func TestShardsHalfWrittenChange(t *testing.T) {
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
 	require.NoError(t, ledger.New(b).LockShards(ctx, tx, "t", false))
-	from := time.Now().Add(riverslot.ShardMapLeadMin + 2*time.Second).UTC().Truncate(time.Second)
+	// 6 s beyond the lead: a's write must find from at least the lead
+	// ahead (with 2 s a CI run under -race, load average 18, took longer
+	// to get there, and a's write was refused).
+	from := time.Now().Add(riverslot.ShardMapLeadMin + 6*time.Second).UTC().Truncate(time.Second)
 	done := make(chan error, 1)
 	go func() {
 		_, err := riverslot.MoveBuckets(ctx, shards, "t", 0, 8191, "b", from)
 		done <- err
 	}()
 	riverslottest.WaitFor(t, 20*time.Second, "a's write", func() bool {
+		select {
+		case err := <-done: // a move that ended before b's lock freed: a's write was refused
+			require.FailNow(t, "the move ended while b's map lock was held", "%v", err)
+		default:
+		}
 		cur, _, err := riverslot.ShardMapOf(ctx, shards[0], "t")
 		return err == nil && cur.Version == 2
 	})
