@@ -106,3 +106,88 @@ func TestCallsNeverOverlap(t *testing.T) {
 	require.Equal(t, 1, mostInFlight, "never two calls of the schedule at once")
 	require.False(t, second.Before(ended), "the second call starts after the first ended")
 }
+
+// TestTriggerWaitsForTheCallInFlight: a triggered call asked for while the
+// schedule's call at its place is in flight waits for it to end, then
+// calls; and a schedule's claim left by a process killed mid-call (its
+// hold not passed) holds a call back, which calls once the hold has
+// passed.
+func TestTriggerWaitsForTheCallInFlight(t *testing.T) {
+	t.Parallel()
+	const period = 24 * time.Hour
+	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
+	ctx := context.Background()
+
+	var (
+		mu                  sync.Mutex
+		inFlight, most, got int
+	)
+	hold := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got++
+		n := got
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		if n == 1 {
+			select { // the call at its place, held in flight
+			case <-hold:
+			case <-r.Context().Done():
+			}
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(ts.Close)
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+	sc := a.schedule(map[string]any{"url": ts.URL + "/x", "period": "24h", "timeout": "10s"})
+	config := &river.Config{Schema: a.srv.Schema(), FetchPollInterval: 100 * time.Millisecond}
+	require.NoError(t, a.srv.Configure(config, 10))
+	client, _ := riverslottest.StartClient(ctx, t, a.srv.Pool(), config)
+	var release sync.Once
+	let := func() { release.Do(func() { close(hold) }) }
+	t.Cleanup(let)
+
+	info, err := a.srv.Scheduler().Task(serve.TaskName(period))
+	require.NoError(t, err)
+	_, err = client.Insert(ctx, riverslot.SyncArgs{Task: info.Name, AccountID: sc.ID, CycleStart: info.Schedule.Start(time.Now()), NotAfter: time.Now().Add(time.Minute)},
+		&river.InsertOpts{Queue: "riverslot_calls"})
+	require.NoError(t, err)
+	riverslottest.WaitFor(t, 10*time.Second, "the call at its place in flight", func() bool { return count() == 1 })
+	require.Equal(t, http.StatusAccepted, a.do("POST", "/v1/schedules/"+sc.ID.String()+"/trigger", nil, nil))
+	jobs := pgx.Identifier{a.srv.Schema(), "river_job"}.Sanitize()
+	riverslottest.WaitFor(t, 10*time.Second, "the triggered call's first attempt to end", func() bool {
+		var n int
+		require.NoError(t, a.srv.Pool().QueryRow(ctx, `SELECT count(*) FROM `+jobs+` WHERE kind = $1 AND attempted_at IS NOT NULL AND state <> 'running'`, serve.TriggerArgs{}.Kind()).Scan(&n))
+		return n == 1
+	})
+	require.Equal(t, 1, count(), "the triggered call waits while the call at its place is in flight")
+	let()
+	riverslottest.WaitFor(t, 10*time.Second, "the triggered call, after", func() bool { return count() == 2 })
+	mu.Lock()
+	require.Equal(t, 1, most, "never two calls of the schedule at once")
+	mu.Unlock()
+
+	// A claim a killed process left, its hold 3 s from now: the next call
+	// (the next period's, queued now) waits it out, then calls.
+	schedules := pgx.Identifier{a.srv.Schema(), serve.SchedulesTable}.Sanitize()
+	riverslottest.WaitFor(t, 10*time.Second, "the triggered call's claim given back", func() bool {
+		var held bool
+		require.NoError(t, a.srv.Pool().QueryRow(ctx, `SELECT call_job IS NOT NULL FROM `+schedules+` WHERE id = $1`, sc.ID).Scan(&held))
+		return !held
+	})
+	var until time.Time
+	require.NoError(t, a.srv.Pool().QueryRow(ctx, `UPDATE `+schedules+` SET call_job = -1, call_until = clock_timestamp() + interval '3 seconds' WHERE id = $1 RETURNING call_until`, sc.ID).Scan(&until))
+	_, err = client.Insert(ctx, riverslot.SyncArgs{Task: info.Name, AccountID: sc.ID, CycleStart: info.Schedule.Next(info.Schedule.Start(time.Now())), NotAfter: time.Now().Add(time.Minute)},
+		&river.InsertOpts{Queue: "riverslot_calls"})
+	require.NoError(t, err)
+	riverslottest.WaitFor(t, 20*time.Second, "the call after the dead claim's hold", func() bool { return count() == 3 })
+	require.False(t, time.Now().Before(until), "called only after the dead claim's hold passed (%s)", until)
+}

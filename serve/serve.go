@@ -30,7 +30,6 @@ import (
 
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/ledger"
-	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/upstream"
 	"github.com/riverslot/riverslot/slotplan"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -113,7 +112,6 @@ type Server struct {
 	// every call through its tenant's quota (QuotaTask).
 	limiter       *upstream.Limiter
 	upstreamTable string // the limiter's state, riverslot_upstream
-	jobs          string // River's job table
 	// ledger is riverslot's ledger, and begun, per task, whether its
 	// current period is bootstrapped (read at most every 2 s).
 	ledger  ledger.Ledger
@@ -211,7 +209,6 @@ func New(cfg Config) (*Server, error) {
 		ledger:        ledger.New(cfg.Schema),
 		limiter:       upstream.New(cfg.Schema),
 		upstreamTable: sqlbucket.QualifiedTable(cfg.Schema, upstream.Table),
-		jobs:          riverjob.QualifiedTable(cfg.Schema),
 		began:         map[string]periodBegun{},
 		started:       map[string]startedRead{},
 	}
@@ -445,7 +442,8 @@ ON CONFLICT (name) WHERE deleted_at IS NULL DO NOTHING`,
 	deleted_at timestamptz
 )`,
 		`ALTER TABLE `+t+` ADD COLUMN IF NOT EXISTS tenant_id uuid, ADD COLUMN IF NOT EXISTS external_id text,
-	ADD COLUMN IF NOT EXISTS catch_up text NOT NULL DEFAULT 'skip'`,
+	ADD COLUMN IF NOT EXISTS catch_up text NOT NULL DEFAULT 'skip',
+	ADD COLUMN IF NOT EXISTS call_job bigint, ADD COLUMN IF NOT EXISTS call_until timestamptz`,
 		`CREATE TABLE IF NOT EXISTS `+c+` (
 	schedule_id uuid NOT NULL,
 	tenant_id uuid,
@@ -692,19 +690,20 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 	// one call a period whatever the answer. One probe of the calls' job
 	// index.
 	//
-	// A call never overlaps the previous one: while a triggered or
-	// caught-up call of the schedule that started before this job is in
-	// flight, this one snoozes a second and looks again. It does not wait
-	// here: it holds its upstream's lease and start (a host at its
-	// concurrency limit would wait behind an idle worker), and a wait
-	// could outlast the job's timeout.
-	made, ahead, err := s.callState(ctx, id, job.ID, job.AttemptedAt, l.timeout, false)
+	// A call never overlaps the previous one: while another call of the
+	// schedule (triggered, caught up) holds its claim, this one snoozes a
+	// second and looks again. It does not wait here: it holds its
+	// upstream's lease and start (a host at its concurrency limit would
+	// wait behind an idle worker), and a wait could outlast the job's
+	// timeout.
+	made, claimed, err := s.claimCall(ctx, id, job.ID, l.timeout)
 	if err != nil {
 		return riverslot.NotUpstream(err)
 	}
-	if ahead {
+	if !claimed {
 		return river.JobSnooze(time.Second)
 	}
+	defer s.releaseCall(ctx, id, job.ID)
 	if made > l.retries {
 		return river.JobCancel(fmt.Errorf("giving up: %d calls made this period, the schedule's retries are %d", made, l.retries))
 	}

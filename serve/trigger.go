@@ -84,13 +84,14 @@ func (w *triggerWorker) Work(ctx context.Context, job *river.Job[TriggerArgs]) e
 			return nil
 		}
 	}
-	made, ahead, err := s.callState(ctx, id, job.ID, job.AttemptedAt, l.timeout, true)
+	made, claimed, err := s.claimCall(ctx, id, job.ID, l.timeout)
 	if err != nil {
 		return err
 	}
-	if ahead {
+	if !claimed {
 		return river.JobSnooze(time.Second) // the call in flight first: never two at once
 	}
+	defer s.releaseCall(ctx, id, job.ID)
 	if made > l.retries {
 		return river.JobCancel(fmt.Errorf("giving up: %d calls made, the schedule's retries are %d", made, l.retries))
 	}
