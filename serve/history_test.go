@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
@@ -382,4 +383,62 @@ func TestMissedInAStartedPeriod(t *testing.T) {
 			require.Nil(t, call.Missed, "schedule %s: %+v (period %s)", sc.URL, call, c)
 		}
 	}
+}
+
+// TestNextCallsOfALateFanOut: a schedule created after its place in a
+// begun period, while its slot's fan-out has not run (late), is promised
+// a call in this period, now or at its place (the fan-out to come takes
+// it); one whose slot began more than half a period ago, or whose slot's
+// fan-out is still ahead, keeps the promise it had.
+func TestNextCallsOfALateFanOut(t *testing.T) {
+	t.Parallel()
+	// A period whose current start is well behind (a fifth to a half of
+	// it), whatever the time of day, so that many slots have begun and
+	// less than half a period ago.
+	var period time.Duration
+	best := -1.0
+	for _, p := range []time.Duration{24 * time.Hour, 8 * time.Hour, 3 * time.Hour, time.Hour, 20 * time.Minute, 5 * time.Minute} {
+		f := float64(time.Now().UnixNano()%int64(p)) / float64(p)
+		if score := min(f, 0.5) - max(0, f-0.5)/4; score > best {
+			period, best = p, score
+		}
+	}
+	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
+	ctx := context.Background()
+	info, err := a.srv.Scheduler().Task(serve.TaskName(period))
+	require.NoError(t, err)
+	now := time.Now()
+	start := info.Schedule.Start(now)
+	// The period begun (its bootstrap queued), no client working it: no
+	// slot's fan-out runs.
+	insertOnly, err := river.NewClient(riverpgxv5.New(a.srv.Pool()), &river.Config{Schema: a.srv.Schema()})
+	require.NoError(t, err)
+	_, err = a.srv.Scheduler().EnqueueCycle(ctx, insertOnly, info.Name, start)
+	require.NoError(t, err)
+
+	var late, farBack, ahead int
+	for range 40 {
+		before := time.Now()
+		sc := a.schedule(map[string]any{"url": "http://127.0.0.1:9/x", "period": period.String()})
+		after := time.Now()
+		require.NotEmpty(t, sc.NextCalls)
+		due, slotStart := info.Due(start, sc.ID), info.SlotStartOf(start, sc.ID)
+		switch {
+		case slotStart.Add(-info.Lead).After(after):
+			ahead++
+			require.True(t, sc.NextCalls[0].Equal(due), "fan-out ahead: its place %s, promised %s", due, sc.NextCalls[0])
+		case after.Sub(slotStart) < period/2-time.Second && before.Sub(slotStart) > 0:
+			late++
+			if due.After(after) {
+				require.True(t, sc.NextCalls[0].Equal(due), "late fan-out, place ahead: %s, promised %s", due, sc.NextCalls[0])
+			} else {
+				require.WithinRange(t, sc.NextCalls[0], before.Truncate(time.Microsecond), after, "late fan-out, place %s passed: promised now", due)
+			}
+		case before.Sub(slotStart) > period/2+time.Second:
+			farBack++
+			require.True(t, sc.NextCalls[0].Equal(info.Due(info.Schedule.Next(start), sc.ID)), "slot begun over half a period ago: the next period's place, promised %s", sc.NextCalls[0])
+		}
+	}
+	t.Logf("period %s, 40 schedules: %d with their slot's fan-out late, %d over half a period back, %d ahead", period, late, farBack, ahead)
+	require.Positive(t, late, "the case: schedules whose slot's fan-out is late")
 }
