@@ -27,8 +27,11 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath)) // the riverslot binary built for the process tests
+	if binPath != "" && binPath != os.Getenv("RIVERSLOT_BIN") {
+		// The riverslot binary built for the process tests; not one make
+		// test built for every package (it removed .bin, and sim's
+		// TestFidelity, run after, found no binary).
+		_ = os.RemoveAll(filepath.Dir(binPath))
 	}
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
