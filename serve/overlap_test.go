@@ -17,65 +17,91 @@ import (
 	"github.com/riverslot/riverslot/serve"
 )
 
+// heldReceiver is a loopback target that holds its first call in flight
+// until let is called, and counts the calls, the most in flight at once,
+// when the first ended and when the second came.
+type heldReceiver struct {
+	url                 string
+	mu                  sync.Mutex
+	got, inFlight, most int
+	firstEnded          time.Time
+	secondAt            time.Time
+	let                 func()
+}
+
+func newHeldReceiver(t *testing.T) *heldReceiver {
+	t.Helper()
+	h := &heldReceiver{}
+	hold := make(chan struct{})
+	var release sync.Once
+	h.let = func() { release.Do(func() { close(hold) }) }
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		h.got++
+		n := h.got
+		h.inFlight++
+		h.most = max(h.most, h.inFlight)
+		if n == 2 {
+			h.secondAt = time.Now()
+		}
+		h.mu.Unlock()
+		if n == 1 {
+			select { // the first call, held in flight
+			case <-hold:
+			case <-r.Context().Done():
+			}
+		}
+		h.mu.Lock()
+		h.inFlight--
+		if n == 1 {
+			h.firstEnded = time.Now()
+		}
+		h.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(ts.Close)
+	t.Cleanup(h.let) // a failure leaves nothing held
+	h.url = ts.URL
+	return h
+}
+
+// count returns the calls received so far.
+func (h *heldReceiver) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.got
+}
+
+// heldPeriod is the period of setupHeld's schedule.
+const heldPeriod = 24 * time.Hour
+
+// setupHeld starts a server with one schedule of heldPeriod calling a
+// heldReceiver, and a River client working its calls.
+func setupHeld(t *testing.T) (*api, *heldReceiver, serve.Schedule, *river.Client[pgx.Tx]) {
+	t.Helper()
+	a := setup(t, &serve.Guard{AllowPrivate: true}, heldPeriod)
+	h := newHeldReceiver(t)
+	sc := a.schedule(map[string]any{"url": h.url + "/x", "period": heldPeriod.String(), "timeout": "10s"})
+	config := &river.Config{Schema: a.srv.Schema(), FetchPollInterval: 100 * time.Millisecond}
+	require.NoError(t, a.srv.Configure(config, 10))
+	client, _ := riverslottest.StartClient(context.Background(), t, a.srv.Pool(), config)
+	return a, h, sc, client
+}
+
 // TestCallsNeverOverlap: a schedule's call at its place that comes while a
 // triggered call of the schedule is in flight waits for it to end (its
 // attempt snoozes without calling), then calls: the receiver never has two of the schedule's calls at once, and
 // gets both.
 func TestCallsNeverOverlap(t *testing.T) {
 	t.Parallel()
-	const period = 24 * time.Hour
-	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
 	ctx := context.Background()
-
-	var (
-		mu                  sync.Mutex
-		inFlight, most, got int
-		firstEnded          time.Time
-		secondAt            time.Time
-	)
-	hold := make(chan struct{})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		got++
-		n := got
-		inFlight++
-		most = max(most, inFlight)
-		if n == 2 {
-			secondAt = time.Now()
-		}
-		mu.Unlock()
-		if n == 1 {
-			select { // the triggered call, held in flight
-			case <-hold:
-			case <-r.Context().Done():
-			}
-		}
-		mu.Lock()
-		inFlight--
-		if n == 1 {
-			firstEnded = time.Now()
-		}
-		mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(ts.Close)
-	sc := a.schedule(map[string]any{"url": ts.URL + "/x", "period": "24h", "timeout": "10s"})
-	config := &river.Config{Schema: a.srv.Schema(), FetchPollInterval: 100 * time.Millisecond}
-	require.NoError(t, a.srv.Configure(config, 10))
-	client, _ := riverslottest.StartClient(ctx, t, a.srv.Pool(), config)
-	var release sync.Once
-	let := func() { release.Do(func() { close(hold) }) }
-	t.Cleanup(let) // first of the cleanups: a failure leaves nothing held
+	a, h, sc, client := setupHeld(t)
 
 	require.Equal(t, http.StatusAccepted, a.do("POST", "/v1/schedules/"+sc.ID.String()+"/trigger", nil, nil))
-	riverslottest.WaitFor(t, 10*time.Second, "the triggered call in flight", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return inFlight == 1
-	})
+	riverslottest.WaitFor(t, 10*time.Second, "the triggered call in flight", func() bool { return h.count() == 1 })
 	// The period's call, queued now (as its slot's fan-out queues it at its
 	// place), starts while the triggered call is in flight.
-	info, err := a.srv.Scheduler().Task(serve.TaskName(period))
+	info, err := a.srv.Scheduler().Task(serve.TaskName(heldPeriod))
 	require.NoError(t, err)
 	res, err := client.Insert(ctx, riverslot.SyncArgs{Task: info.Name, AccountID: sc.ID, CycleStart: info.Schedule.Start(time.Now()), NotAfter: time.Now().Add(time.Minute)},
 		&river.InsertOpts{Queue: "riverslot_calls"})
@@ -90,19 +116,12 @@ func TestCallsNeverOverlap(t *testing.T) {
 		require.NoError(t, a.srv.Pool().QueryRow(ctx, `SELECT state, attempted_at IS NOT NULL FROM `+jobs+` WHERE id = $1`, res.Job.ID).Scan(&state, &attempted))
 		return attempted && state != "running"
 	})
-	mu.Lock()
-	calls := got
-	mu.Unlock()
-	require.Equal(t, 1, calls, "the period's call waits while the triggered one is in flight")
-	let()
-	riverslottest.WaitFor(t, 10*time.Second, "the period's call, after", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return got == 2
-	})
-	mu.Lock()
-	mostInFlight, ended, second := most, firstEnded, secondAt
-	mu.Unlock()
+	require.Equal(t, 1, h.count(), "the period's call waits while the triggered one is in flight")
+	h.let()
+	riverslottest.WaitFor(t, 10*time.Second, "the period's call, after", func() bool { return h.count() == 2 })
+	h.mu.Lock()
+	mostInFlight, ended, second := h.most, h.firstEnded, h.secondAt
+	h.mu.Unlock()
 	require.Equal(t, 1, mostInFlight, "never two calls of the schedule at once")
 	require.False(t, second.Before(ended), "the second call starts after the first ended")
 }
@@ -114,48 +133,11 @@ func TestCallsNeverOverlap(t *testing.T) {
 // passed.
 func TestTriggerWaitsForTheCallInFlight(t *testing.T) {
 	t.Parallel()
-	const period = 24 * time.Hour
-	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
 	ctx := context.Background()
+	a, h, sc, client := setupHeld(t)
+	count := h.count
 
-	var (
-		mu                  sync.Mutex
-		inFlight, most, got int
-	)
-	hold := make(chan struct{})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		got++
-		n := got
-		inFlight++
-		most = max(most, inFlight)
-		mu.Unlock()
-		if n == 1 {
-			select { // the call at its place, held in flight
-			case <-hold:
-			case <-r.Context().Done():
-			}
-		}
-		mu.Lock()
-		inFlight--
-		mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(ts.Close)
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return got
-	}
-	sc := a.schedule(map[string]any{"url": ts.URL + "/x", "period": "24h", "timeout": "10s"})
-	config := &river.Config{Schema: a.srv.Schema(), FetchPollInterval: 100 * time.Millisecond}
-	require.NoError(t, a.srv.Configure(config, 10))
-	client, _ := riverslottest.StartClient(ctx, t, a.srv.Pool(), config)
-	var release sync.Once
-	let := func() { release.Do(func() { close(hold) }) }
-	t.Cleanup(let)
-
-	info, err := a.srv.Scheduler().Task(serve.TaskName(period))
+	info, err := a.srv.Scheduler().Task(serve.TaskName(heldPeriod))
 	require.NoError(t, err)
 	_, err = client.Insert(ctx, riverslot.SyncArgs{Task: info.Name, AccountID: sc.ID, CycleStart: info.Schedule.Start(time.Now()), NotAfter: time.Now().Add(time.Minute)},
 		&river.InsertOpts{Queue: "riverslot_calls"})
@@ -169,11 +151,12 @@ func TestTriggerWaitsForTheCallInFlight(t *testing.T) {
 		return n == 1
 	})
 	require.Equal(t, 1, count(), "the triggered call waits while the call at its place is in flight")
-	let()
+	h.let()
 	riverslottest.WaitFor(t, 10*time.Second, "the triggered call, after", func() bool { return count() == 2 })
-	mu.Lock()
+	h.mu.Lock()
+	most := h.most
+	h.mu.Unlock()
 	require.Equal(t, 1, most, "never two calls of the schedule at once")
-	mu.Unlock()
 
 	// A claim a killed process left, its hold 3 s from now: the next call
 	// (the next period's, queued now) waits it out, then calls.
