@@ -31,7 +31,11 @@ func TestQuotaAtRunTime(t *testing.T) {
 	t.Parallel()
 	a := setup(t, &serve.Guard{AllowPrivate: true}, 24*time.Hour)
 	ctx := context.Background()
-	acme := a.tenant("acme", map[string]any{"max_calls_per_second": 0.5})
+	// One start every 5 s: B's trigger right after A's must find the
+	// quota taken (at one every 2 s a CI run under -race, two packages at
+	// once, took longer between the two requests and B got 202).
+	const interval = 5 * time.Second
+	acme := a.tenant("acme", map[string]any{"max_calls_per_second": 1 / interval.Seconds()})
 	as := a.as(acme.Token)
 
 	type arrival struct {
@@ -76,7 +80,7 @@ func TestQuotaAtRunTime(t *testing.T) {
 
 	t0 := time.Now()
 	require.Equal(t, http.StatusAccepted, as.do("POST", "/v1/schedules/"+sc["a"].ID.String()+"/trigger", nil, nil))
-	// The quota's start is A's for 2 s: B is refused, the quota named.
+	// The quota's start is A's for 5 s: B is refused, the quota named.
 	req, err := http.NewRequest("POST", a.http.URL+"/v1/schedules/"+sc["b"].ID.String()+"/trigger", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+acme.Token)
@@ -84,7 +88,7 @@ func TestQuotaAtRunTime(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
-	require.Equal(t, "2", resp.Header.Get("Retry-After"))
+	require.Equal(t, "5", resp.Header.Get("Retry-After"))
 	var e struct {
 		Quota string `json:"quota"`
 	}
@@ -97,11 +101,11 @@ func TestQuotaAtRunTime(t *testing.T) {
 		_, err := client.Insert(ctx, serve.TriggerArgs{Schedule: sc[p].ID, At: time.Now().UTC(), Period: yesterday}, &river.InsertOpts{Queue: "riverslot_calls"})
 		require.NoError(t, err)
 	}
-	riverslottest.WaitFor(t, 40*time.Second, "A's call and its retry, and both catch-ups", func() bool {
+	riverslottest.WaitFor(t, 60*time.Second, "A's call and its retry, and both catch-ups", func() bool {
 		return count("/a") == 2 && count("/c") == 1 && count("/d") == 1
 	})
 	// B, asked for again until the quota has room.
-	riverslottest.WaitFor(t, 20*time.Second, "B's trigger accepted", func() bool {
+	riverslottest.WaitFor(t, 30*time.Second, "B's trigger accepted", func() bool {
 		return as.do("POST", "/v1/schedules/"+sc["b"].ID.String()+"/trigger", nil, nil) == http.StatusAccepted
 	})
 	riverslottest.WaitFor(t, 20*time.Second, "B's call", func() bool { return count("/b") == 1 })
@@ -111,17 +115,18 @@ func TestQuotaAtRunTime(t *testing.T) {
 	mu.Unlock()
 	require.Len(t, got, 5, "every call made once: A twice (its retry), B, C and D")
 	slices.SortFunc(got, func(x, y arrival) int { return x.at.Compare(y.at) })
-	// The quota's clock: each of the 5 starts moved its next free start 2 s
-	// past the later of itself and the one before, so the five, the first
-	// no sooner than t0, leave it at least 10 s after t0 (8 s: one start's
-	// slack). A machine's lag only makes starts later. At the receiver the
-	// calls then span at least 4 s (the first call's lag after its start
-	// can only shorten the span it saw); all at once, they would not.
+	// The quota's clock: each of the 5 starts moved its next free start an
+	// interval past the later of itself and the one before, so the five,
+	// the first no sooner than t0, leave it at least 5 intervals after t0
+	// (4: one start's slack). A machine's lag only makes starts later. At
+	// the receiver the calls then span at least 2 intervals (the first
+	// call's lag after its start can only shorten the span it saw); all at
+	// once, they would not.
 	upstreamTable := pgx.Identifier{a.srv.Schema(), "riverslot_upstream"}.Sanitize()
 	var startTAT time.Time
 	require.NoError(t, a.srv.Pool().QueryRow(ctx, `SELECT start_tat FROM `+upstreamTable+` WHERE task = $1 AND key = $2`, serve.QuotaTask, acme.ID.String()).Scan(&startTAT))
-	require.False(t, startTAT.Before(t0.Add(8*time.Second)), "the quota's next start %s, %s after the first trigger: five starts 2 s apart", startTAT, startTAT.Sub(t0))
-	require.GreaterOrEqual(t, got[len(got)-1].at.Sub(got[0].at), 4*time.Second, "the tenant's quota spaces its calls: %v", got)
+	require.False(t, startTAT.Before(t0.Add(4*interval)), "the quota's next start %s, %s after the first trigger: five starts %s apart", startTAT, startTAT.Sub(t0), interval)
+	require.GreaterOrEqual(t, got[len(got)-1].at.Sub(got[0].at), 2*interval, "the tenant's quota spaces its calls: %v", got)
 	// The limiter's counts, each written as its call ends (after the
 	// receiver answered).
 	limiterCalls := func(task, key string) (n int64) {
