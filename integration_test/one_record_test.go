@@ -14,6 +14,7 @@ import (
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/perslot"
 	"github.com/riverslot/riverslot/internal/syncjob"
+	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
 // shortRetention deletes River's finished jobs a second after they finish,
@@ -63,6 +64,8 @@ func (b *testBundle) deleteFinished(ctx context.Context, t *testing.T) {
 func (b *testBundle) recordScheduled() riverslot.SyncFunc {
 	table := pgx.Identifier{b.schema, "synced"}.Sanitize()
 	return func(ctx context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
+		ctx, cancel := riverslottest.RecordContext(ctx)
+		defer cancel()
 		_, err := b.pool.Exec(ctx, "INSERT INTO "+table+" (task, account_id, cycle_start, synced_at) VALUES ($1, $2, $3, $4)",
 			job.Args.Task, id, job.Args.CycleStart, job.ScheduledAt)
 		return err

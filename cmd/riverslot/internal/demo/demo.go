@@ -121,7 +121,13 @@ func (d *demo) run(ctx context.Context) (*Report, error) {
 				due := d.plan.SlotStart(job.Args.CycleStart, job.Args.Slot).Add(d.plan.Offset(d.offsetSeed, accountID))
 				d.banks.late(job.Args.Upstream, started.Sub(due))
 			}
-			_, err := d.pool.Exec(ctx, "INSERT INTO "+d.synced()+" (task, account_id, cycle_start) VALUES ($1, $2, $3)",
+			// The record is the sync's effect: its INSERT is not cut by
+			// the sync's timeout, so the Sync returns whether it committed
+			// (with the job's context, one that committed as the deadline
+			// passed failed the job, and River synced the account again).
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			_, err := d.pool.Exec(rctx, "INSERT INTO "+d.synced()+" (task, account_id, cycle_start) VALUES ($1, $2, $3)",
 				job.Args.Task, accountID, job.Args.CycleStart)
 			return err
 		},

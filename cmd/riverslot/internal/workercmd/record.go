@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -75,6 +76,11 @@ func (r *recorder) record(ctx context.Context, accountID uuid.UUID, job *river.J
 			args = append(args, job.ScheduledAt)
 		}
 	}
+	// Not cut by the sync's timeout: an INSERT that committed as the
+	// deadline passed would return the deadline's error, and River would
+	// run the sync again (the account recorded twice, 1-2 s apart).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	_, err := r.pool.Exec(ctx, r.insert, args...)
 	return err
 }
