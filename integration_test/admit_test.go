@@ -64,14 +64,14 @@ var (
 
 // parallel is t.Parallel for a top-level test of this package, then waits
 // for its turn: at most RIVERSLOT_TEST_PARALLEL (make test sets it from
-// INTEGRATION_PARALLEL; default 16) run at once, the longest
+// INTEGRATION_PARALLEL; default 10) run at once, the longest
 // (expectedSeconds) first. make test runs go test with a -parallel above
 // the number of tests, so that Go's own limit, which starts them in no
 // order, does not decide.
 func parallel(t *testing.T) {
 	t.Parallel()
 	gateOnce.Do(func() {
-		size := 16
+		size := 10
 		if n, err := strconv.Atoi(os.Getenv("RIVERSLOT_TEST_PARALLEL")); err == nil && n > 0 {
 			size = n
 		}
