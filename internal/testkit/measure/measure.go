@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/riverjob"
 	"github.com/riverslot/riverslot/internal/syncjob"
 	"github.com/riverslot/riverslot/sqlbucket"
@@ -56,9 +57,16 @@ type Cycle struct {
 	Duplicated int64 `json:"duplicated"`
 	// MissedSkipped counts the Missed accounts whose sync job completed as
 	// skipped, its reason recorded (stale, upstream throttled or down): a
-	// miss the app was told of (Task.OnSkip). Missed - MissedSkipped
+	// miss the app was told of (Task.OnSkip); and, up to FanOutSkipped,
+	// the Missed accounts with no sync job in the cycle (a fan-out skipped
+	// them, and counted them in the ledger). Missed - MissedSkipped
 	// accounts were missed with no word.
 	MissedSkipped int64 `json:"missed_skipped"`
+	// FanOutSkipped counts the accounts the cycle's fan-outs skipped:
+	// too late (more than half a cycle behind: the next cycle covers
+	// them) or synced by an older plan's cycle (the overlap rule). From
+	// the ledger's slot rows: a fan-out records how many, not which.
+	FanOutSkipped int64 `json:"fan_out_skipped"`
 	// SyncCalls counts the cycle's recorded Sync calls.
 	SyncCalls int64 `json:"sync_calls"`
 	// Skipped counts sync jobs completed without calling Sync (their
@@ -112,6 +120,7 @@ func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleS
 		return nil, fmt.Errorf("measure: Target.SyncedTable is empty: name the table the sync function records its calls in (SyncedTableDDL)")
 	}
 	c := &Cycle{CycleStart: cycleStart.UTC()}
+	var missedNoJob int64
 
 	// Sync jobs of this cycle. cycle_start is compared as timestamptz so the
 	// JSON text form does not matter.
@@ -132,16 +141,31 @@ func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleS
 		(SELECT count(*) FROM per JOIN acc USING (account_id) WHERE n = 1),
 		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL),
 		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL AND acc.account_id IN (SELECT account_id FROM s WHERE skipped)),
+		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL AND acc.account_id NOT IN (SELECT account_id FROM s)),
 		(SELECT count(*) FROM per JOIN acc USING (account_id) WHERE n > 1),
 		(SELECT coalesce(sum(n), 0) FROM per),
 		(SELECT count(*) FROM s WHERE skipped),
 `+latenessAndPeakSQL,
 		target.SyncKind, target.Task, cycleStart).Scan(
-		&c.Accounts, &c.SyncJobs, &c.Completed, &c.SyncedOnce, &c.Missed, &c.MissedSkipped, &c.Duplicated, &c.SyncCalls, &c.Skipped,
+		&c.Accounts, &c.SyncJobs, &c.Completed, &c.SyncedOnce, &c.Missed, &c.MissedSkipped, &missedNoJob, &c.Duplicated, &c.SyncCalls, &c.Skipped,
 		(*seconds)(&c.LatenessP50), (*seconds)(&c.LatenessP99), &c.PeakPending)
 	if err != nil {
 		return nil, fmt.Errorf("error measuring cycle %s: %w", cycleStart.Format(time.RFC3339), err)
 	}
+	// The fan-outs' skips, from the ledger's slot rows (every plan's: one
+	// cycle start).
+	table := ledger.New(target.RiverSchema).QualifiedTable()
+	var hasLedger bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&hasLedger); err != nil {
+		return nil, fmt.Errorf("error looking for the ledger: %w", err)
+	}
+	if hasLedger {
+		if err := pool.QueryRow(ctx, "SELECT coalesce(sum(skipped), 0)::bigint FROM "+table+" WHERE task = $1 AND cycle_start = $2 AND slot >= 0",
+			target.Task, cycleStart).Scan(&c.FanOutSkipped); err != nil {
+			return nil, fmt.Errorf("error reading the fan-outs' skips of cycle %s: %w", cycleStart.Format(time.RFC3339), err)
+		}
+	}
+	c.MissedSkipped += min(missedNoJob, c.FanOutSkipped)
 	return c, nil
 }
 

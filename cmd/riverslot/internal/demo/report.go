@@ -103,7 +103,9 @@ type TaskRow struct {
 	Synced int64  `json:"synced"`
 	// Synced, Missed and Duplicates count account-cycles by the demo's
 	// record of its Sync calls; MissedSkipped of the Missed had their sync
-	// job skipped with a reason (stale, an upstream throttled or down).
+	// job skipped with a reason (stale, an upstream throttled or down) or
+	// were skipped by their fan-out (too late, e.g. in a cycle resumed
+	// with --keep: counted in the ledger).
 	Missed             int64   `json:"missed"`
 	MissedSkipped      int64   `json:"missed_skipped"`
 	Duplicates         int64   `json:"duplicates"`
