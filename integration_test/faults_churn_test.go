@@ -146,26 +146,44 @@ func TestAccountChurn(t *testing.T) {
 		isAdded[id] = true
 	}
 	// offsetsIn maps each account with a sync job in the cycle to its
-	// scheduled time minus the cycle start.
-	offsetsIn := func(cycleStart time.Time) map[uuid.UUID]time.Duration {
-		rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at FROM "+jobs+" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.Kind, cycleStart)
+	// scheduled time minus the cycle start, and whether that is the time
+	// its fan-out gave it at its regular place: not spread as late (a
+	// late-spread sync carries its not_after in its args) nor moved by
+	// River (a snooze or a retry rewrites scheduled_at and adds to
+	// attempted_by). Under CI's load (16 tests at once, load average 35)
+	// 70 of 3,980 accounts were so moved, and this test counted them as
+	// offsets changed.
+	type placed struct {
+		off     time.Duration
+		regular bool
+	}
+	offsetsIn := func(cycleStart time.Time) map[uuid.UUID]placed {
+		rows, err := b.pool.Query(ctx, "SELECT (args->>'account_id')::uuid, scheduled_at, args->>'not_after' IS NULL AND attempt <= 1 AND coalesce(cardinality(attempted_by), 0) <= 1 FROM "+jobs+
+			" WHERE kind = $1 AND (args->>'cycle_start')::timestamptz = $2", syncjob.Kind, cycleStart)
 		require.NoError(t, err)
-		out := map[uuid.UUID]time.Duration{}
+		out := map[uuid.UUID]placed{}
 		for rows.Next() {
-			var id uuid.UUID
-			var at time.Time
-			require.NoError(t, rows.Scan(&id, &at))
-			out[id] = at.Sub(cycleStart)
+			var (
+				id      uuid.UUID
+				at      time.Time
+				regular bool
+			)
+			require.NoError(t, rows.Scan(&id, &at, &regular))
+			out[id] = placed{off: at.Sub(cycleStart), regular: regular}
 		}
 		require.NoError(t, rows.Err())
 		return out
 	}
-	moved, compared := 0, 0
+	moved, compared, regular := 0, 0, 0
 	c2Offsets := offsetsIn(c2)
-	for id, off := range offsetsIn(c1) {
-		if c2Off, ok := c2Offsets[id]; ok && !isAdded[id] {
+	for id, p1 := range offsetsIn(c1) {
+		if p2, ok := c2Offsets[id]; ok && !isAdded[id] {
 			compared++
-			if off != c2Off {
+			if !p1.regular || !p2.regular {
+				continue
+			}
+			regular++
+			if p1.off != p2.off {
 				moved++
 			}
 		}
@@ -173,11 +191,12 @@ func TestAccountChurn(t *testing.T) {
 
 	m1 := b.measure(ctx, t, "transactions", c1)
 	m2 := b.measure(ctx, t, "transactions", c2)
-	t.Logf("added=%d (synced cycle 1: %d, from cycle 2: %d, inserted during their slot's fan-out: %d) deleted=%d existing offsets moved=%d of %d",
-		len(added), thisCycle, nextCycle, ambiguous, len(deleted), moved, compared)
+	t.Logf("added=%d (synced cycle 1: %d, from cycle 2: %d, inserted during their slot's fan-out: %d) deleted=%d existing offsets moved=%d of %d at their regular place in both cycles (%d compared; the others spread as late or moved by River)",
+		len(added), thisCycle, nextCycle, ambiguous, len(deleted), moved, regular, compared)
 	t.Logf("cycle 2: accounts=%d synced_once=%d missed=%d duplicated=%d", m2.Accounts, m2.SyncedOnce, m2.Missed, m2.Duplicated)
 	require.Zero(t, moved, "no existing account's offset moves when accounts are added")
 	require.Equal(t, accounts-len(deleted), compared)
+	require.GreaterOrEqual(t, 2*regular, compared, "most accounts at their regular place in both cycles")
 	require.Positive(t, thisCycle)
 	require.Positive(t, nextCycle)
 	require.EqualValues(t, accounts-len(deleted)+len(added), m2.Accounts)
