@@ -14,7 +14,7 @@ import (
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/internal/perslot"
 	"github.com/riverslot/riverslot/internal/syncjob"
-	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
+	"github.com/riverslot/riverslot/internal/testkit/measure"
 )
 
 // shortRetention deletes River's finished jobs a second after they finish,
@@ -64,7 +64,7 @@ func (b *testBundle) deleteFinished(ctx context.Context, t *testing.T) {
 func (b *testBundle) recordScheduled() riverslot.SyncFunc {
 	table := pgx.Identifier{b.schema, "synced"}.Sanitize()
 	return func(ctx context.Context, id uuid.UUID, job *river.Job[syncjob.Args]) error {
-		ctx, cancel := riverslottest.RecordContext(ctx)
+		ctx, cancel := measure.RecordContext(ctx)
 		defer cancel()
 		_, err := b.pool.Exec(ctx, "INSERT INTO "+table+" (task, account_id, cycle_start, synced_at) VALUES ($1, $2, $3, $4)",
 			job.Args.Task, id, job.Args.CycleStart, job.ScheduledAt)

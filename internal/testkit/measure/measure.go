@@ -90,6 +90,17 @@ type Cycle struct {
 // it; Target.SyncedTable reads it.
 const SyncedTableDDL = "(task text NOT NULL, account_id uuid NOT NULL, cycle_start timestamptz NOT NULL, client_id text, synced_at timestamptz NOT NULL DEFAULT clock_timestamp(), scheduled_at timestamptz, job_id bigint)"
 
+// RecordContext is the context a sync function writes its record with
+// (the row of SyncedTableDDL that is the sync's effect): not cut by the
+// sync job's timeout (River's JobTimeout, the task's SyncTimeout), so the
+// Sync returns the INSERT's real outcome. With the job's own context, an
+// INSERT that committed as the deadline passed returned the deadline's
+// error: River retried the job and the account was recorded twice, 1-2 s
+// apart (River's first retry backoff), in CI runs at load average 20+.
+func RecordContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+}
+
 // Target names the tables and the task to measure.
 type Target struct {
 	RiverSchema   string
@@ -141,7 +152,7 @@ func MeasureCycle(ctx context.Context, pool *pgxpool.Pool, target Target, cycleS
 		(SELECT count(*) FROM per JOIN acc USING (account_id) WHERE n = 1),
 		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL),
 		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL AND acc.account_id IN (SELECT account_id FROM s WHERE skipped)),
-		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL AND acc.account_id NOT IN (SELECT account_id FROM s)),
+		(SELECT count(*) FROM acc LEFT JOIN per USING (account_id) WHERE per.account_id IS NULL AND NOT EXISTS (SELECT 1 FROM s WHERE s.account_id = acc.account_id)),
 		(SELECT count(*) FROM per JOIN acc USING (account_id) WHERE n > 1),
 		(SELECT coalesce(sum(n), 0) FROM per),
 		(SELECT count(*) FROM s WHERE skipped),

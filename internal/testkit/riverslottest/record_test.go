@@ -100,7 +100,7 @@ func (p *heldReplies) serve(client net.Conn, target string) {
 // while its answer comes after the job's context ended (its timeout). With
 // the job's context the INSERT returns the context's error although the
 // row is in (River would retry the job and record the account twice);
-// RecordSync, through RecordContext, waits for the answer and returns nil.
+// RecordSync, through measure.RecordContext, waits for the answer and returns nil.
 func TestRecordContextKeepsTheCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -128,8 +128,10 @@ func TestRecordContextKeepsTheCommit(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// run calls f with a context that ends once f's row has committed,
-	// while the proxy holds the answer; then lets the answer through.
-	run := func(id uuid.UUID, f func(ctx context.Context) error) error {
+	// while the proxy holds the answer. With returnsHeld, f must return
+	// while the answer is held (it can only learn of the cancel); else the
+	// answer is let through after a moment, and f returns what it says.
+	run := func(id uuid.UUID, returnsHeld bool, f func(ctx context.Context) error) error {
 		proxy.hold()
 		defer proxy.release()
 		jobCtx, cancel := context.WithCancel(ctx)
@@ -140,10 +142,15 @@ func TestRecordContextKeepsTheCommit(t *testing.T) {
 			return Count(ctx, t, pool, "SELECT count(*) FROM "+table+" WHERE account_id = $1", id) == 1
 		})
 		cancel()
+		wait := 200 * time.Millisecond
+		if returnsHeld {
+			wait = 30 * time.Second
+		}
 		select {
 		case err := <-done:
 			return err // returned before the answer came
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(wait):
+			require.False(t, returnsHeld, "the call did not return within 30 s of its context's end")
 		}
 		proxy.release()
 		return <-done
@@ -151,7 +158,7 @@ func TestRecordContextKeepsTheCommit(t *testing.T) {
 
 	// The hazard, with the job's context.
 	hazard := uuid.New()
-	err = run(hazard, func(ctx context.Context) error {
+	err = run(hazard, true, func(ctx context.Context) error {
 		_, err := pools[0].Exec(ctx, insert, "t", hazard, start)
 		return err
 	})
@@ -160,7 +167,7 @@ func TestRecordContextKeepsTheCommit(t *testing.T) {
 	// RecordSync: the same, and the INSERT's real outcome.
 	id := uuid.New()
 	job := &river.Job[syncjob.Args]{JobRow: &rivertype.JobRow{ID: 1}, Args: syncjob.Args{Task: "t", AccountID: id, CycleStart: start}}
-	err = run(id, func(ctx context.Context) error { return RecordSync(pools[1], schema)(ctx, id, job) })
+	err = run(id, false, func(ctx context.Context) error { return RecordSync(pools[1], schema)(ctx, id, job) })
 	require.NoError(t, err, "the Sync returns that its record committed")
 	require.EqualValues(t, 1, Count(ctx, t, pool, "SELECT count(*) FROM "+table+" WHERE account_id = $1", id))
 }

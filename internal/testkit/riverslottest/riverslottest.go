@@ -422,23 +422,12 @@ func CreateSyncedTable(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, s
 func RecordSync(pool *pgxpool.Pool, schema string) func(ctx context.Context, accountID uuid.UUID, job *river.Job[syncjob.Args]) error {
 	table := pgx.Identifier{schema, "synced"}.Sanitize()
 	return func(ctx context.Context, accountID uuid.UUID, job *river.Job[syncjob.Args]) error {
-		ctx, cancel := RecordContext(ctx)
+		ctx, cancel := measure.RecordContext(ctx)
 		defer cancel()
 		_, err := pool.Exec(ctx, "INSERT INTO "+table+" (task, account_id, cycle_start) VALUES ($1, $2, $3)",
 			job.Args.Task, accountID, job.Args.CycleStart)
 		return err
 	}
-}
-
-// RecordContext is the context a test's Sync records its call with: not
-// cut by the sync job's timeout (River's JobTimeout, the task's
-// SyncTimeout), so the Sync returns the INSERT's real outcome. With the
-// job's own context, an INSERT that committed as the deadline passed
-// returned the deadline's error: River retried the job and the account
-// was recorded twice, 1-2 s apart (River's first retry backoff), in CI
-// runs at load average 20+.
-func RecordContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 }
 
 // NewPool opens a pool with cfg and checks it can reach the server.

@@ -18,6 +18,7 @@ import (
 	"github.com/riverslot/riverslot"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/shutdown"
 	"github.com/riverslot/riverslot/cmd/riverslot/internal/sim"
+	"github.com/riverslot/riverslot/internal/testkit/measure"
 	"github.com/riverslot/riverslot/slotplan"
 )
 
@@ -125,7 +126,7 @@ func (d *demo) run(ctx context.Context) (*Report, error) {
 			// the sync's timeout, so the Sync returns whether it committed
 			// (with the job's context, one that committed as the deadline
 			// passed failed the job, and River synced the account again).
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			rctx, cancel := measure.RecordContext(ctx)
 			defer cancel()
 			_, err := d.pool.Exec(rctx, "INSERT INTO "+d.synced()+" (task, account_id, cycle_start) VALUES ($1, $2, $3)",
 				job.Args.Task, accountID, job.Args.CycleStart)

@@ -148,7 +148,7 @@ func runShards(ctx context.Context, cfg *Config, stderr io.Writer, tty bool) (*S
 		pool := s.d.pool
 		task.Sync = func(ctx context.Context, accountID uuid.UUID, job *river.Job[riverslot.SyncArgs]) error {
 			// Not cut by the sync's timeout (as the demo's own Sync).
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			rctx, cancel := measure.RecordContext(ctx)
 			defer cancel()
 			_, err := pool.Exec(rctx, "INSERT INTO "+synced+" (task, account_id, cycle_start, scheduled_at, job_id) VALUES ($1, $2, $3, $4, $5)", job.Args.Task, accountID, job.Args.CycleStart, job.ScheduledAt, job.ID)
 			return err

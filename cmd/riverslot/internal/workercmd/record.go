@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -13,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/testkit/measure"
 )
 
 // recorder inserts a row per sync into <schema>.synced, when that table
@@ -79,7 +79,7 @@ func (r *recorder) record(ctx context.Context, accountID uuid.UUID, job *river.J
 	// Not cut by the sync's timeout: an INSERT that committed as the
 	// deadline passed would return the deadline's error, and River would
 	// run the sync again (the account recorded twice, 1-2 s apart).
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ctx, cancel := measure.RecordContext(ctx)
 	defer cancel()
 	_, err := r.pool.Exec(ctx, r.insert, args...)
 	return err
