@@ -79,7 +79,7 @@ own_cluster() {
 		data=/tmp/riverslot-pgdata
 		run=(runuser -u postgres --)
 	fi
-	local conns=800
+	local conns=1600
 	opts() { echo "-p $1 -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=$conns -c fsync=off -c synchronous_commit=off -c full_page_writes=off"; }
 	# A cluster of ours already running: its port is in postmaster.pid. One
 	# started by an earlier version with fewer connections is restarted

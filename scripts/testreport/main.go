@@ -5,6 +5,11 @@
 // suite shows. It exits 1 when anything failed.
 //
 //	go test -json ./... | go run ./scripts/testreport -slowest 15
+//
+// scripts/test.sh runs several go test commands at once: each one's stream
+// goes through a live report (-summary=false -failures=false: package results
+// as they finish), and their files through one final report at the end
+// (-packages=false: the failed tests' output and the slowest).
 package main
 
 import (
@@ -35,9 +40,14 @@ type timing struct {
 }
 
 func main() {
-	slowest := flag.Int("slowest", 15, "how many of the slowest tests to list at the end")
+	var o options
+	flag.IntVar(&o.slowest, "slowest", 15, "how many of the slowest tests to list at the end")
+	packages := flag.Bool("packages", true, "print each package's result and build output as it comes")
+	failures := flag.Bool("failures", true, "print the whole output of each failed test")
+	summary := flag.Bool("summary", true, "print the skipped tests and the slowest tests and packages at the end")
 	flag.Parse()
-	failed, err := report(os.Stdin, os.Stdout, *slowest)
+	o.quietPackages, o.quietFailures, o.quietSummary = !*packages, !*failures, !*summary
+	failed, err := report(os.Stdin, os.Stdout, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testreport:", err)
 		os.Exit(2)
@@ -47,7 +57,16 @@ func main() {
 	}
 }
 
-func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
+// options says what report prints; the zero value prints everything but
+// the slowest list.
+type options struct {
+	slowest       int
+	quietPackages bool // no package results and build output
+	quietFailures bool // no failed tests' output
+	quietSummary  bool // no skipped and slowest lists
+}
+
+func report(in io.Reader, out io.Writer, o options) (failed bool, err error) {
 	var (
 		buffered = map[string][]string{} // package + "\x00" + test → output
 		tests    []timing
@@ -60,20 +79,24 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 		line := sc.Bytes()
 		var e event
 		if json.Unmarshal(line, &e) != nil {
-			fmt.Fprintln(out, string(line)) // not JSON: go's own messages
+			if !o.quietPackages {
+				fmt.Fprintln(out, string(line)) // not JSON: go's own messages
+			}
 			continue
 		}
 		key := e.Package + "\x00" + e.Test
 		switch e.Action {
 		case "build-output":
-			fmt.Fprint(out, e.Output)
+			if !o.quietPackages {
+				fmt.Fprint(out, e.Output)
+			}
 		case "build-fail":
 			failed = true
 		case "output":
 			if e.Test == "" {
 				// Package-level lines: "ok ...", "FAIL ...", panics
 				// outside tests. The verbose PASS/RUN lines are noise.
-				if !strings.HasPrefix(e.Output, "=== ") && !strings.HasPrefix(e.Output, "PASS\n") {
+				if !o.quietPackages && !strings.HasPrefix(e.Output, "=== ") && !strings.HasPrefix(e.Output, "PASS\n") {
 					fmt.Fprint(out, e.Output)
 				}
 				continue
@@ -90,8 +113,10 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 			}
 			if e.Action == "fail" {
 				failed = true
-				fmt.Fprintf(out, "--- output of failed %s %s\n", e.Package, e.Test)
-				fmt.Fprint(out, strings.Join(buffered[key], ""))
+				if !o.quietFailures {
+					fmt.Fprintf(out, "--- output of failed %s %s\n", e.Package, e.Test)
+					fmt.Fprint(out, strings.Join(buffered[key], ""))
+				}
 			}
 			if e.Action == "skip" {
 				skipped = append(skipped, e.Package+" "+e.Test)
@@ -105,6 +130,9 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 	if err := sc.Err(); err != nil {
 		return true, err
 	}
+	if o.quietSummary {
+		return failed, nil
+	}
 	byTime := func(a, b timing) int { return int(b.elapsed - a.elapsed) }
 	slices.SortFunc(tests, byTime)
 	slices.SortFunc(packages, byTime)
@@ -112,11 +140,11 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 		fmt.Fprintf(out, "\nskipped (%d): %s\n", len(skipped), strings.Join(skipped, ", "))
 	}
 	fmt.Fprintf(out, "\nslowest tests (of %d):\n", len(tests))
-	for _, t := range tests[:min(slowest, len(tests))] {
+	for _, t := range tests[:min(o.slowest, len(tests))] {
 		fmt.Fprintf(out, "  %8.1fs  %s\n", t.elapsed.Seconds(), t.name)
 	}
 	fmt.Fprintf(out, "packages by time:\n")
-	for _, p := range packages[:min(slowest, len(packages))] {
+	for _, p := range packages[:min(o.slowest, len(packages))] {
 		fmt.Fprintf(out, "  %8.1fs  %s\n", p.elapsed.Seconds(), p.name)
 	}
 	return failed, nil

@@ -24,7 +24,7 @@ func TestReport(t *testing.T) {
 		`{"Action":"pass","Package":"q","Elapsed":2}`,
 	}, "\n")
 	var out bytes.Buffer
-	failed, err := report(strings.NewReader(in), &out, 2)
+	failed, err := report(strings.NewReader(in), &out, options{slowest: 2})
 	require.NoError(t, err)
 	require.True(t, failed)
 	s := out.String()
@@ -34,7 +34,25 @@ func TestReport(t *testing.T) {
 	slow := s[strings.Index(s, "slowest tests"):]
 	require.Regexp(t, `(?s)slowest tests \(of 3\):\n\s+30\.0s  p TestB\n\s+1\.5s  p TestA\npackages`, slow, "the two slowest top-level tests, slowest first; subtests not listed")
 
-	failed, err = report(strings.NewReader(`{"Action":"pass","Package":"q","Test":"TestD","Elapsed":1}`), &out, 2)
+	failed, err = report(strings.NewReader(`{"Action":"pass","Package":"q","Test":"TestD","Elapsed":1}`), &out, options{slowest: 2})
 	require.NoError(t, err)
 	require.False(t, failed)
+
+	// The live report of scripts/test.sh: package results only; the final
+	// one: failures and the summary, no package lines.
+	out.Reset()
+	failed, err = report(strings.NewReader(in), &out, options{quietFailures: true, quietSummary: true})
+	require.NoError(t, err)
+	require.True(t, failed)
+	require.Contains(t, out.String(), "FAIL\tp\t31.0s")
+	require.NotContains(t, out.String(), "why B failed")
+	require.NotContains(t, out.String(), "slowest tests")
+
+	out.Reset()
+	failed, err = report(strings.NewReader(in), &out, options{slowest: 2, quietPackages: true})
+	require.NoError(t, err)
+	require.True(t, failed)
+	require.Contains(t, out.String(), "why B failed")
+	require.NotContains(t, out.String(), "FAIL\tp\t31.0s")
+	require.Contains(t, out.String(), "slowest tests (of 3)")
 }
