@@ -9,9 +9,8 @@
 # the tests took 10.7 min on 2 cores with the CPUs 42% busy on average
 # (2026-11-28, fresh clone; a 10 s sampler of /proc/stat): the
 # integration tests' tail and the demos of cmd/riverslot used 2-30% of them.
-# So the suite runs as two streams at once, each a fixed order, and the
-# compile work that is not needed yet runs at nice 19 in the CPU time the
-# tests leave:
+# So the suite runs as two streams at once, each a fixed order, once every
+# test binary is built:
 #
 #   stream 1: integration_test (no -race; at most INTEGRATION_PARALLEL of its
 #             top-level tests at once, the longest first), then the
@@ -20,9 +19,6 @@
 #   stream 2: cmd/riverslot and its internal packages (no -race: the CLI's
 #             demos are real River clients on short cycles), then every
 #             other package with -race, two at a time, the longest first;
-#   nice 10:  the -race build of stream 2's second half, beside the tests'
-#             first minutes (at nice 19 beside the lint it was done only when
-#             integration_test ended, and stream 2 waited for it).
 #
 # Without -race: integration_test, whose real clients under the race
 # detector made River's scheduler time out (a 30 s JobScheduler timeout,
@@ -46,7 +42,7 @@ echo "test database: $url"
 rm -rf .test-out && mkdir -p .test-out .bin || exit 1
 $GO build -o .testreport ./scripts/testreport || exit 1
 
-# Package sets. RACE: everything not in the others, the longest first.
+# Package sets. race: everything not in the others, the longest first.
 integration=./integration_test
 cli=$($GO list ./cmd/riverslot/... | grep -v -e '/internal/sim$' -e '/internal/bench$') || exit 1
 compute="./cmd/riverslot/internal/sim ./cmd/riverslot/internal/bench ./slotplan"
@@ -54,15 +50,29 @@ long_race="./serve ./internal/bootstrap . ./examples/quickstart ./riverslotweb"
 race="$long_race $($GO list ./... | grep -v -e '/integration_test$' -e '/cmd/riverslot' -e '/slotplan$' \
 	-e '^github.com/riverslot/riverslot$' -e '/serve$' -e '/internal/bootstrap$' -e '/examples/quickstart$' -e '/riverslotweb$')" || exit 1
 
-# What stream 1 and stream 2's first half need, before any test starts: a
-# compile beside a real cycle made it late. The worker processes' binary
-# too (RIVERSLOT_BIN): tests start it as a process.
-echo "building the riverslot binary and the test binaries (no -race)"
+# Every test binary is built before any test starts: a compile beside a
+# real cycle made it late (a -race build at nice 10 beside the first
+# minutes of tests was starved by them and the lint: in a cold run it was
+# done only after integration_test, and the race packages waited for it).
+# The -race build runs beside the rest; Go caches linked test binaries, so
+# go test below links none again. The worker processes' binary too
+# (RIVERSLOT_BIN): tests start it as a process.
+echo "building the riverslot binary and the test binaries (-race for the race packages)"
+(
+	$GO test -race -count=1 -run '^$' $race >.test-out/race-build.log 2>&1
+	echo $? >.test-out/race-build.rc
+) &
 $GO build -o .bin/riverslot ./cmd/riverslot || exit 1
-$GO test -count=1 -run '^$' $integration $cli $compute >/dev/null || {
-	$GO test -count=1 -run '^$' $integration $cli $compute 2>&1 | grep -v '^ok' >&2
+$GO test -count=1 -run '^$' $integration $cli $compute >.test-out/build.log 2>&1 || {
+	grep -v '^ok' .test-out/build.log >&2
 	exit 1
 }
+wait
+if [ "$(cat .test-out/race-build.rc)" != 0 ]; then
+	grep -v '^ok' .test-out/race-build.log >&2
+	echo "building the -race test binaries failed (above)" >&2
+	exit 1
+fi
 
 # The test binaries of each stream share the server's connections
 # (riverslottest.ConnectionBudget divides max_connections by
@@ -84,38 +94,39 @@ run() {
 	return "$rc"
 }
 
-# The -race build, at nice 10; its status goes to a file, which stream 2
-# (another process) waits for.
-(
-	nice -n 10 $GO test -race -count=1 -run '^$' $race >.test-out/race-build.log 2>&1
-	echo $? >.test-out/race-build.rc
-) &
+stream1() {
+	local rc=0
+	run integration "$1" -parallel 64 $integration || rc=1
+	run compute "$2" -p "$3" $compute || rc=1
+	return $rc
+}
+stream2() {
+	local rc=0
+	run cli "$1" -p 1 $cli || rc=1
+	run race "$2" -race -p "$3" $race || rc=1
+	return $rc
+}
 
-(
-	rc=0
-	run integration 2 -parallel 64 $integration || rc=1
-	run compute 4 -p 2 $compute || rc=1
-	exit $rc
-) &
-stream1=$!
-
-(
-	rc=0
-	run cli 4 -p 1 $cli || rc=1
-	while [ ! -f .test-out/race-build.rc ]; do sleep 1; done
-	if [ "$(cat .test-out/race-build.rc)" != 0 ]; then
-		cat .test-out/race-build.log >&2
-		echo "building the -race test binaries failed (above)" >&2
-		exit 1
-	fi
-	run race 8 -race -p 2 $race || rc=1
-	exit $rc
-) &
-stream2=$!
-
+# The streams side by side need about 1,600 connections (four test
+# binaries at once; scripts/pg.sh's own cluster has them). A smaller
+# server (TEST_DATABASE_URL) gets them one after the other, and one
+# package at a time below 250.
+conns=$($GO run ./scripts/pgensure maxconns "$url") || exit 1
 rc=0
-wait $stream1 || rc=1
-wait $stream2 || rc=1
+if [ "$conns" -ge 1600 ]; then
+	stream1 2 4 2 &
+	s1=$!
+	stream2 4 8 2 &
+	s2=$!
+	wait $s1 || rc=1
+	wait $s2 || rc=1
+else
+	p=1
+	[ "$conns" -ge 250 ] && p=2
+	echo "max_connections is $conns (under 1600): the two streams one after the other, $p package(s) at a time"
+	stream1 1 "$p" "$p" || rc=1
+	stream2 1 "$p" "$p" || rc=1
+fi
 cat .test-out/*.json >.test-output.json
 echo
 ./.testreport -packages=false -slowest 15 <.test-output.json || rc=1
