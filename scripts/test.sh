@@ -9,16 +9,17 @@
 # the tests took 10.7 min on 2 cores with the CPUs 42% busy on average
 # (2026-11-28, fresh clone; a 10 s sampler of /proc/stat): the
 # integration tests' tail and the demos of cmd/riverslot used 2-30% of them.
-# So the suite runs as two streams at once, each a fixed order, once every
-# test binary is built:
+# So the suite runs as two streams at once, each a fixed order, once the
+# non-race test binaries are built (the -race ones build beside them):
 #
 #   stream 1: integration_test (no -race; at most INTEGRATION_PARALLEL of its
 #             top-level tests at once, the longest first), then the
 #             computation packages (sim, bench, slotplan: CPU-bound, they
 #             start when the real cycles of integration_test are over);
 #   stream 2: cmd/riverslot and its internal packages (no -race: the CLI's
-#             demos are real River clients on short cycles), then every
-#             other package with -race, two at a time, the longest first;
+#             demos are real River clients on short cycles), then, once the
+#             -race build is done, every other package with -race, two at
+#             a time, the longest first;
 #
 # Without -race: integration_test, whose real clients under the race
 # detector made River's scheduler time out (a 30 s JobScheduler timeout,
@@ -36,6 +37,10 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 export GOFLAGS=${GOFLAGS:-}
 
+t0=$(date +%s)
+# say: a progress line with the seconds since make test began.
+say() { echo "test.sh [+$(($(date +%s) - t0))s] $*"; }
+
 url=$(PG_OWN=1 scripts/pg.sh "${TEST_DB:-riverslot_test}") || exit 1
 echo "test database: $url"
 
@@ -50,29 +55,39 @@ long_race="./serve ./internal/bootstrap . ./examples/quickstart ./riverslotweb"
 race="$long_race $($GO list ./... | grep -v -e '/integration_test$' -e '/cmd/riverslot' -e '/slotplan$' \
 	-e '^github.com/riverslot/riverslot$' -e '/serve$' -e '/internal/bootstrap$' -e '/examples/quickstart$' -e '/riverslotweb$')" || exit 1
 
-# Every test binary is built before any test starts: a compile beside a
-# real cycle made it late (a -race build at nice 10 beside the first
-# minutes of tests was starved by them and the lint: in a cold run it was
-# done only after integration_test, and the race packages waited for it).
-# The -race build runs beside the rest; Go caches linked test binaries, so
-# go test below links none again. The worker processes' binary too
-# (RIVERSLOT_BIN): tests start it as a process.
-echo "building the riverslot binary and the test binaries (-race for the race packages)"
-(
-	$GO test -race -count=1 -run '^$' $race >.test-out/race-build.log 2>&1
-	echo $? >.test-out/race-build.rc
-) &
+# The riverslot binary (RIVERSLOT_BIN: tests start it as a process) and the
+# non-race test binaries are built before any test starts: a compile at
+# full priority beside a real cycle made it late. The -race test binaries
+# are built beside the first tests, at nice 19 (the CPU the real cycles
+# leave: integration_test and cmd/riverslot mostly wait on them), in a
+# process group of their own; stream 2 raises the build to normal
+# priority once cmd/riverslot's tests are done and waits for it. Go caches
+# linked test binaries, so go test links none of them again. Built before
+# the tests (n3, 2026-11-28), the two builds took 230 s of a cold run.
+say "building the riverslot binary and the non-race test binaries"
 $GO build -o .bin/riverslot ./cmd/riverslot || exit 1
 $GO test -count=1 -run '^$' $integration $cli $compute >.test-out/build.log 2>&1 || {
 	grep -v '^ok' .test-out/build.log >&2
 	exit 1
 }
-wait
-if [ "$(cat .test-out/race-build.rc)" != 0 ]; then
-	grep -v '^ok' .test-out/race-build.log >&2
-	echo "building the -race test binaries failed (above)" >&2
-	exit 1
-fi
+say "built; the -race test binaries build at nice 19 beside the tests"
+setsid bash -c "nice -n 19 $GO test -race -count=1 -run '^\$' $race >.test-out/race-build.log 2>&1; echo \$? >.test-out/race-build.rc" &
+race_build=$!
+trap 'kill -- -$race_build 2>/dev/null || true' EXIT
+
+# race_built: raises the -race build to normal priority (renice needs
+# root; otherwise it stays niced) and waits for it; fails when it failed.
+race_built() {
+	renice -n 0 -g "$race_build" >/dev/null 2>&1 || true
+	say "waiting for the -race test binaries"
+	while [ ! -s .test-out/race-build.rc ]; do sleep 1; done
+	if [ "$(cat .test-out/race-build.rc)" != 0 ]; then
+		grep -v '^ok' .test-out/race-build.log >&2
+		echo "building the -race test binaries failed (above)" >&2
+		return 1
+	fi
+	say "the -race test binaries are built"
+}
 
 # The test binaries of each stream share the server's connections
 # (riverslottest.ConnectionBudget divides max_connections by
@@ -86,11 +101,11 @@ gotest=($GO test -json -count=1 -parallel 16 -timeout 20m)
 run() {
 	local name=$1 binaries=$2
 	shift 2
-	echo "start $name: go test $*"
+	say "start $name: go test $*"
 	"${common[@]}" RIVERSLOT_TEST_BINARIES="$binaries" "${gotest[@]}" "$@" 2>&1 |
 		tee ".test-out/$name.json" | ./.testreport -failures=false -summary=false
 	local rc=${PIPESTATUS[0]}
-	echo "end $name ($rc)"
+	say "end $name ($rc)"
 	return "$rc"
 }
 
@@ -103,6 +118,7 @@ stream1() {
 stream2() {
 	local rc=0
 	run cli "$1" -p 1 $cli || rc=1
+	race_built || return 1
 	run race "$2" -race -p "$3" $race || rc=1
 	return $rc
 }
