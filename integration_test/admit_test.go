@@ -86,6 +86,7 @@ func parallel(t *testing.T) {
 	})
 	g := theGate
 	name := t.Name()
+	asked := time.Now()
 	g.mu.Lock()
 	g.waiting[name] = expectedSeconds[name]
 	for !g.open || g.free == 0 || !g.first(name) {
@@ -95,6 +96,9 @@ func parallel(t *testing.T) {
 	delete(g.waiting, name)
 	g.cond.Broadcast()
 	g.mu.Unlock()
+	// The gate's wait is part of the test's time in go test's report: this
+	// line (in the -json stream) tells the test's own time from it.
+	t.Logf("admitted after waiting %s", time.Since(asked).Round(time.Millisecond))
 	t.Cleanup(func() {
 		g.mu.Lock()
 		g.free++

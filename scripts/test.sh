@@ -71,7 +71,8 @@ $GO test -count=1 -run '^$' $integration $cli $compute >.test-out/build.log 2>&1
 	exit 1
 }
 say "built; the -race test binaries build at nice 19 beside the tests"
-setsid bash -c "nice -n 19 $GO test -race -count=1 -run '^\$' $race >.test-out/race-build.log 2>&1; echo \$? >.test-out/race-build.rc" &
+# shellcheck disable=SC2086 # $race: one word a package
+setsid bash -c 'nice -n 19 "$0" test -race -count=1 -run "^$" "$@" >.test-out/race-build.log 2>&1; echo $? >.test-out/race-build.rc' "$GO" $race &
 race_build=$!
 trap 'kill -- -$race_build 2>/dev/null || true' EXIT
 
