@@ -1,6 +1,7 @@
 package taskspec
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/riverslot/riverslot/slotplan"
@@ -25,11 +26,12 @@ func CatchUpWindow(now, slotStart time.Time, slotDuration, cycle time.Duration) 
 // An account at most LateGrace past its target keeps it. A later one is
 // skipped under LatePolicySkip; under LatePolicySpread it is moved to now +
 // its deterministic offset in a window as long as the slot is late
-// (CatchUpWindow), cut so that it ends half a cycle after the slot's start:
-// no late sync is scheduled less than half a cycle before the account's
-// regular time in the next cycle. A slot more than half a cycle late has no
-// window left and its late accounts are skipped: the next cycle covers
-// them, within half a cycle. For a task of an OppositeOf pair (Opposed)
+// (CatchUpWindow), cut so that it ends half a cycle after the slot's start
+// (LateDeadline): no late sync is scheduled less than half a cycle before
+// the account's regular time in the next cycle (for a calendar month, half
+// the shorter of the month and the next, see NextGap). A slot more than
+// half a cycle late has no window left and its late accounts are skipped:
+// the next cycle covers them, within half a cycle. For a task of an OppositeOf pair (Opposed)
 // the window also ends with the account's own slot, so its two tasks'
 // syncs stay at least half a cycle minus a slot apart, late or not.
 func (s *Spec) Place(now, cycleStart, slotStart time.Time, hash uint64) (target time.Time, late, skip bool) {
@@ -92,8 +94,71 @@ func (s *Spec) PlaceRegular(now, cycleStart, cycleEnd, slotStart time.Time, slot
 // slot's start in the next cycle (on a wall-clock schedule the next cycle
 // may start 23 h or 25 h later). No late account of the slot is placed
 // after it, and past it a per-slot job has nothing left to place.
+//
+// For a calendar month the slot's place in the next month is its start's
+// fraction of the month, in the next month (NextPlace): no account of the
+// slot is due earlier there. The deadline is NextGap before it, and never
+// later than half the month after the month's end (SyncsUntil's bound).
 func (s *Spec) LateDeadline(cycleStart, cycleEnd, slotStart time.Time) time.Time {
+	if s.Month != nil {
+		return s.monthLimit(cycleStart, cycleEnd, s.NextPlace(cycleStart, cycleEnd, slotStart))
+	}
 	return cycleEnd.Add(slotStart.Sub(cycleStart) - s.CycleLen(cycleStart)/2)
+}
+
+// NextPlace returns the place in the next cycle (starting at cycleEnd) of
+// the instant at of the cycle starting at cycleStart: cycleEnd plus at's
+// offset in its cycle; for a calendar month, the same fraction of the
+// next month's length (a place in a 31-day month is a different offset
+// in a 28-day one), rounded down to a microsecond. For the regular time
+// of an account (Month.Target) it is at most 2 µs before the account's
+// Target in the next month, never after it; for a day's start, never
+// after the next month's Target of any account due that day.
+func (s *Spec) NextPlace(cycleStart, cycleEnd, at time.Time) time.Time {
+	d := at.Sub(cycleStart)
+	if s.Month == nil {
+		return cycleEnd.Add(d)
+	}
+	this, next := s.CycleLen(cycleStart), s.CycleLen(cycleEnd)
+	switch {
+	case d <= 0:
+		return cycleEnd.Add(d)
+	case d >= this:
+		return cycleEnd.Add(next + d - this)
+	}
+	// floor(d × next / this) in whole microseconds, in 128 bits: d < this,
+	// so the quotient fits.
+	hi, lo := bits.Mul64(uint64(d/time.Microsecond), uint64(next/time.Microsecond))
+	q, _ := bits.Div64(hi, lo, uint64(this/time.Microsecond))
+	return cycleEnd.Add(time.Duration(q) * time.Microsecond)
+}
+
+// NextGap returns how long before an account's regular time in the next
+// cycle (starting at cycleEnd) a sync of the cycle starting at cycleStart
+// may start at the latest: half a cycle; for a calendar month, half the
+// shorter of the month and the next (14 days from January to February
+// and from February to March, 15 days from April to May). The late
+// window of a slot ends, and a sync's NotAfter is, that long before the
+// next regular time.
+func (s *Spec) NextGap(cycleStart, cycleEnd time.Time) time.Duration {
+	if s.Month == nil {
+		return s.CycleLen(cycleStart) / 2
+	}
+	return min(s.CycleLen(cycleStart), s.CycleLen(cycleEnd)) / 2
+}
+
+// monthLimit is the latest start of a sync of the month [cycleStart,
+// cycleEnd) whose next regular time (or the earliest of a day's accounts)
+// is next: NextGap before next, and never later than half the month after
+// the month's end, the bound SyncsUntil records (it matters after a month
+// shorter than the next: the last days of February would otherwise run
+// up to 17 days into March).
+func (s *Spec) monthLimit(cycleStart, cycleEnd, next time.Time) time.Time {
+	limit := next.Add(-s.NextGap(cycleStart, cycleEnd))
+	if bound := cycleEnd.Add(s.CycleLen(cycleStart) / 2); bound.Before(limit) {
+		return bound
+	}
+	return limit
 }
 
 // CycleEnd returns when the cycle starting at cycleStart ends, that is when
@@ -118,8 +183,24 @@ func (s *Spec) CycleEnd(cycleStart time.Time) time.Time {
 // late. A sync that starts later (it waited in the queue through an
 // outage, or its cycle was superseded) is stale: the next cycle syncs the
 // account soon enough, so the sync job completes without calling Sync.
+//
+// For a calendar month the regular time in the next month is the
+// account's fraction of that month (NextPlace), and the limit is NextGap
+// (half the shorter of the two months) before it, never later than half
+// the month after its end: a sync at its regular time is never stale less
+// than half the shorter month before the account's next one.
 func (s *Spec) NotAfter(cycleStart, cycleEnd, regular, scheduled time.Time) time.Time {
-	notAfter := cycleEnd.Add(regular.Sub(cycleStart) - s.CycleLen(cycleStart)/2)
+	var notAfter time.Time
+	if s.Month != nil {
+		notAfter = s.monthLimit(cycleStart, cycleEnd, s.NextPlace(cycleStart, cycleEnd, regular))
+	} else {
+		notAfter = cycleEnd.Add(regular.Sub(cycleStart) - s.CycleLen(cycleStart)/2)
+	}
+	return s.graced(notAfter, scheduled)
+}
+
+// graced is notAfter, or LateGrace after scheduled when that is later.
+func (s *Spec) graced(notAfter, scheduled time.Time) time.Time {
 	if grace := scheduled.Add(s.LateGrace); grace.After(notAfter) {
 		return grace
 	}
@@ -142,8 +223,14 @@ func (s *Spec) Regular(cycleStart time.Time, slot int, id [16]byte) time.Time {
 // RegularNotAfter is NotAfter for a sync at its regular time (Regular):
 // what the fan-out wrote into every sync job before, and what the sync
 // worker now derives for a job whose args carry no NotAfter.
+//
+// For a calendar month it reads the account's place in the next month
+// from its fraction (Month.Target), not from its offset in this month.
 func (s *Spec) RegularNotAfter(cycleStart, cycleEnd time.Time, slot int, id [16]byte) time.Time {
 	regular := s.Regular(cycleStart, slot, id)
+	if s.Month != nil {
+		return s.graced(s.monthLimit(cycleStart, cycleEnd, s.Month.Target(cycleEnd, s.Seed, id)), regular)
+	}
 	return s.NotAfter(cycleStart, cycleEnd, regular, regular)
 }
 
@@ -153,6 +240,8 @@ func (s *Spec) RegularNotAfter(cycleStart, cycleEnd time.Time, slot int, id [16]
 // reads only the cycles whose syncs can still run near its own.
 func (s *Spec) SyncsUntil(cycleStart, cycleEnd time.Time) time.Time {
 	// Slots span the plan's Cycle even on a 23 h day: the last NotAfter
-	// is cycleEnd + Cycle - Cycle/2, plus LateGrace for a spread sync.
+	// is cycleEnd + Cycle - Cycle/2, plus LateGrace for a spread sync. A
+	// month's NotAfter and late deadlines are cut at cycleEnd + half the
+	// month (monthLimit), whatever the next month's length.
 	return cycleEnd.Add(s.CycleLen(cycleStart)/2 + s.LateGrace)
 }
