@@ -9,6 +9,7 @@ import (
 
 	"github.com/riverslot/riverslot/internal/ledger"
 	"github.com/riverslot/riverslot/internal/taskspec"
+	"github.com/riverslot/riverslot/slotplan"
 )
 
 // This file holds what riverslot reads from riverslot's ledger
@@ -83,14 +84,33 @@ const riverDefaultCompletedRetention = 24 * time.Hour
 // sync jobs (queued Lead before their slot, started within it) and the
 // completed ones River still keeps, plus one per-slot job per slot and
 // cycle kept. A retention of -1 gives -1 (unbounded).
+//
+// For a calendar-month task it counts February's (28 days of 28 daily
+// slots, estimateCycle): the shortest month keeps the most rows, and its
+// Plan (the longest month's shape) would count a tenth fewer.
 func RowBudget(accounts int64, info TaskInfo, retention time.Duration) int64 {
 	if retention < 0 {
 		return -1
 	}
-	cycle := float64(info.Plan.Cycle)
-	window := float64(info.Lead + info.Plan.SlotDuration + retention)
+	cycleLen, slotLen, slots := estimateCycle(info.Plan, info.Month)
+	cycle := float64(cycleLen)
+	window := float64(info.Lead + slotLen + retention)
 	cycles := window / cycle
-	return int64(float64(accounts)*cycles) + int64(float64(info.Plan.Slots+1)*max(cycles, 1))
+	return int64(float64(accounts)*cycles) + int64(float64(slots+1)*max(cycles, 1))
+}
+
+// estimateCycle returns the cycle, slot length and slots the row and rate
+// estimates of a task with plan (and month, for a calendar-month task)
+// assume: the plan's, or for calendar months February's, the shortest
+// month (taskspec.MonthMin, 28 days of 24 hours), in which the same
+// accounts come the most often: the most syncs a second and the most rows.
+// A monthly plan's Cycle is the longest month's (31 days), a bound for
+// layouts, not for a rate.
+func estimateCycle(plan slotplan.Plan, month *slotplan.Monthly) (cycle, slot time.Duration, slots int) {
+	if month != nil {
+		return taskspec.MonthMin, 24 * time.Hour, int(taskspec.MonthMin / (24 * time.Hour))
+	}
+	return plan.Cycle, plan.SlotDuration, plan.Slots
 }
 
 // checkRowBudget warns when a task's account estimate (pg_class.reltuples
@@ -148,13 +168,15 @@ func MaxWorkersFor(accounts int64, cycle time.Duration) int {
 // checkStartRate warns when the task's sync queue, as this client works
 // it (MaxWorkers of river.Config.Queues), cannot start the cycle's syncs
 // as fast as the cycle asks: accounts / Cycle on average (a node; a
-// cluster of N nodes has N times the workers).
+// cluster of N nodes has N times the workers), for calendar months
+// accounts / 28 days (February's rate, the highest).
 func (s *Scheduler) checkStartRate(ctx context.Context, spec *taskspec.Spec, info TaskInfo, accounts int64) {
 	workers, ok := s.queueWorkers[spec.SyncOpts.Queue]
 	if !ok || workers <= 0 || accounts <= 0 {
 		return
 	}
-	need := float64(accounts) / info.Plan.Cycle.Seconds()
+	cycle, _, _ := estimateCycle(info.Plan, info.Month)
+	need := float64(accounts) / cycle.Seconds()
 	capacity := float64(workers * FetchRatePerWorker)
 	if need <= 0.7*capacity {
 		return
@@ -162,5 +184,5 @@ func (s *Scheduler) checkStartRate(ctx context.Context, spec *taskspec.Spec, inf
 	s.log().WarnContext(ctx, "riverslot: the task's sync queue cannot start its syncs as fast as the cycle asks on one node: a River queue starts at most MaxWorkers x 10 jobs a second (it fetches at most MaxWorkers per 100 ms fetch cooldown), fewer with longer syncs; raise MaxWorkers, lengthen Cycle, or run more nodes (see docs/simulate.md)",
 		slog.String("task", spec.Name), slog.String("queue", spec.SyncOpts.Queue), slog.Int("max_workers", workers),
 		slog.Int64("accounts_estimate", accounts), slog.Float64("syncs_per_second_needed", math.Round(need)),
-		slog.Int("starts_per_second_at_most", int(capacity)), slog.Int("max_workers_suggested", MaxWorkersFor(accounts, info.Plan.Cycle)))
+		slog.Int("starts_per_second_at_most", int(capacity)), slog.Int("max_workers_suggested", MaxWorkersFor(accounts, cycle)))
 }

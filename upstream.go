@@ -118,6 +118,9 @@ type UpstreamBudget struct {
 	// AverageRate is the rate the cycle needs of it: its accounts over the
 	// cycle, in syncs a second. NeedRate is what its most crowded slot
 	// needs: the slot's accounts over the slot's length (hash placement).
+	// For a calendar-month task both are February's, the highest: its
+	// accounts over 28 days, and the most crowded 1/31 of the buckets
+	// over its share of 28 days.
 	NeedRate, AverageRate float64
 	// Rate is its rate limit (an operator's override, else
 	// Task.Limits.Rate; 0: none).
@@ -242,7 +245,22 @@ func (s *Scheduler) upstreamBudgets(ctx context.Context, spec *taskspec.Spec, pe
 	if err != nil {
 		return nil, fmt.Errorf("error counting task %q's accounts per upstream: %w", spec.Name, err)
 	}
-	type agg struct{ total, most int64 }
+	// A slot's (bucket group's) accounts are due over its length; for
+	// calendar months over the group's share of February, the shortest
+	// month (estimateCycle): the highest rate, where the 24 h of a monthly
+	// Plan's slot and its 31-day Cycle would understate it by a tenth.
+	cycle, _, _ := estimateCycle(plan, spec.Month)
+	span := func(slot int) float64 {
+		if spec.Month == nil {
+			return plan.SlotDuration.Seconds()
+		}
+		n := min(plan.BucketsPerSlot, plan.Buckets-slot*plan.BucketsPerSlot) // the last group is shorter
+		return cycle.Seconds() * float64(n) / float64(plan.Buckets)
+	}
+	type agg struct {
+		total int64
+		most  float64 // the busiest slot's rate
+	}
 	byKey := map[string]*agg{}
 	var (
 		key  string
@@ -256,7 +274,7 @@ func (s *Scheduler) upstreamBudgets(ctx context.Context, spec *taskspec.Spec, pe
 			byKey[key] = a
 		}
 		a.total += n
-		a.most = max(a.most, n)
+		a.most = max(a.most, float64(n)/span(slot))
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("error counting task %q's accounts per upstream: %w", spec.Name, err)
@@ -286,12 +304,15 @@ func (s *Scheduler) upstreamBudgets(ctx context.Context, spec *taskspec.Spec, pe
 	for k, a := range byKey {
 		total := int64(math.Round(float64(a.total) * scale))
 		b := UpstreamBudget{Key: k, Accounts: total, Rate: spec.Limits.Rate, Concurrency: spec.Limits.Concurrency, Sampled: percent < 100,
-			NeedRate: float64(a.most) / plan.SlotDuration.Seconds(), AverageRate: float64(total) / plan.Cycle.Seconds()}
+			NeedRate: a.most, AverageRate: float64(total) / cycle.Seconds()}
 		if b.Sampled {
 			// A sample's busiest slot is mostly its noise: the slot a
 			// hash spreads evenly, plus three standard deviations.
-			mean := float64(total) / float64(plan.Slots)
-			b.NeedRate = (mean + 3*math.Sqrt(mean)) / plan.SlotDuration.Seconds()
+			b.NeedRate = 0
+			for slot := range plan.Slots {
+				mean := float64(total) * span(slot) / cycle.Seconds()
+				b.NeedRate = max(b.NeedRate, (mean+3*math.Sqrt(mean))/span(slot))
+			}
 		}
 		if r, ok := rates[k]; ok {
 			b.Rate = r

@@ -295,8 +295,8 @@ func newSpec(t Config) (*Spec, error) {
 		switch {
 		case t.LateGrace < 0:
 			add("LateGrace must not be negative, got %s", t.LateGrace)
-		case t.LateGrace > cmp.Or(t.Cycle, monthMin):
-			add("LateGrace must be at most Cycle (%s), got %s; an account later than a cycle is covered by the next cycle", cmp.Or(t.Cycle, monthMin), t.LateGrace)
+		case t.LateGrace > cmp.Or(t.Cycle, MonthMin):
+			add("LateGrace must be at most Cycle (%s), got %s; an account later than a cycle is covered by the next cycle", cmp.Or(t.Cycle, MonthMin), t.LateGrace)
 		}
 		t.Lead = cmp.Or(t.Lead, min(LeadMax, plan.SlotDuration/2))
 		if t.Lead < 0 || t.Lead >= plan.SlotDuration {
@@ -401,9 +401,11 @@ func resolveOpposites(tasks []Config, byName map[string]*Spec, names string) []e
 	return errs
 }
 
-// monthMin is the shortest calendar month, a monthly task's bound where a
-// fixed task's is its Cycle.
-const monthMin = 28 * 24 * time.Hour
+// MonthMin is the shortest calendar month (February, 28 days), a monthly
+// task's bound where a fixed task's is its Cycle, and the month the row
+// and rate estimates assume (the most syncs a second). A zone that changes
+// its clocks in February makes it an hour shorter.
+const MonthMin = 28 * 24 * time.Hour
 
 // monthlyTask checks the fields of a calendar-month task (Monthly set),
 // defaults its Buckets to 65,536 and its Location to UTC, and returns its
