@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -139,7 +140,10 @@ type apiError struct {
 	status int
 	// cause is an internal error: logged under a request id, never sent.
 	cause error
-	Field string `json:"field,omitempty"`
+	// challenge asks for the service's bearer token (a 401's
+	// WWW-Authenticate).
+	challenge bool
+	Field     string `json:"field,omitempty"`
 	// Quota is the tenant's quota a 429 ran into.
 	Quota string `json:"quota,omitempty"`
 	Error string `json:"error"`
@@ -218,15 +222,14 @@ func (s *Server) Handler() http.Handler {
 	// is 401 (no valid token) or 403 (a valid token of a narrower scope).
 	auth := func(need Scope, h func(http.ResponseWriter, *http.Request) (int, any)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			p, ok := s.authenticate(r)
-			if !ok {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="riverslot"`)
-				s.writeJSON(w, r, http.StatusUnauthorized, &apiError{Error: "a valid token is required: Authorization: Bearer <token> (riverslot serve --token-file writes one)"})
+			p, e := s.authenticate(r)
+			if e != nil {
+				s.writeJSON(w, r, e.status, e)
 				return
 			}
 			if !p.can(need) {
 				s.writeJSON(w, r, http.StatusForbidden, &apiError{Error: fmt.Sprintf("this token's scope %q may not %s %s: it needs scope %q%s",
-					p.scope, r.Method, r.URL.Path, need, map[bool]string{true: " or \"admin\"", false: ""}[need != ScopeAdmin])})
+					p.Scope, r.Method, r.URL.Path, need, map[bool]string{true: " or \"admin\"", false: ""}[need != ScopeAdmin])})
 				return
 			}
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
@@ -244,10 +247,44 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// authenticate returns who r speaks for: Config.Authenticate's Principal
+// when it is set, else r's token's (TokenAuth). A request it refuses is
+// a 401 (with WWW-Authenticate for the service's tokens); the error of
+// the team's own Authenticate stays in the log, and a Principal it
+// returns that cannot be (an unknown scope, a tenant's scope without a
+// tenant) is a 500, its cause logged.
+func (s *Server) authenticate(r *http.Request) (Principal, *apiError) {
+	var (
+		p   Principal
+		err error
+	)
+	if s.cfg.Authenticate == nil {
+		p, err = s.TokenAuth(r)
+	} else {
+		p, err = s.cfg.Authenticate(r)
+	}
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		return p, &apiError{status: http.StatusUnauthorized, Error: ErrUnauthenticated.Error(), challenge: true}
+	case err != nil:
+		s.cfg.Logger.DebugContext(r.Context(), "riverslot serve: Config.Authenticate refused a request", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		return p, &apiError{status: http.StatusUnauthorized, Error: "the request is not authenticated"}
+	}
+	if s.cfg.Authenticate != nil {
+		if err := p.check(); err != nil {
+			return p, &apiError{status: http.StatusInternalServerError, cause: err}
+		}
+	}
+	return p, nil
+}
+
 // writeJSON answers status with v (httpjson.Write). An internal error
 // (an apiError with a cause) is logged under a request id, and the answer
 // names only the id: the database's error text never reaches a client.
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	if e, ok := v.(*apiError); ok && e.challenge {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="riverslot"`)
+	}
 	if e, ok := v.(*apiError); ok && e.cause != nil {
 		id := httpjson.Logged(r.Context(), s.cfg.Logger, r, "riverslot serve: request failed", e.cause)
 		e.Error = "internal error (request " + id + "); the server's log has the cause under request_id " + id
@@ -763,10 +800,10 @@ func (s *Server) requestTenant(r *http.Request, named *string) (uuid.UUID, *apiE
 		}
 	}
 	switch {
-	case p.scope != ScopeAdmin && named != nil && id != p.tenant:
+	case p.Scope != ScopeAdmin && named != nil && id != p.Tenant:
 		return uuid.Nil, &apiError{status: http.StatusForbidden, Field: "tenant", Error: "tenant: a tenant's token makes its own tenant's schedules only; leave tenant out"}
-	case p.scope != ScopeAdmin:
-		return p.tenant, nil
+	case p.Scope != ScopeAdmin:
+		return p.Tenant, nil
 	case named != nil:
 		return id, nil
 	}
@@ -918,8 +955,8 @@ func (s *Server) list(_ http.ResponseWriter, r *http.Request) (int, any) {
 		args = append(args, v)
 		where = append(where, fmt.Sprintf(cond, len(args)))
 	}
-	if p := principalOf(r); p.scope != ScopeAdmin {
-		add("tenant_id = $%d", p.tenant)
+	if p := principalOf(r); p.Scope != ScopeAdmin {
+		add("tenant_id = $%d", p.Tenant)
 	} else if v := q.Get("tenant"); v != "" {
 		id, err := uuid.Parse(v)
 		if err != nil {

@@ -40,29 +40,55 @@ const (
 // revoked: a revoked token stays revoked through restarts.
 var ErrTokenRevoked = errors.New("the token in --token-file was revoked (DELETE /v1/tokens/{id}); delete the file and start again for a new one, or give another --token-file")
 
-// principal is who a request's token speaks for.
-type principal struct {
-	tokenID int64
-	scope   Scope
-	tenant  uuid.UUID // uuid.Nil for an admin token
+// ErrUnauthenticated is returned by Server.TokenAuth for a request
+// without a valid token of the service: the API answers it 401.
+var ErrUnauthenticated = errors.New("a valid token is required: Authorization: Bearer <token> (riverslot serve --token-file writes one)")
+
+// Principal is who a request to the API speaks for: what a token of the
+// service stands for (Server.TokenAuth), or what Config.Authenticate
+// decides.
+type Principal struct {
+	// Scope is what the request may do: ScopeAdmin, ScopeTenant or
+	// ScopeRead.
+	Scope Scope
+	// Tenant is the tenant whose schedules, calls, tokens and secret the
+	// request sees; uuid.Nil for ScopeAdmin, which sees every tenant's.
+	Tenant uuid.UUID
+	// TokenID is the id of the service's token that authenticated the
+	// request (GET /v1/tokens lists it); 0 when Config.Authenticate did.
+	TokenID int64
+}
+
+// check returns an error saying what is wrong with a Principal that
+// Config.Authenticate returned.
+func (p Principal) check() error {
+	switch {
+	case p.Scope != ScopeAdmin && p.Scope != ScopeTenant && p.Scope != ScopeRead:
+		return fmt.Errorf("serve: Config.Authenticate returned a Principal with Scope %q; it must be %q, %q or %q", p.Scope, ScopeAdmin, ScopeTenant, ScopeRead)
+	case p.Scope == ScopeAdmin && p.Tenant != uuid.Nil:
+		return fmt.Errorf("serve: Config.Authenticate returned an admin Principal with Tenant %s; an admin belongs to no tenant: leave Tenant uuid.Nil, or give Scope %q", p.Tenant, ScopeTenant)
+	case p.Scope != ScopeAdmin && p.Tenant == uuid.Nil:
+		return fmt.Errorf("serve: Config.Authenticate returned a %q Principal without a Tenant; set Tenant to the tenant's id (POST /v1/tenants answers it)", p.Scope)
+	}
+	return nil
 }
 
 // can reports whether p's scope allows need: a reading token reads, a
 // tenant token reads and writes, an admin token does all.
-func (p principal) can(need Scope) bool {
+func (p Principal) can(need Scope) bool {
 	switch need {
 	case ScopeRead:
 		return true
 	case ScopeTenant:
-		return p.scope == ScopeTenant || p.scope == ScopeAdmin
+		return p.Scope == ScopeTenant || p.Scope == ScopeAdmin
 	}
-	return p.scope == ScopeAdmin
+	return p.Scope == ScopeAdmin
 }
 
 type principalKey struct{}
 
-func principalOf(r *http.Request) principal {
-	p, _ := r.Context().Value(principalKey{}).(principal)
+func principalOf(r *http.Request) Principal {
+	p, _ := r.Context().Value(principalKey{}).(Principal)
 	return p
 }
 
@@ -98,7 +124,7 @@ const (
 // tokenSet is the process's copy of the tokens not revoked.
 type tokenSet struct {
 	mu     sync.Mutex
-	byHash map[[sha256.Size]byte]principal
+	byHash map[[sha256.Size]byte]Principal
 	read   time.Time     // when byHash was read
 	doing  chan struct{} // closed when the read under way ends
 	loads  atomic.Int64  // reads made, for tests
@@ -107,10 +133,10 @@ type tokenSet struct {
 	revoked map[int64]time.Time
 }
 
-// lookup returns the principal of a token, reading the tokens again when
+// lookup returns the Principal of a token, reading the tokens again when
 // the copy is stale (or, for a token it lacks, older than
 // tokensMissReload).
-func (s *Server) lookup(ctx context.Context, token string) (principal, bool) {
+func (s *Server) lookup(ctx context.Context, token string) (Principal, bool) {
 	hash := [sha256.Size]byte(tokenHash(token))
 	ts := &s.tokenSet
 	for try := 0; ; try++ {
@@ -133,7 +159,7 @@ func (s *Server) lookup(ctx context.Context, token string) (principal, bool) {
 			select {
 			case <-doing:
 			case <-ctx.Done():
-				return principal{}, false
+				return Principal{}, false
 			}
 		}
 		if try > 0 {
@@ -155,14 +181,14 @@ func (s *Server) readTokens(ctx context.Context, done chan struct{}) {
 	// one that began it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	byHash := map[[sha256.Size]byte]principal{}
+	byHash := map[[sha256.Size]byte]Principal{}
 	rows, err := s.cfg.Pool.Query(ctx, `SELECT hash, id, scope, coalesce(tenant_id, '00000000-0000-0000-0000-000000000000') FROM `+s.tokens+` WHERE revoked_at IS NULL`)
 	if err == nil {
 		var (
 			hash []byte
-			p    principal
+			p    Principal
 		)
-		_, err = pgx.ForEachRow(rows, []any{&hash, &p.tokenID, &p.scope, &p.tenant}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&hash, &p.TokenID, &p.Scope, &p.Tenant}, func() error {
 			if len(hash) == sha256.Size {
 				byHash[[sha256.Size]byte(hash)] = p
 			}
@@ -172,7 +198,7 @@ func (s *Server) readTokens(ctx context.Context, done chan struct{}) {
 	ts.mu.Lock()
 	if err == nil {
 		for h, p := range byHash {
-			if at, ok := ts.revoked[p.tokenID]; ok && time.Since(at) < time.Minute {
+			if at, ok := ts.revoked[p.TokenID]; ok && time.Since(at) < time.Minute {
 				delete(byHash, h)
 			}
 		}
@@ -180,7 +206,7 @@ func (s *Server) readTokens(ctx context.Context, done chan struct{}) {
 	} else {
 		s.cfg.Logger.WarnContext(ctx, "riverslot serve: error reading the tokens; the copy read before stays in use", slog.String("error", err.Error()))
 		if ts.byHash == nil {
-			ts.byHash = map[[sha256.Size]byte]principal{}
+			ts.byHash = map[[sha256.Size]byte]Principal{}
 		}
 		// The next read is due at the next miss a second from now, not at
 		// every request.
@@ -193,7 +219,7 @@ func (s *Server) readTokens(ctx context.Context, done chan struct{}) {
 
 // remember adds a token this process made to its copy at once (other
 // processes find it at their next read).
-func (s *Server) remember(token string, p principal) {
+func (s *Server) remember(token string, p Principal) {
 	ts := &s.tokenSet
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -220,22 +246,30 @@ func (s *Server) forget(ids ...int64) {
 	}
 	for h, p := range ts.byHash {
 		for _, id := range ids {
-			if p.tokenID == id {
+			if p.TokenID == id {
 				delete(ts.byHash, h)
 			}
 		}
 	}
 }
 
-// authenticate returns the principal of r's bearer token.
-func (s *Server) authenticate(r *http.Request) (principal, bool) {
+// TokenAuth returns the Principal of r's bearer token, one of the
+// service's tokens (POST /v1/tokens, --token-file), or
+// ErrUnauthenticated. It is how the API authenticates unless
+// Config.Authenticate is set; an Authenticate of a team's own may call it
+// for the requests its own scheme does not claim.
+func (s *Server) TokenAuth(r *http.Request) (Principal, error) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || len(token) > 256 {
-		return principal{}, false
+		return Principal{}, ErrUnauthenticated
 	}
 	// The set is keyed by the token's SHA-256: the lookup's timing can
 	// tell only about hashes, which a caller without a token cannot aim.
-	return s.lookup(r.Context(), token)
+	p, ok := s.lookup(r.Context(), token)
+	if !ok {
+		return Principal{}, ErrUnauthenticated
+	}
+	return p, nil
 }
 
 // tokenInfo is a token as GET /v1/tokens lists it (never the token).
@@ -255,8 +289,8 @@ func tokenNotFound(id string) *apiError {
 func (s *Server) listTokens(_ http.ResponseWriter, r *http.Request) (int, any) {
 	p := principalOf(r)
 	where, args := "true", []any{}
-	if p.scope != ScopeAdmin {
-		where, args = "tenant_id = $1", []any{p.tenant}
+	if p.Scope != ScopeAdmin {
+		where, args = "tenant_id = $1", []any{p.Tenant}
 	}
 	if r.URL.Query().Get("revoked") != "true" {
 		where += " AND revoked_at IS NULL"
@@ -299,11 +333,11 @@ WHERE id = $1 AND revoked_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2)`, 
 
 // tenantFilter is nil for an admin (every tenant) and the token's tenant
 // otherwise.
-func (p principal) tenantFilter() *uuid.UUID {
-	if p.scope == ScopeAdmin {
+func (p Principal) tenantFilter() *uuid.UUID {
+	if p.Scope == ScopeAdmin {
 		return nil
 	}
-	return &p.tenant
+	return &p.Tenant
 }
 
 type tokenInput struct {
@@ -331,12 +365,12 @@ func (s *Server) newToken(_ http.ResponseWriter, r *http.Request) (int, any) {
 		}
 		tenant = &id
 	}
-	if p.scope != ScopeAdmin {
+	if p.Scope != ScopeAdmin {
 		// A tenant's token makes tokens of its own tenant, never wider.
-		if tenant != nil && *tenant != p.tenant {
+		if tenant != nil && *tenant != p.Tenant {
 			return 0, &apiError{status: http.StatusForbidden, Field: "tenant", Error: "tenant: a tenant's token makes tokens of its own tenant only; leave tenant out"}
 		}
-		tenant = &p.tenant
+		tenant = &p.Tenant
 		if in.Scope == ScopeAdmin {
 			return 0, &apiError{status: http.StatusForbidden, Field: "scope", Error: `scope: a tenant's token makes "tenant" and "read" tokens only`}
 		}
@@ -387,9 +421,9 @@ func (s *Server) AddTenantToken(ctx context.Context, tenant uuid.UUID, name stri
 func (s *Server) addToken(ctx context.Context, name string, scope Scope, tenant *uuid.UUID) (string, int64, error) {
 	token, id, err := addTokenTx(ctx, s.cfg.Pool, s.tokens, name, scope, tenant)
 	if err == nil {
-		p := principal{tokenID: id, scope: scope}
+		p := Principal{TokenID: id, Scope: scope}
 		if tenant != nil {
-			p.tenant = *tenant
+			p.Tenant = *tenant
 		}
 		s.remember(token, p)
 	}

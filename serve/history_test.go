@@ -28,6 +28,7 @@ type received struct {
 	mu    sync.Mutex
 	calls []receivedCall
 	wh    *standardwebhooks.Webhook
+	url   string // where it listens (newReceiverOf)
 }
 
 type receivedCall struct {
@@ -53,11 +54,20 @@ func newReceiver(t *testing.T, a *api) (*received, *httptest.Server) {
 	require.NoError(t, err)
 	secret, err := a.srv.SigningSecret(ctx, def)
 	require.NoError(t, err)
+	rc, ts := newReceiverOf(t, secret)
+	return rc, ts
+}
+
+// newReceiverOf is a loopback receiver verifying each call with secret.
+func newReceiverOf(t *testing.T, secret string) (*received, *httptest.Server) {
+	t.Helper()
 	rc := &received{}
+	var err error
 	rc.wh, err = standardwebhooks.NewWebhook(secret)
 	require.NoError(t, err)
 	ts := httptest.NewServer(rc)
 	t.Cleanup(ts.Close)
+	rc.url = ts.URL
 	return rc, ts
 }
 

@@ -7,6 +7,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,7 +92,46 @@ type Config struct {
 	TenantQuota TenantQuota
 	// Logger (default: discard).
 	Logger *slog.Logger
+
+	// Authenticate decides who a request to the API speaks for, in place
+	// of the service's bearer tokens: a team that mounts Handler behind
+	// its own authentication returns the Principal its middleware found
+	// (the tenant and the scope), or an error, which the API answers 401
+	// without its text (the error is logged at debug). Every endpoint's
+	// scope (Endpoints) and every tenant's isolation apply to its
+	// Principal as to a token's. Return Server.TokenAuth(r) for requests
+	// the team's scheme leaves to the service's tokens. Defaults to nil:
+	// the service's tokens only (TokenAuth).
+	Authenticate func(r *http.Request) (Principal, error)
+	// CatchUpAfter is how late a period's call may start after its place
+	// and still be its call at its place. A call that starts later
+	// because the service was not there at its place (down, stopped, or
+	// without a free worker: its job was due, or queued by its slot's
+	// late fan-out, longer than this ago), of a schedule that existed and
+	// was unchanged at its place, follows the schedule's catch_up:
+	// CatchUpSkip records a miss (MissedServerDown) and calls no more
+	// this period, CatchUpOne calls at once. A period's calls use at most
+	// a third of the period. Defaults to CatchUpAfterDefault (10 s).
+	CatchUpAfter time.Duration
+	// MissedInterval is how often Run looks for the calls that ended
+	// periods did not make (RecordMissed); at least MissedIntervalMin and
+	// at most the shortest period. Defaults to MissedIntervalDefault
+	// (10 s).
+	MissedInterval time.Duration
+	// PruneInterval is how often Run deletes calls, and schedules
+	// deleted, older than History (Prune); at least MissedIntervalMin and
+	// at most History. Defaults to PruneIntervalDefault (1 minute).
+	PruneInterval time.Duration
 }
+
+// Defaults and bounds of Config's intervals.
+const (
+	CatchUpAfterDefault   = 10 * time.Second
+	CatchUpAfterMin       = time.Second
+	MissedIntervalDefault = 10 * time.Second
+	MissedIntervalMin     = time.Second
+	PruneIntervalDefault  = time.Minute
+)
 
 // Server is the service's state: its tasks and its HTTP API.
 type Server struct {
@@ -201,6 +241,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.CatchUpAfter = cmp.Or(cfg.CatchUpAfter, CatchUpAfterDefault)
+	cfg.MissedInterval = cmp.Or(cfg.MissedInterval, MissedIntervalDefault)
+	cfg.PruneInterval = cmp.Or(cfg.PruneInterval, PruneIntervalDefault)
+	if cfg.CatchUpAfter < CatchUpAfterMin {
+		return nil, fmt.Errorf("serve: Config.CatchUpAfter must be at least %s (how late a call may start and still be its call at its place), got %s", CatchUpAfterMin, cfg.CatchUpAfter)
+	}
+	if cfg.MissedInterval < MissedIntervalMin {
+		return nil, fmt.Errorf("serve: Config.MissedInterval must be at least %s (how often Run looks for missed calls), got %s", MissedIntervalMin, cfg.MissedInterval)
+	}
+	if cfg.PruneInterval < MissedIntervalMin || cfg.PruneInterval > cfg.History {
+		return nil, fmt.Errorf("serve: Config.PruneInterval must be between %s and History (%s), got %s", MissedIntervalMin, cfg.History, cfg.PruneInterval)
+	}
 	s := &Server{cfg: cfg, tasks: map[time.Duration]riverslot.TaskInfo{},
 		schedules:     pgx.Identifier{cfg.Schema, SchedulesTable}.Sanitize(),
 		calls:         pgx.Identifier{cfg.Schema, CallsTable}.Sanitize(),
@@ -265,6 +317,14 @@ func New(cfg Config) (*Server, error) {
 	// The server's own sorted list, each period once (the caller's slice
 	// is left as it was).
 	s.cfg.Periods = slices.Sorted(maps.Keys(seen))
+	for _, p := range s.cfg.Periods { // sorted: the first fixed period is the shortest (Monthly is -1 ms)
+		if p > 0 && cfg.MissedInterval > p {
+			return nil, fmt.Errorf("serve: Config.MissedInterval must be at most the shortest period, %s (RecordMissed looks at the last 4 ended periods), got %s", FormatPeriod(p), cfg.MissedInterval)
+		}
+		if p > 0 {
+			break
+		}
+	}
 	scheduler, err := riverslot.New(cfg.Pool, &riverslot.Config{Logger: cfg.Logger, Tasks: tasks})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)

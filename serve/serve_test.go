@@ -90,6 +90,12 @@ func setupConfig(t *testing.T, cfg serve.Config) *api {
 // (when not nil); it returns the status.
 func (a *api) do(method, path string, body any, out any) int {
 	a.t.Helper()
+	return a.doWith(method, path, body, out, nil)
+}
+
+// doWith is do with the request's headers set too.
+func (a *api) doWith(method, path string, body, out any, headers map[string]string) int {
+	a.t.Helper()
 	var rd *bytes.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -101,6 +107,9 @@ func (a *api) do(method, path string, body any, out any) int {
 	req, err := http.NewRequest(method, a.http.URL+path, rd)
 	require.NoError(a.t, err)
 	req.Header.Set("Authorization", "Bearer "+a.token)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(a.t, err)
 	defer resp.Body.Close()

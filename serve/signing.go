@@ -125,8 +125,8 @@ func sign(req *http.Request, msgID string, body []byte, secrets []string) error 
 // tenant).
 func (s *Server) secretTenant(r *http.Request) (uuid.UUID, *apiError) {
 	p := principalOf(r)
-	if p.scope != ScopeAdmin {
-		return p.tenant, nil
+	if p.Scope != ScopeAdmin {
+		return p.Tenant, nil
 	}
 	if v := r.URL.Query().Get("tenant"); v != "" {
 		id, err := uuid.Parse(v)

@@ -206,7 +206,7 @@ VALUES (gen_random_uuid(), $1, $2, $3, $4) RETURNING `+s.tenantColumns(), *in.Na
 	if err := tx.Commit(r.Context()); err != nil {
 		return internal(err)
 	}
-	s.remember(token, principal{tokenID: tokenID, scope: ScopeTenant, tenant: t.ID})
+	s.remember(token, Principal{TokenID: tokenID, Scope: ScopeTenant, Tenant: t.ID})
 	w.Header().Set("Location", "/v1/tenants/"+t.ID.String())
 	return http.StatusCreated, struct {
 		Tenant
@@ -364,9 +364,9 @@ func (s *Server) deleteTenant(_ http.ResponseWriter, r *http.Request) (int, any)
 // and use.
 func (s *Server) me(_ http.ResponseWriter, r *http.Request) (int, any) {
 	p := principalOf(r)
-	out := map[string]any{"token_id": p.tokenID, "scope": p.scope}
-	if p.scope != ScopeAdmin {
-		t, e := s.liveTenant(r.Context(), p.tenant)
+	out := map[string]any{"token_id": p.TokenID, "scope": p.Scope}
+	if p.Scope != ScopeAdmin {
+		t, e := s.liveTenant(r.Context(), p.Tenant)
 		if e != nil {
 			return 0, e
 		}

@@ -57,7 +57,8 @@ type Config struct {
 }
 
 // Run prepares the schema, starts River and serves the API until ctx is
-// done, pruning the history every minute. What the service refuses (the
+// done, with serve.Server.Run beside them (the missed calls' entries
+// every 10 s, the history pruned every minute). What the service refuses (the
 // schema, the configuration, the token file) is an *inspect.InputError.
 func Run(ctx context.Context, c *Config, stdout, stderr io.Writer) error {
 	if err := serve.Migrate(ctx, c.Pool, c.Schema); err != nil {
@@ -104,26 +105,11 @@ func Run(ctx context.Context, c *Config, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, "riverslot serve: --allow-private-targets on an address beyond this machine: anyone with a token can make it call your network\n")
 	}
 
-	prune := time.NewTicker(time.Minute)
-	defer prune.Stop()
-	missed := time.NewTicker(10 * time.Second)
-	defer missed.Stop()
-	for done := false; !done; {
-		select {
-		case <-ctx.Done():
-			done = true
-		case <-missed.C:
-			// The calls the ended periods did not make: a history entry each.
-			if _, err := srv.RecordMissed(ctx); err != nil && ctx.Err() == nil {
-				logger.Warn("riverslot serve: recording missed calls", slog.String("error", err.Error()))
-			}
-		case <-prune.C:
-			if calls, schedules, err := srv.Prune(ctx); err != nil {
-				logger.Warn("riverslot serve: pruning history", slog.String("error", err.Error()))
-			} else if calls+schedules > 0 {
-				logger.Info("riverslot serve: pruned history", slog.Int64("calls", calls), slog.Int64("schedules", schedules))
-			}
-		}
+	// Until ctx is done: the missed calls' history entries and
+	// catch-ups, and the history's pruning (River's client makes the
+	// calls).
+	if err := srv.Run(ctx); err != nil {
+		return err
 	}
 	c.Listener.Close()
 	stopErr, err := shutdown.StopThenFlush(client.Stop, srv.FlushOutcomes)
