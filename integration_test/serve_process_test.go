@@ -85,8 +85,8 @@ func startServeWith(t testing.TB, schema, tokenFile string, args ...string) *ser
 }
 
 // TestServeProcesses: two `riverslot serve` processes on one schema call
-// the schedules created over one's API, each once per period; one is
-// killed with SIGKILL and the other goes on: no schedule is ever called
+// the schedules created over one's API, each once per period; the first,
+// River's leader, is killed with SIGKILL and the other goes on: no schedule is ever called
 // twice in a period, and every one is called in every period from the
 // second after the kill on, for three periods, each call within the second
 // after its place (the same second every period); the calls' places are
@@ -117,7 +117,16 @@ func TestServeProcesses(t *testing.T) {
 	}))
 	t.Cleanup(target.Close)
 
+	// a alone first, until it is River's leader: the kill below is then a
+	// kill of the leader (checked again before it), which stops River's
+	// scheduler until b is elected; serve's task is Punctual, so its
+	// calls must not wait for that.
 	a := startServe(t, schema, tokenFile)
+	leaderTable := pgx.Identifier{schema, "river_leader"}.Sanitize()
+	var leader string
+	riverslottest.WaitFor(t, time.Minute, "the first serve process elected River's leader", func() bool {
+		return pool.QueryRow(ctx, "SELECT leader_id FROM "+leaderTable).Scan(&leader) == nil
+	})
 	b := startServe(t, schema, tokenFile)
 	token, err := os.ReadFile(tokenFile)
 	require.NoError(t, err)
@@ -169,10 +178,24 @@ func TestServeProcesses(t *testing.T) {
 		}
 		return true
 	})
+	// The kill falls in the first half of a period whose cycle was
+	// bootstrapped before it, so that its second half is called during the
+	// failover.
+	riverslottest.WaitFor(t, 3*period, "the first half of a bootstrapped period", func() bool {
+		now := time.Now()
+		start := now.Truncate(period)
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "riverslot_ledger"}.Sanitize()+
+			" WHERE slot = -1 AND cycle_start = $1", start).Scan(&n))
+		return n > 0 && now.Sub(start) < period/4
+	})
+	var stillLeader string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT leader_id FROM "+leaderTable).Scan(&stillLeader))
+	require.Equal(t, leader, stillLeader, "the process to kill is River's leader")
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
 	<-a.done
 	killed := time.Now()
-	// River's leader was killed (or not): until another node is elected
+	// River's leader was killed: until another node is elected
 	// (its TTL, 15 s, and up to an elect interval) no periodic trigger
 	// runs, and a cycle whose trigger fell then is bootstrapped late, its
 	// past slots' calls skipped. From the first cycle the survivor
@@ -223,6 +246,7 @@ func TestServeProcesses(t *testing.T) {
 		return at.Sub(from.Add(offset)) % period
 	}
 	bins := make([]int, 8) // the checked calls' places, by eighths of the period
+	failover := 0          // schedules called at their place during the failover
 	for _, sc := range all {
 		offset := time.Duration(sc.OffsetSeconds * float64(time.Second))
 		per := map[int64]int{}
@@ -231,6 +255,16 @@ func TestServeProcesses(t *testing.T) {
 		}
 		for k, n := range per {
 			require.Equal(t, 1, n, "schedule %s: %d calls in the period from %s", sc.ID, n, time.Unix(k, 0).UTC())
+		}
+		// During the failover: the period the kill fell in was fanned
+		// out before it, and its later places (2 s after the kill on: a
+		// call the killed process held is its loss) are called at their
+		// time though no process is River's leader, since serve's task is
+		// Punctual (without it they wait for a new leader's scheduler).
+		if inKill := killed.Truncate(period); !inKill.Add(offset).Before(killed.Add(2 * time.Second)) {
+			require.Equal(t, 1, per[inKill.Unix()], "schedule %s (offset %s): no call at its place %s during the failover (kill at %s); its calls: %v",
+				sc.ID, offset, inKill.Add(offset).UTC(), killed.UTC(), of(sc.ID))
+			failover++
 		}
 		for k := from; k.Before(to); k = k.Add(period) {
 			require.Equal(t, 1, per[k.Unix()], "schedule %s (offset %s): no call in the period from %s (after the kill at %s); its calls: %v", sc.ID, offset, k.UTC(), killed.UTC(), of(sc.ID))
@@ -244,6 +278,7 @@ func TestServeProcesses(t *testing.T) {
 		}
 	}
 	slices.Sort(late)
+	t.Logf("%d schedules called at their place in the period of the kill, while River had no leader", failover)
 	t.Logf("%d calls in the three periods after the kill: lateness p50 %s, p99 %s, max %s; by eighth of the period %v",
 		len(late), late[len(late)/2], late[len(late)*99/100], late[len(late)-1], bins)
 	// At its place, not a period or a retry later: within 3 s on a busy
