@@ -49,7 +49,9 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	databaseURL := databaseURLFlag(fs, defaultDatabaseURL, "demo")
 	fs.StringVar(&o.accountsURL, "accounts-database-url", "", "PostgreSQL URL of another database for the accounts table (the demo creates it there, in a schema named --schema; River's database then holds nothing of the accounts); default: --database-url")
 	fs.IntVar(&o.Accounts, "accounts", 10_000, "number of random UUIDv4 accounts to seed")
-	durationVar(fs, &o.Cycle, "cycle", 120*time.Second, "cycle length: a whole number of seconds, a multiple of 2s, at most 24h (120s = 8 slots of 15s)")
+	cycle := &cycleValue{d: 120 * time.Second}
+	fs.Var(cycle, "cycle", "cycle length: a whole number of seconds, a multiple of 2s, at most 24h (120s = 8 slots of 15s); monthly is refused: the demo runs its cycles live, and a calendar month takes a month (run one with worker --cycle monthly)")
+	location := fs.String("location", "", "with --cycle monthly, the IANA time zone of the months: refused as --cycle monthly is (worker takes both)")
 	fs.IntVar(&o.Cycles, "cycles", 1, "number of consecutive cycles to run")
 	fs.IntVar(&o.Workers, "workers", 0, "River MaxWorkers for the demo queue (0: sized for the fleet, at least 50: enough to start accounts/cycle syncs a second at 70% of the queue's MaxWorkers x 10 a second, riverslot.MaxWorkersFor)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object on stdout instead of the table (progress stays on stderr)")
@@ -67,6 +69,10 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
+	if err := checkDemoCycle(cycle, *location); err != nil {
+		return nil, err
+	}
+	o.Cycle = cycle.d
 	if err := upstreams.check(); err != nil {
 		return nil, err
 	}
@@ -140,6 +146,22 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoOptions, error) {
 		return nil, err
 	}
 	return o, nil
+}
+
+// checkDemoCycle refuses --cycle monthly (and --location, its time zone):
+// the demo runs live cycles and waits for them to end, and it shortens a
+// cycle only by its length, which a calendar month fixes. A monthly task
+// runs as an app runs it, through worker.
+func checkDemoCycle(cycle *cycleValue, location string) error {
+	switch {
+	case cycle.monthly:
+		return usageErr("--cycle monthly: the demo runs its cycles live and waits for each to end, and a calendar month takes a month (its slots are days); " +
+			"run a monthly task with `riverslot worker --cycle monthly --location ZONE`, print a month's days and an account's place in it with " +
+			"`riverslot plan --cycle monthly --location ZONE`, or demo a cycle of 24h or less, e.g. --cycle 120s")
+	case location != "":
+		return usageErr("--location names the time zone of a calendar-month task, which the demo does not run (--cycle monthly is refused): leave it out")
+	}
+	return nil
 }
 
 // checkDemoShards refuses --shards that the cycle cannot split.
