@@ -17,18 +17,38 @@ const (
 	SlotElsewhere = "elsewhere" // another shard's slot: that shard's database makes and serves it
 )
 
-// TaskStatus is where a task's cycles stand: the current one and the one
-// before it.
+// TaskStatus is where a task's cycles stand: the current one, the one
+// before it, and one prepared ahead of its start.
 type TaskStatus struct {
-	Task     string       // the task's Name
-	Current  *CycleStatus // the latest cycle the ledger records (Status errs when there is none)
+	Task string // the task's Name
+	// Current is the cycle asked for; by default (Status, StatusFromLedger
+	// without a cycle start) the cycle running now: the latest the ledger
+	// records that has started, or, before the task's first cycle starts,
+	// the latest prepared. Status errs when the ledger has none.
+	Current  *CycleStatus
 	Previous *CycleStatus // nil when the task has no earlier cycle
+	// Prepared is the earliest cycle the ledger records bootstrapped ahead
+	// of its start (EnqueueCycle, or the trigger's lead before each start)
+	// while Current runs: it is shown beside the running cycle, never
+	// instead of it, and the verdict is Current's. Nil when there is none,
+	// or when a cycle start was asked for.
+	Prepared *PreparedCycle
 	// Census is the latest weight census of a weighted task (nil for
 	// another task, or before its first census).
 	Census *CensusStatus
 	// Upstreams sums up the task's upstreams (nil for a task without
 	// Upstream or Limits, or before its first sync).
 	Upstreams *UpstreamsStatus
+}
+
+// PreparedCycle is a cycle bootstrapped ahead of its start: its per-slot
+// jobs wait for their slots. StatusAt describes it in full.
+type PreparedCycle struct {
+	CycleStart time.Time // when it starts
+	// Plan is the plan id it was made under, as its jobs carry it (see
+	// CycleStatus.Plan); Slots its slots under that plan.
+	Plan  string
+	Slots int
 }
 
 // CycleStatus is one cycle of one task: riverslot's ledger's record of it,

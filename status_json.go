@@ -51,6 +51,15 @@ type statusJSON struct {
 	PerSlot            []statusSlotJSON `json:"per_slot"`
 	Census             *censusJSON      `json:"census,omitempty"`
 	Upstreams          *upstreamsJSON   `json:"upstreams,omitempty"`
+	// Prepared is the cycle bootstrapped ahead of its start beside the
+	// running one the rest describes (absent when there is none).
+	Prepared *preparedJSON `json:"prepared,omitempty"`
+}
+
+type preparedJSON struct {
+	CycleStart string `json:"cycle_start"`
+	Plan       string `json:"plan"`
+	Slots      int    `json:"slots"`
 }
 
 type upstreamsJSON struct {
@@ -101,8 +110,9 @@ type statusSlotJSON struct {
 }
 
 // MarshalJSON encodes the current cycle as riverslot status --json prints
-// it (and the operator's page's /api/status serves it): snake_case fields,
-// times in RFC 3339, durations in seconds.
+// it (and the operator's page's /api/status serves it), with the cycle
+// prepared ahead under "prepared": snake_case fields, times in RFC 3339,
+// durations in seconds.
 func (st TaskStatus) MarshalJSON() ([]byte, error) {
 	c := st.Current
 	if c == nil {
@@ -111,6 +121,9 @@ func (st TaskStatus) MarshalJSON() ([]byte, error) {
 		}{st.Task})
 	}
 	out := cycleToJSON(st.Task, c)
+	if p := st.Prepared; p != nil {
+		out.Prepared = &preparedJSON{CycleStart: p.CycleStart.UTC().Format(time.RFC3339), Plan: p.Plan, Slots: p.Slots}
+	}
 	if cs := st.Census; cs != nil {
 		out.Census = &censusJSON{CycleStart: cs.CycleStart.Format(time.RFC3339), Steps: cs.Steps, NextBucket: cs.NextBucket,
 			Finished: cs.Finished, Stalls: cs.Stalls, StalledSince: rfc3339(&cs.StalledSince)}

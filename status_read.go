@@ -11,10 +11,14 @@ import (
 	"github.com/riverslot/riverslot/internal/taskspec"
 )
 
-// Status returns where the named task's current cycle (the latest in
-// riverslot's ledger) and the one before it stand. The cycle is found under
-// any plan and shown under the plan its bootstrap recorded
-// (CycleStatus.Plan), with the placement it recorded: a task OppositeOf
+// Status returns where the named task's current cycle (the one running
+// now: the latest in riverslot's ledger that has started) and the one
+// before it stand, with the earliest cycle prepared ahead of its start
+// (TaskStatus.Prepared): a cycle bootstrapped early by EnqueueCycle, or by
+// the trigger's lead, is shown beside the running cycle, not instead of it.
+// Before the task's first cycle starts, the current cycle is the latest
+// prepared. The cycle is found under any plan and shown under the plan its
+// bootstrap recorded (CycleStatus.Plan), with the placement it recorded: a task OppositeOf
 // another is found even by a tool that describes it alone, and a pinned
 // cycle's accounts are expected in their pinned slots. Everything about
 // the cycle comes from its ledger rows, read by key: what its bootstrap
@@ -38,18 +42,52 @@ func (s *Scheduler) Status(ctx context.Context, taskName string) (*TaskStatus, e
 	if !s.configured {
 		return nil, errNoRiverSchema
 	}
-	latest, plan, found, err := s.ledger().LatestCycle(ctx, s.pool, spec.Name, spec.PlanID)
+	now := time.Now()
+	current, plan, prepared, err := s.runningCycle(ctx, spec, now)
 	if err != nil {
 		return nil, err
 	}
-	if !found {
-		return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle yet: riverslot's ledger records no bootstrapped cycle of the task (under its plan %s or any other)", spec.Name, spec.PlanID)}
-	}
-	latest = latest.UTC()
-	if spec, err = planSpec(spec, plan, latest); err != nil {
+	if spec, err = planSpec(spec, plan, current); err != nil {
 		return nil, err
 	}
-	return s.statusAt(ctx, spec, latest)
+	st, err := s.statusAt(ctx, spec, current, now)
+	if err != nil {
+		return nil, err
+	}
+	st.Prepared = prepared
+	return st, nil
+}
+
+// runningCycle returns the start and plan of the task's cycle running at
+// now, as the ledger records it (the latest started; before the first
+// starts, the latest prepared), and the earliest cycle prepared after it
+// (nil when none). An error wrapping ErrNoCycle when the ledger records no
+// cycle of the task.
+func (s *Scheduler) runningCycle(ctx context.Context, spec *taskspec.Spec, now time.Time) (time.Time, taskspec.PlanKey, *PreparedCycle, error) {
+	led := s.ledger()
+	start, plan, found, err := led.CycleAt(ctx, s.pool, spec.Name, spec.PlanID, now)
+	if err != nil {
+		return time.Time{}, taskspec.PlanKey{}, nil, err
+	}
+	if !found {
+		// No cycle has started yet: the latest prepared, with none after it.
+		if start, plan, found, err = led.LatestCycle(ctx, s.pool, spec.Name, spec.PlanID); err != nil {
+			return time.Time{}, taskspec.PlanKey{}, nil, err
+		}
+		if !found {
+			return time.Time{}, taskspec.PlanKey{}, nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle yet: riverslot's ledger records no bootstrapped cycle of the task (under its plan %s or any other)", spec.Name, spec.PlanID)}
+		}
+		return start, plan, nil, nil
+	}
+	nextStart, nextPlan, ahead, err := led.NextCycle(ctx, s.pool, spec.Name, spec.PlanID, now)
+	if err != nil || !ahead {
+		return start, plan, nil, err
+	}
+	next, err := planSpec(spec, nextPlan, nextStart)
+	if err != nil {
+		return time.Time{}, taskspec.PlanKey{}, nil, err
+	}
+	return start, plan, &PreparedCycle{CycleStart: nextStart, Plan: next.PlanID, Slots: next.Slots(nextStart)}, nil
 }
 
 // StatusAt is Status for the cycle starting at cycleStart, under the plan
@@ -79,7 +117,7 @@ func (s *Scheduler) StatusAt(ctx context.Context, taskName string, cycleStart ti
 	if spec, err = planSpec(spec, plan, cycleStart); err != nil {
 		return nil, err
 	}
-	return s.statusAt(ctx, spec, cycleStart)
+	return s.statusAt(ctx, spec, cycleStart, time.Now())
 }
 
 // StatusFromLedger is Status (StatusAt for a cycleStart that is not zero)
@@ -101,15 +139,14 @@ func (s *Scheduler) StatusFromLedger(ctx context.Context, taskName string, cycle
 		return nil, errNoRiverSchema
 	}
 	var (
-		plan  taskspec.PlanKey
-		found bool
+		plan     taskspec.PlanKey
+		found    bool
+		prepared *PreparedCycle
+		now      = time.Now()
 	)
 	if cycleStart.IsZero() {
-		if cycleStart, plan, found, err = s.ledger().LatestCycle(ctx, s.pool, spec.Name, spec.PlanID); err != nil {
+		if cycleStart, plan, prepared, err = s.runningCycle(ctx, spec, now); err != nil {
 			return nil, err
-		}
-		if !found {
-			return nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle yet: riverslot's ledger records no bootstrapped cycle of the task (under its plan %s or any other)", spec.Name, spec.PlanID)}
 		}
 	} else {
 		if plan, found, err = s.cyclePlanFromLedger(ctx, spec, cycleStart); err != nil {
@@ -131,7 +168,12 @@ func (s *Scheduler) StatusFromLedger(ctx context.Context, taskName string, cycle
 	if !complete || spec.Monthly() { // a month's days are not the last month's
 		counts = nil
 	}
-	return s.statusOf(ctx, spec, cycleStart, counts)
+	st, err := s.statusOf(ctx, spec, cycleStart, counts, now)
+	if err != nil {
+		return nil, err
+	}
+	st.Prepared = prepared
+	return st, nil
 }
 
 // planSpec returns the spec the task's cycle at cycleStart runs under when
@@ -150,7 +192,9 @@ func planSpec(spec *taskspec.Spec, plan taskspec.PlanKey, cycleStart time.Time) 
 	return other, nil
 }
 
-func (s *Scheduler) statusAt(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time) (*TaskStatus, error) {
+// statusAt is statusOf with the accounts expected per slot counted (or,
+// when the accounts database does not answer, taken from the fan-outs).
+func (s *Scheduler) statusAt(ctx context.Context, spec *taskspec.Spec, cycleStart, now time.Time) (*TaskStatus, error) {
 	counts, err := s.expectedCounts(ctx, spec, cycleStart)
 	var unreachable error
 	if err != nil {
@@ -161,7 +205,7 @@ func (s *Scheduler) statusAt(ctx context.Context, spec *taskspec.Spec, cycleStar
 		// still answers, expecting what the fan-outs selected.
 		counts, unreachable = nil, err
 	}
-	st, err := s.statusOf(ctx, spec, cycleStart, counts)
+	st, err := s.statusOf(ctx, spec, cycleStart, counts, now)
 	if err != nil {
 		return nil, err
 	}
@@ -180,11 +224,10 @@ func accountsErrorText(err error) string {
 	return "the accounts database did not answer (" + err.Error() + "): the accounts expected per slot are what the fan-outs selected"
 }
 
-// statusOf reads the cycle at cycleStart and the one before it. counts are
-// the accounts per hash slot; nil means the expected accounts come from
-// the jobs alone (jobsExpected).
-func (s *Scheduler) statusOf(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time, counts []int64) (*TaskStatus, error) {
-	now := time.Now()
+// statusOf reads the cycle at cycleStart and the one before it, as they
+// stand at now. counts are the accounts per hash slot; nil means the
+// expected accounts come from the jobs alone (jobsExpected).
+func (s *Scheduler) statusOf(ctx context.Context, spec *taskspec.Spec, cycleStart time.Time, counts []int64, now time.Time) (*TaskStatus, error) {
 	prevStart := cycleStart.Add(-spec.Plan.Cycle) // on a wall-clock schedule, the previous start of the grid
 	if spec.Schedule.Location != nil {
 		prevStart = spec.Schedule.Start(cycleStart.Add(-time.Nanosecond)).UTC()

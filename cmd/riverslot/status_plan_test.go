@@ -16,10 +16,12 @@ import (
 )
 
 // TestStatusPlanAndMonthlyFlags: riverslot status with only --task shows
-// the plan the app's task has (a one-hour cycle of 16 slots, its seed), as
-// its cycle's jobs and the ledger record it, not one of the flags'
-// defaults (120 s); the task flags status shares with worker take --cycle
-// monthly with --location, and refuse what does not apply to it.
+// the cycle running now under the plan the app's task has (a one-hour
+// cycle of 16 slots, its seed), as its cycle's jobs and the ledger record
+// it, not one of the flags' defaults (120 s), and names beside it the cycle
+// prepared an hour ahead, under the same plan; the task flags status
+// shares with worker take --cycle monthly with --location, and refuse what
+// does not apply to it.
 func TestStatusPlanAndMonthlyFlags(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -39,25 +41,38 @@ func TestStatusPlanAndMonthlyFlags(t *testing.T) {
 	config.PeriodicJobs = nil // the test makes its cycle itself
 	client, _ := riverslottest.StartClient(ctx, t, pool, config)
 
+	// The cycle running now, and one prepared an hour ahead.
+	running := info.Schedule.Start(time.Now())
 	start := info.Schedule.Next(time.Now().Add(time.Hour))
-	_, err = scheduler.EnqueueCycle(ctx, client, "hourly", start)
-	require.NoError(t, err)
+	for _, c := range []time.Time{running, start} {
+		_, err = scheduler.EnqueueCycle(ctx, client, "hourly", c)
+		require.NoError(t, err)
+	}
 	jobs := pgx.Identifier{schema, "river_job"}.Sanitize()
-	riverslottest.WaitFor(t, 30*time.Second, "the cycle's per-slot jobs", func() bool {
-		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE kind = 'riverslot_perslot'") == int64(info.Plan.Slots)
+	riverslottest.WaitFor(t, 30*time.Second, "both cycles' per-slot jobs", func() bool {
+		return riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+jobs+" WHERE kind = 'riverslot_perslot'") == 2*int64(info.Plan.Slots)
 	})
 
 	var st struct {
 		CycleStart time.Time `json:"cycle_start"`
 		Plan       string    `json:"plan"`
 		Slots      int       `json:"slots"`
+		Prepared   *struct {
+			CycleStart time.Time `json:"cycle_start"`
+			Plan       string    `json:"plan"`
+			Slots      int       `json:"slots"`
+		} `json:"prepared"`
 	}
 	code, stdout, stderr := runCmd(t, "status", "--database-url", riverslottest.DatabaseURL(), "--schema", schema, "--task", "hourly", "--filter", "", "--json")
 	require.Contains(t, []int{0, 1}, code, "stderr:\n%s", stderr)
 	require.NoError(t, json.Unmarshal([]byte(stdout), &st), stdout)
-	require.True(t, start.Equal(st.CycleStart), "cycle_start %s, want %s", st.CycleStart, start)
+	require.True(t, running.Equal(st.CycleStart), "cycle_start %s, want the running cycle %s", st.CycleStart, running)
 	require.Equal(t, info.PlanID, st.Plan, "the app's plan")
 	require.Equal(t, info.Plan.Slots, st.Slots)
+	require.NotNil(t, st.Prepared, "the cycle prepared ahead, beside the running one: %s", stdout)
+	require.True(t, start.Equal(st.Prepared.CycleStart), "prepared %s, want %s", st.Prepared.CycleStart, start)
+	require.Equal(t, info.PlanID, st.Prepared.Plan, "the app's plan")
+	require.Equal(t, info.Plan.Slots, st.Prepared.Slots)
 
 	for _, tt := range []struct {
 		name string

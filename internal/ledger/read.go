@@ -42,19 +42,50 @@ func (l Ledger) Exists(ctx context.Context, q Queryer) (bool, error) {
 
 // LatestCycle returns the start and plan of the task's latest bootstrapped
 // cycle (planFirst first among cycles that start together), and false when
-// the ledger has none, or does not exist.
+// the ledger has none, or does not exist. The latest may be a cycle
+// prepared ahead of its start: CycleAt finds the one running.
 func (l Ledger) LatestCycle(ctx context.Context, q Queryer, task, planFirst string) (time.Time, taskspec.PlanKey, bool, error) {
+	return l.oneCycle(ctx, q, "finding the task's latest cycle in the ledger",
+		"SELECT cycle_start, plan FROM "+l.table+" WHERE task = $1 AND slot = $2 ORDER BY cycle_start DESC, plan = $3 DESC LIMIT 1",
+		task, BootstrapSlot, planFirst)
+}
+
+// CycleAt returns the start and plan of the task's cycle running at now:
+// its latest bootstrapped cycle that starts at or before now (planFirst
+// first among cycles that start together), and false when none does, or
+// the ledger does not exist. A cycle bootstrapped ahead of its start (by
+// EnqueueCycle, or by the trigger's lead) is not running yet: NextCycle
+// finds it. One range of the primary key, stopped at the first row.
+func (l Ledger) CycleAt(ctx context.Context, q Queryer, task, planFirst string, now time.Time) (time.Time, taskspec.PlanKey, bool, error) {
+	return l.oneCycle(ctx, q, "finding the task's running cycle in the ledger",
+		"SELECT cycle_start, plan FROM "+l.table+" WHERE task = $1 AND slot = $2 AND cycle_start <= $4 ORDER BY cycle_start DESC, plan = $3 DESC LIMIT 1",
+		task, BootstrapSlot, planFirst, now)
+}
+
+// NextCycle returns the start and plan of the task's earliest bootstrapped
+// cycle that starts after after (planFirst first among cycles that start
+// together): a cycle prepared ahead of its start. False when there is
+// none, or no ledger. One range of the primary key, stopped at the first
+// row.
+func (l Ledger) NextCycle(ctx context.Context, q Queryer, task, planFirst string, after time.Time) (time.Time, taskspec.PlanKey, bool, error) {
+	return l.oneCycle(ctx, q, "finding the task's next cycle in the ledger",
+		"SELECT cycle_start, plan FROM "+l.table+" WHERE task = $1 AND slot = $2 AND cycle_start > $4 ORDER BY cycle_start, plan = $3 DESC LIMIT 1",
+		task, BootstrapSlot, planFirst, after)
+}
+
+// oneCycle scans the start and plan of the one cycle sql selects (false
+// when it selects none, or the ledger does not exist).
+func (l Ledger) oneCycle(ctx context.Context, q Queryer, what, sql string, args ...any) (time.Time, taskspec.PlanKey, bool, error) {
 	var (
 		start time.Time
 		plan  taskspec.PlanKey
 	)
-	err := q.QueryRow(ctx, "SELECT cycle_start, plan FROM "+l.table+" WHERE task = $1 AND slot = $2 ORDER BY cycle_start DESC, plan = $3 DESC LIMIT 1",
-		task, BootstrapSlot, planFirst).Scan(&start, &plan)
+	err := q.QueryRow(ctx, sql, args...).Scan(&start, &plan)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), isUndefinedTable(err):
 		return time.Time{}, taskspec.PlanKey{}, false, nil
 	case err != nil:
-		return time.Time{}, taskspec.PlanKey{}, false, wrap(err, "finding the task's latest cycle in the ledger")
+		return time.Time{}, taskspec.PlanKey{}, false, wrap(err, what)
 	}
 	return start.UTC(), plan, true, nil
 }

@@ -12,10 +12,14 @@ import (
 )
 
 // WriteStatus draws one bar per slot (enqueued against expected) and the
-// verdict.
+// verdict of the current cycle, naming the cycle prepared ahead beside it.
 func WriteStatus(w io.Writer, st *riverslot.TaskStatus) {
 	c := st.Current
 	fmt.Fprintf(w, "task %s, cycle %s: %d slots, plan %s\n", st.Task, c.CycleStart.UTC().Format(time.RFC3339), c.Slots, c.Plan)
+	if p := st.Prepared; p != nil {
+		fmt.Fprintf(w, "prepared ahead: cycle %s, %d slots, plan %s (bootstrapped, not started; what follows is the cycle running now)\n",
+			p.CycleStart.UTC().Format(time.RFC3339), p.Slots, p.Plan)
+	}
 	pinned := c.Placement == riverslot.PlacementPinned
 	if pinned {
 		follows := "its own pins"
