@@ -75,7 +75,7 @@ func (s *Scheduler) runningCycle(ctx context.Context, spec *taskspec.Spec, now t
 			return time.Time{}, taskspec.PlanKey{}, nil, err
 		}
 		if !found {
-			return time.Time{}, taskspec.PlanKey{}, nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle yet: riverslot's ledger records no bootstrapped cycle of the task (under its plan %s or any other)", spec.Name, spec.PlanID)}
+			return time.Time{}, taskspec.PlanKey{}, nil, &noCycleError{msg: fmt.Sprintf("task %q has no cycle yet: riverslot's ledger records no bootstrapped cycle of the task, under any plan", spec.Name)}
 		}
 		return start, plan, nil, nil
 	}
