@@ -22,11 +22,13 @@ import (
 type AccountStatus struct {
 	Task      string
 	AccountID uuid.UUID
-	// Plan is the plan of the task's latest cycle (CycleStart), under which
-	// Bucket, Slot and Offset are computed: the account's bucket (the last
-	// byte of its UUID, the last two for a task of 65,536 buckets), its
-	// hash slot (shifted by the task's phase) and its fixed offset inside a
-	// slot. For a calendar-month task, Slot is the day of that month it is
+	// Plan is the plan of the task's cycle running now (CycleStart: the
+	// latest in the ledger that has started, as Status chooses it; before
+	// the task's first cycle starts, the latest prepared; with no cycle in
+	// the ledger, the schedule's at now), under which Bucket, Slot and
+	// Offset are computed: the account's bucket (the last byte of its
+	// UUID, the last two for a task of 65,536 buckets), its hash slot
+	// (shifted by the task's phase) and its fixed offset inside a slot. For a calendar-month task, Slot is the day of that month it is
 	// due on and Offset its time after that day's start (its place is a
 	// fraction of each month, so both change month by month).
 	Plan       string
@@ -34,24 +36,25 @@ type AccountStatus struct {
 	Bucket     int
 	Slot       int
 	Offset     time.Duration
-	// Pinned is set when the latest cycle's placement pins the account:
+	// Pinned is set when that cycle's placement pins the account:
 	// PinnedSlot is the slot it is served in (the pin, shifted for a task
 	// OppositeOf a weighted one), PinWeight its weight then.
 	Pinned     bool
 	PinnedSlot int
 	PinWeight  float64
 	// NextSyncs are the account's regular sync times in the next cycles
-	// from now: the slot it is served in (pinned, when the latest cycle
+	// from now: the slot it is served in (pinned, when the cycle running
 	// pins it) plus its offset. Pins of later cycles may differ.
 	NextSyncs []time.Time
-	// Current and Previous are the account's sync in the latest cycle and
-	// the one before it, as the ledger records the cycles: the sync job
-	// itself while River has it queued or running (Source "river"), else
-	// what the ledger says of the account's slot (Source "ledger": its
-	// fan-out finished, so the sync was enqueued for the account's regular
-	// time, and how it ended is counted in the cycle's totals; or the slot
-	// failed or did not fan out). Nil when the ledger records no such
-	// cycle.
+	// Current and Previous are the account's sync in the cycle running now
+	// (CycleStart; a cycle prepared ahead of its start, see
+	// TaskStatus.Prepared, is neither) and the one before it, as the
+	// ledger records the cycles: the sync job itself while River has it
+	// queued or running (Source "river"), else what the ledger says of the
+	// account's slot (Source "ledger": its fan-out finished, so the sync
+	// was enqueued for the account's regular time, and how it ended is
+	// counted in the cycle's totals; or the slot failed or did not fan
+	// out). Nil when the ledger records no such cycle.
 	Current, Previous *AccountSync
 }
 
@@ -98,9 +101,11 @@ const accountSyncSQL = accountJobsCTE + `SELECT id, state, scheduled_at, attempt
 	FROM j WHERE kind = $2 AND args->>'task' = $3 AND args->>'cycle_start' = $4
 	  AND state IN ('scheduled', 'available', 'pending', 'running', 'retryable') ORDER BY id DESC LIMIT 1`
 
-// Account returns where the account stands in the named task's latest
-// cycle: bucket, slot, offset and pin under the cycle's plan and placement,
-// its next regular syncs, and its sync in this cycle and the one before.
+// Account returns where the account stands in the named task's cycle
+// running now, the one Status describes (a cycle bootstrapped ahead of its
+// start by EnqueueCycle, or by the trigger's lead, does not hide it):
+// bucket, slot, offset and pin under the cycle's plan and placement, its
+// next regular syncs, and its sync in this cycle and the one before.
 // Every read is an index lookup: the ledger's key for the cycles and
 // slots, River's GIN index on args for the account's unfinished jobs, the
 // pins table's key for its pin.
@@ -118,20 +123,27 @@ func (s *Scheduler) Account(ctx context.Context, taskName string, id uuid.UUID) 
 func (s *Scheduler) account(ctx context.Context, spec *taskspec.Spec, id uuid.UUID, now time.Time) (*AccountStatus, error) {
 	table := s.riverTable(spec)
 	a := &AccountStatus{Task: spec.Name, AccountID: id, Plan: spec.PlanID}
-	latest, plan, found, err := s.ledger().LatestCycle(ctx, s.pool, spec.Name, spec.PlanID)
+	// The cycle running at now, as Status chooses it (before the task's
+	// first cycle starts, the latest prepared); a cycle prepared ahead of
+	// its start does not hide it.
+	current, plan, _, err := s.runningCycle(ctx, spec, now)
+	found := err == nil
+	if errors.Is(err, ErrNoCycle) {
+		err = nil // no cycle in the ledger: the one the schedule has at now
+	}
 	if err != nil {
 		return nil, err
 	}
 	var placement string
 	var ref *taskspec.PinsRef
 	if !found {
-		latest = spec.Schedule.Start(now)
+		current = spec.Schedule.Start(now)
 	} else {
-		if spec, err = planSpec(spec, plan, latest); err != nil {
+		if spec, err = planSpec(spec, plan, current); err != nil {
 			return nil, err
 		}
-		// The pin, when the latest cycle follows pins, as its record says.
-		c, ok, err := s.ledger().CycleRecord(ctx, s.pool, spec.Name, spec.PlanID, latest)
+		// The pin, when the cycle follows pins, as its record says.
+		c, ok, err := s.ledger().CycleRecord(ctx, s.pool, spec.Name, spec.PlanID, current)
 		if err != nil {
 			return nil, err
 		}
@@ -139,10 +151,10 @@ func (s *Scheduler) account(ctx context.Context, spec *taskspec.Spec, id uuid.UU
 			placement, ref = c.Placement, c.Pins
 		}
 	}
-	a.Plan, a.CycleStart = spec.PlanID, latest
+	a.Plan, a.CycleStart = spec.PlanID, current
 	a.Bucket = spec.Plan.BucketOf(id)
-	a.Slot = spec.SlotOf(latest, id)
-	a.Offset = spec.Regular(latest, a.Slot, id).Sub(spec.SlotStart(latest, a.Slot))
+	a.Slot = spec.SlotOf(current, id)
+	a.Offset = spec.Regular(current, a.Slot, id).Sub(spec.SlotStart(current, a.Slot))
 
 	if placement == perslot.PlacementPinned && ref != nil && ref.Task != "" {
 		schema := ref.Schema
@@ -151,7 +163,7 @@ func (s *Scheduler) account(ctx context.Context, spec *taskspec.Spec, id uuid.UU
 		}
 		var slot int
 		err := spec.AccountsDB(s.pool).QueryRow(ctx, "SELECT slot, weight FROM "+sqlbucket.QualifiedTable(schema, taskspec.PinsTable)+
-			" WHERE task = $1 AND plan = $2 AND cycle_start = $3 AND account_id = $4", ref.Task, ref.Plan, ref.PinsCycle(latest), id).Scan(&slot, &a.PinWeight)
+			" WHERE task = $1 AND plan = $2 AND cycle_start = $3 AND account_id = $4", ref.Task, ref.Plan, ref.PinsCycle(current), id).Scan(&slot, &a.PinWeight)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -177,8 +189,8 @@ func (s *Scheduler) account(ctx context.Context, spec *taskspec.Spec, id uuid.UU
 	if !found {
 		return a, nil
 	}
-	cycles := []ledger.Cycle{{Task: spec.Name, Plan: spec.Key, Start: latest}}
-	prev, err := s.ledger().Cycles(ctx, s.pool, spec.Name, time.Time{}, latest, 1)
+	cycles := []ledger.Cycle{{Task: spec.Name, Plan: spec.Key, Start: current}}
+	prev, err := s.ledger().Cycles(ctx, s.pool, spec.Name, time.Time{}, current, 1)
 	if err != nil {
 		return nil, err
 	}
