@@ -24,7 +24,8 @@ import (
 // it, those in flight and its probes; it was deferred and probed; the
 // other banks were never deferred nor probed), and riverslot simulate's
 // model of the same flags against the run (the probes, one a cooldown
-// while down, within 2; at least half the deferrals). (Two side-by-side demos, with
+// while down, at most 2 above the model's; the other banks' lateness is
+// logged beside the model's, not bounded by it). (Two side-by-side demos, with
 // and without the outage, compare the other banks' lateness: see
 // docs/simulate.md; on CI's 2 cores, beside the other packages' demos,
 // a second demo made both too late to compare.)
@@ -65,12 +66,20 @@ func TestDemoUpstreams(t *testing.T) {
 		require.Equal(t, 1, u.Burst)
 		require.Equal(t, concurrency, u.ConcurrencyLimit)
 		require.Positive(t, u.Calls)
+		t.Logf("%s: %d calls, most sent in 1 s %d, received in 1 s %d, received above the rate %.2f, in flight %d", u.Key, u.Calls, u.MaxSentPerSecond, u.MaxPerSecond, u.MaxReceivedAboveRate, u.MaxInFlight)
 		require.LessOrEqual(t, u.MaxSentPerSecond, rate+1, "%s: calls sent in one second", u.Key)
 		require.LessOrEqual(t, u.MaxInFlight, int64(concurrency), "%s: calls in flight", u.Key)
 		// What the bank saw: calls admitted in a second are at most rate +
 		// burst (1), and those admitted earlier that arrive in it were in
 		// flight at its start, each holding one of concurrency leases.
 		require.LessOrEqual(t, u.MaxPerSecond, rate+1+concurrency, "%s: calls the bank received in one second", u.Key)
+		// The same over every window, however long: the calls the bank
+		// received beyond rate x the window's length are at most burst +
+		// concurrency (those started in it, and those in flight at its
+		// start). A limiter 10% fast, tried on a quiet machine, passed the
+		// one-second bound (23 received) and failed this one (3.35); the
+		// right one measured 1.25-1.65.
+		require.LessOrEqual(t, u.MaxReceivedAboveRate, float64(1+concurrency), "%s: calls the bank received beyond the rate in some window", u.Key)
 		require.Equal(t, u.Accounts, u.Synced+u.Skipped, "%s: each account synced once or reported skipped", u.Key)
 	}
 	require.EqualValues(t, accounts, total)
@@ -109,8 +118,21 @@ func TestDemoUpstreams(t *testing.T) {
 	// probed at all, and no call to the down bank beyond those that opened
 	// its breaker, those in flight and its probes.
 	require.LessOrEqual(t, down.Probes, predicted.Probes+2, "probes: measured above the model's")
+	// The other banks' lateness, model and run side by side: a figure, not
+	// a bound either way. The model is not the run's lower bound: it syncs
+	// its own seeded fleet (the demo seeds random UUIDs: other regular
+	// times, other bank sizes), and River's scheduler, which makes the
+	// fan-out's scheduled syncs available every 5 s, ticks at a phase fixed
+	// in the model and set by when the run's leader was elected. Moving
+	// only that phase over 0-4.5 s moves the model's bank-03 p99 between
+	// 2.8 s and 3.6 s (2.3 s and 3.7 s over four fleet seeds); a
+	// fresh-clone CI run measured 2.98 s against the model's 3.14 s (the
+	// check was measured + 0.1 s). That a run is never less late than its
+	// limits allow is bounded from what the banks received instead
+	// (MaxReceivedAboveRate above).
 	for _, i := range []int{0, 2, 3} {
-		require.LessOrEqual(t, results[0].Upstreams[i].LatenessP99Seconds, s.Upstreams[i].LatenessP99Seconds+0.1, "%s: simulated lateness p99 above the measured one", s.Upstreams[i].Key)
+		t.Logf("%s: lateness p99 simulated %.3fs (%d accounts), measured %.3fs (%d accounts)", s.Upstreams[i].Key,
+			results[0].Upstreams[i].LatenessP99Seconds, results[0].Upstreams[i].Accounts, s.Upstreams[i].LatenessP99Seconds, s.Upstreams[i].Accounts)
 	}
 
 	for _, c := range []struct {
