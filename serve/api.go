@@ -62,9 +62,11 @@ type Schedule struct {
 	Retries    int               `json:"retries"`
 	Upstream   string            `json:"upstream"`
 	Paused     bool              `json:"paused"`
-	// CatchUp is what a period the service did not start brings: CatchUpSkip
-	// (the next call at its place) or CatchUpOne (one call as soon as the
-	// service knows, then the places).
+	// CatchUp is what a call the service was not there to make at its
+	// place brings (a period it did not start, or a place passed while it
+	// was down): CatchUpSkip (no call, an entry MissedServerDown; the next
+	// call at its place) or CatchUpOne (one call as soon as the service is
+	// back, then the places).
 	CatchUp string `json:"catch_up"`
 	// Offset is the schedule's place in its period: every call is due
 	// that long after a period starts. For a monthly schedule it is the
@@ -475,7 +477,7 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 	}
 	if in.CatchUp != nil {
 		if *in.CatchUp != CatchUpSkip && *in.CatchUp != CatchUpOne {
-			return badField("catch_up", "must be %q (a missed period's call is not made again) or %q (one call as soon as the service is back), got %q", CatchUpSkip, CatchUpOne, *in.CatchUp)
+			return badField("catch_up", "must be %q (a call missed while the service was down is not made again) or %q (one call as soon as the service is back), got %q", CatchUpSkip, CatchUpOne, *in.CatchUp)
 		}
 		r.catchUp = *in.CatchUp
 	}
@@ -663,7 +665,13 @@ func (s *Server) place(sc *Schedule, period time.Duration, now time.Time, fresh 
 			// period of the slot's start). TestNextCallsComeTrue once
 			// saw a schedule created 1.7 s after its place, before its
 			// slot's late fan-out, promised the next period and called
-			// in this one.
+			// in this one. Unless the schedule was there at its place,
+			// too long ago, and skips what the service was not there
+			// for (catch_up skip: absentAtPlace).
+			if sc.CatchUp == CatchUpSkip && sc.CreatedAt.Before(due) && sc.UpdatedAt.Before(due) &&
+				now.Sub(due) > s.catchUpAfter(info.Schedule.Next(c).Sub(c)) {
+				continue
+			}
 			if due.Before(now) {
 				due = now
 			}

@@ -16,8 +16,12 @@ import (
 // Why a period's call of a schedule was not made: each miss is a history
 // entry (a Call with Missed set) and counted in the stats.
 const (
-	// MissedServerDown: no process of the service started the period (it
-	// was down, or electing a leader, when the period began).
+	// MissedServerDown: the service was not there at the call's place: no
+	// process started the period (it was down, or electing a leader, when
+	// the period began), or the period started and the call could start
+	// only well after its place (Config.CatchUpAfter) while its schedule's
+	// catch_up is CatchUpSkip, or only less than half a period before the
+	// next call, which covers it.
 	MissedServerDown = "server_down"
 	// MissedFanOutLate: the period started, but its slot's fan-out came too
 	// late to queue the call (the service was down or behind at its
@@ -38,15 +42,24 @@ const (
 	MissedQuota = "tenant_quota"
 )
 
-// A schedule's catch_up: what a period the service did not start brings.
+// A schedule's catch_up: what a call the service was not there to make
+// at its place brings, whether no process started its period or the
+// service came back mid-period (the call could start only more than
+// Config.CatchUpAfter after its place).
 const (
-	// CatchUpSkip (the default): nothing; the next call comes at its place.
+	// CatchUpSkip (the default): no call, a history entry
+	// MissedServerDown; the next call comes at its place.
 	CatchUpSkip = "skip"
-	// CatchUpOne: one call as soon as the service knows the period was
-	// missed (RecordMissed: within a sweep of the period's end, at the
-	// latest), with that period's webhook-id, then the places as usual; none
-	// when the schedule's next place is nearer than its timeout and a
-	// second, so that the two never overlap.
+	// CatchUpOne: one call as soon as the service is back, with the
+	// period's webhook-id, then the places as usual. Back mid-period, the
+	// late call is made as the service is back (riverslot's late policy
+	// spreads a late fan-out's calls over the time its slot is late), not
+	// when it could start only less than half a period before the next
+	// call (then an entry MissedServerDown). For a period no process
+	// started, the call comes when the service knows (RecordMissed:
+	// within a sweep of the period's end, at the latest); none when the
+	// schedule's next place is nearer than its timeout and a second, so
+	// that the two never overlap.
 	CatchUpOne = "one"
 )
 
@@ -62,9 +75,23 @@ func missedReason(skip string) string {
 }
 
 // skipped is the tasks' OnSkip: a call riverslot skipped is a history
-// entry with its reason.
+// entry with its reason. A call skipped as stale (it could start only
+// less than half a period before the next) because the service was not
+// there at its place (absentAtPlace) is MissedServerDown, whatever its
+// catch_up: the next call covers it.
 func (s *Server) skipped(ctx context.Context, id uuid.UUID, job *river.Job[riverslot.SyncArgs], reason string) {
-	s.recordMiss(ctx, id, job, missedReason(reason))
+	missed := missedReason(reason)
+	if reason == riverslot.SkippedStale {
+		l, err := s.load(ctx, id)
+		info, ok := s.tasks[time.Duration(l.periodMS)*time.Millisecond]
+		if err == nil && ok && info.Name == job.Args.Task {
+			length := info.Schedule.Next(job.Args.CycleStart).Sub(job.Args.CycleStart)
+			if s.absentAtPlace(job, l, info.Due(job.Args.CycleStart, id), length) {
+				missed = MissedServerDown
+			}
+		}
+	}
+	s.recordMiss(ctx, id, job, missed)
 }
 
 // recordMiss writes the history entry of job's call of schedule id, not

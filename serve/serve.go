@@ -658,6 +658,9 @@ type loaded struct {
 	live     bool    // not deleted nor paused
 	upstream string  // its upstream key
 	maxCPS   float64 // its tenant's max_calls_per_second (0: none)
+	catchUp  string
+	// created and updated are when the schedule was made and last changed.
+	created, updated time.Time
 }
 
 // load reads what a call of schedule id needs (pgx.ErrNoRows when there
@@ -670,9 +673,11 @@ func (s *Server) load(ctx context.Context, id uuid.UUID) (loaded, error) {
 		secret, previous *string
 	)
 	err := s.cfg.Pool.QueryRow(ctx, `SELECT s.url, s.method, s.headers, s.body, s.timeout_ms, s.retries, s.period_ms, s.deleted_at IS NULL AND NOT s.paused, s.tenant_id,
-	t.signing_secret, CASE WHEN t.previous_until > clock_timestamp() THEN t.previous_secret END, s.upstream, coalesce(t.max_calls_per_second, 0)
+	t.signing_secret, CASE WHEN t.previous_until > clock_timestamp() THEN t.previous_secret END, s.upstream, coalesce(t.max_calls_per_second, 0),
+	s.catch_up, s.created_at, s.updated_at
 FROM `+s.schedules+` s LEFT JOIN `+s.tenants+` t ON t.id = s.tenant_id WHERE s.id = $1`, id).
-		Scan(&l.url, &l.method, &l.headers, &l.body, &timeoutMS, &l.retries, &l.periodMS, &l.live, &l.tenant, &secret, &previous, &l.upstream, &l.maxCPS)
+		Scan(&l.url, &l.method, &l.headers, &l.body, &timeoutMS, &l.retries, &l.periodMS, &l.live, &l.tenant, &secret, &previous, &l.upstream, &l.maxCPS,
+			&l.catchUp, &l.created, &l.updated)
 	if err != nil {
 		return l, err
 	}
@@ -773,9 +778,18 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 	if info, ok := s.tasks[time.Duration(periodMS)*time.Millisecond]; ok && info.Name == job.Args.Task {
 		d := info.Due(job.Args.CycleStart, id)
 		due = &d
+		length := info.Schedule.Next(job.Args.CycleStart).Sub(job.Args.CycleStart)
 		if notAfter.IsZero() {
 			// riverslot's rule: at most half a period after its place.
-			notAfter = d.Add(info.Schedule.Next(job.Args.CycleStart).Sub(job.Args.CycleStart) / 2)
+			notAfter = d.Add(length / 2)
+		}
+		// The service was not there at the call's place (down, stopped,
+		// no worker free): the schedule's catch_up decides, not the
+		// lateness. Its first call of the period only: a retry follows a
+		// call made.
+		if made == 0 && l.catchUp == CatchUpSkip && s.absentAtPlace(job, l, d, length) {
+			s.recordMiss(ctx, id, job, MissedServerDown)
+			return river.JobCancel(fmt.Errorf("not called: the service was not there at its place %s, and its catch_up is %q (%s)", d.UTC().Format(time.RFC3339), CatchUpSkip, MissedServerDown))
 		}
 	}
 	// The tenant's calls a second, at run time: a call (a retry too) over
@@ -835,6 +849,38 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 		return river.JobCancel(fmt.Errorf("giving up after %d calls: %w", made+1, failure))
 	}
 	return failure
+}
+
+// catchUpAfter is how late a period's call may start after its place and
+// still be its call at its place, in a period of length:
+// Config.CatchUpAfter, at most a third of the period.
+func (s *Server) catchUpAfter(length time.Duration) time.Duration {
+	return min(s.cfg.CatchUpAfter, length/3)
+}
+
+// absentAtPlace reports whether job, the call at due of schedule l in a
+// period of length, comes late because the service was not there at its
+// place: its slot's fan-out queued it more than catchUpAfter after its
+// place (the fan-out ran late: the service was down or behind when it was
+// due), or its first run starts more than that after the job was due (it
+// waited, due, with no process to run it). A job its upstream's limits,
+// its tenant's quota or another call in flight held back was snoozed: due
+// again at its wake-up, not absent. A schedule made or changed after its
+// place is not judged: it had no call at its place to miss (a late
+// fan-out takes it as a new schedule).
+func (s *Server) absentAtPlace(job *river.Job[riverslot.SyncArgs], l loaded, due time.Time, length time.Duration) bool {
+	if !l.created.Before(due) || !l.updated.Before(due) {
+		return false
+	}
+	after := s.catchUpAfter(length)
+	if job.CreatedAt.Sub(due) > after {
+		return true
+	}
+	// River appends a client to AttemptedBy each time it starts the job,
+	// snoozes included: one is the job's first run, at the time it was
+	// queued for.
+	first := job.Attempt == 1 && len(job.AttemptedBy) == 1 && job.AttemptedAt != nil
+	return first && job.AttemptedAt.Sub(job.ScheduledAt) > after
 }
 
 // do makes the call and returns its status (0 when none came) and how
