@@ -14,8 +14,13 @@ import (
 // ShardsStatus is one cycle of a sharded task over all its shards: each
 // shard's Status of the cycle, and the totals.
 type ShardsStatus struct {
-	Task       string
-	CycleStart time.Time // the latest cycle any shard has made
+	Task string
+	// CycleStart is the fleet's cycle running now: the latest any shard
+	// has made that has started, as Status chooses a database's (a cycle
+	// prepared ahead of its start, by EnqueueCycle or the trigger's lead,
+	// does not hide it). Before the fleet's first cycle starts, the latest
+	// any shard has prepared.
+	CycleStart time.Time
 	Shards     []ShardCycle
 	// Totals over the shards that answered, for CycleStart: the slots
 	// they serve (each counted once, even one that several shards claim)
@@ -49,11 +54,12 @@ type ShardCycle struct {
 	Error  string       // why the shard's database did not answer
 }
 
-// StatusShards returns the task's latest cycle over its shards, one
+// StatusShards returns the task's cycle running now over its shards, one
 // Scheduler per shard (each with its Config.Shard, configured with its
-// River client's config): the latest cycle start any of them has made,
-// each shard's Status of that cycle, and the totals. The shards are asked
-// at once, so a slow one costs no more than its own wait. A shard that
+// River client's config): the latest cycle start any of them has made that
+// has started (ShardsStatus.CycleStart), each shard's Status of that cycle,
+// and the totals; the verdict, and OnTrack, are that cycle's. The shards
+// are asked at once, so a slow one costs no more than its own wait. A shard that
 // does not answer is reported in its ShardCycle and left out of the
 // totals: the others' cycles go on without it.
 func StatusShards(ctx context.Context, task string, shards ...*Scheduler) (*ShardsStatus, error) {
@@ -73,7 +79,7 @@ type StatusShardsOpts struct {
 	// FromLedger reads each shard's cycle with StatusFromLedger, which never
 	// counts the accounts tables, instead of StatusAt: for a page or a
 	// health check polled often. A shard that has not made the fleet's
-	// latest cycle yet (its trigger a moment later, or a restart) is still
+	// cycle yet (its trigger a moment later, or a restart) is still
 	// read with StatusAt: the cycle as it stands there. Defaults to false.
 	FromLedger bool
 }
@@ -113,13 +119,18 @@ func statusShards(ctx context.Context, task string, shards []*Scheduler, describ
 	if len(shards) == 0 {
 		return nil, errors.New("StatusShards needs one Scheduler per shard")
 	}
-	// Each shard's latest cycle, from its ledger, all at once; with a
+	// Each shard's cycle running now, from its ledger, all at once; with a
 	// deadline, in its first half, so that a shard that never answers
-	// leaves the others the second half for their status.
+	// leaves the others the second half for their status. A shard none of
+	// whose cycles has started yet gives its latest prepared instead,
+	// which counts only when no shard's cycle has started: a cycle
+	// prepared ahead on one shard never hides the one running on another.
 	findCtx, cancel := halfDeadline(ctx)
 	defer cancel()
+	now := time.Now()
 	failed := make([]error, len(shards))
-	latests := make([]time.Time, len(shards))
+	running := make([]time.Time, len(shards))
+	prepared := make([]time.Time, len(shards))
 	eachShard(shards, func(i int, s *Scheduler) {
 		ctx := findCtx
 		spec, err := s.spec(task)
@@ -131,18 +142,33 @@ func statusShards(ctx context.Context, task string, shards []*Scheduler, describ
 			failed[i] = errNoRiverSchema
 			return
 		}
-		latest, _, found, err := s.ledger().LatestCycle(ctx, s.pool, spec.Name, spec.PlanID)
+		led := s.ledger()
+		start, _, found, err := led.CycleAt(ctx, s.pool, spec.Name, spec.PlanID, now)
+		switch {
+		case err != nil:
+			failed[i] = err
+			return
+		case found:
+			running[i] = start.UTC()
+			return
+		}
+		latest, _, found, err := led.LatestCycle(ctx, s.pool, spec.Name, spec.PlanID)
 		switch {
 		case err != nil:
 			failed[i] = err
 		case found:
-			latests[i] = latest.UTC()
+			prepared[i] = latest.UTC()
 		}
 	})
 	out := &ShardsStatus{Task: task}
-	for _, l := range latests {
-		if l.After(out.CycleStart) {
-			out.CycleStart = l
+	for _, starts := range [][]time.Time{running, prepared} {
+		for _, start := range starts {
+			if start.After(out.CycleStart) {
+				out.CycleStart = start
+			}
+		}
+		if !out.CycleStart.IsZero() {
+			break // a cycle running: a shard's prepared one does not count
 		}
 	}
 	if out.CycleStart.IsZero() {

@@ -30,21 +30,23 @@ type shardsHandler struct {
 //	GET /shards/{shard}/...            each shard's own page and API (New)
 //	GET /metrics                       the fleet's metrics, then Config.Metrics's
 //
-// The fleet's page shows the latest cycle any shard has made: its verdict
-// over every shard, the totals, each shard's slots, syncs and lateness
-// with a link to its own page, and one bar per slot coloured by the state
-// of the shard that serves it. The shards are asked at once. A shard whose
-// database does not answer is shown as such (its error only by a request
-// id in the log) and its slots as unknown; the others are shown as usual.
+// The fleet's page shows the fleet's cycle running now (the latest any
+// shard has made that has started, riverslot.ShardsStatus.CycleStart):
+// its verdict over every shard, the totals, each shard's slots, syncs and
+// lateness with a link to its own page, and one bar per slot coloured by
+// the state of the shard that serves it. The shards are asked at once. A
+// shard whose database does not answer is shown as such (its error only
+// by a request id in the log) and its slots as unknown; the others are
+// shown as usual.
 // Slots served by two shards, or by none, are shown as such and keep the
 // fleet off track (ShardsStatus.Conflicts, Unserved). Like New it only
 // reads and serves no authentication. Every scheduler must have the same
 // tasks.
 //
 // /metrics answers in Prometheus's text format (0.0.4), so that one scrape
-// sees the fleet: for each task's latest cycle, per shard (labels task and
-// shard) whether its database answered (riverslot_shard_up), the map
-// version it follows, its slots, slots done and syncs enqueued, synced,
+// sees the fleet: for each task's cycle running now, per shard (labels
+// task and shard) whether its database answered (riverslot_shard_up), the
+// map version it follows, its slots, slots done and syncs enqueued, synced,
 // skipped, failed (riverslot_cycle_*, from its ledger) and lateness p99;
 // the same summed over the shards that answered (riverslot_fleet_cycle_*,
 // label task) and whether their maps agree (riverslot_fleet_maps_agree).

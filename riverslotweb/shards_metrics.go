@@ -16,8 +16,8 @@ import (
 	"github.com/riverslot/riverslot"
 )
 
-// The families NewShards serves at /metrics, all gauges: each task's latest
-// cycle over the fleet, as riverslot.StatusShards reads it from the
+// The families NewShards serves at /metrics, all gauges: each task's cycle
+// running now over the fleet, as riverslot.StatusShards reads it from the
 // shards' ledgers. Those named riverslot_cycle_* and riverslot_shard_* are
 // per shard (labels task and shard); each count riverslot_cycle_X (slots
 // and syncs) has its sum over the shards that answered as
@@ -26,19 +26,19 @@ import (
 // worst shard's, its on_track the fleet's verdict.
 var shardsMetricsHelp = map[string]string{
 	"riverslot_shard_up":                   "1 when the shard's database answered this scrape's status read of the task, 0 when it did not (its error is logged under a request id). A shard that did not answer has no other series.",
-	"riverslot_shard_map_version":          "Version of the shard map the shard's part of the task's latest cycle follows (0: no map).",
-	"riverslot_cycle_slots":                "Slots of the task's latest cycle the shard serves (those the map does not give another shard).",
-	"riverslot_cycle_slots_done":           "Slots of the task's latest cycle whose fan-out finished on the shard.",
-	"riverslot_cycle_slots_failed":         "Slots of the task's latest cycle whose fan-out failed on the shard.",
-	"riverslot_cycle_syncs_enqueued":       "Sync jobs the shard's fan-outs of the task's latest cycle enqueued, from its ledger.",
-	"riverslot_cycle_syncs_synced":         "Sync jobs of the task's latest cycle that called Sync and returned without error, as the shard's nodes counted them in its ledger.",
-	"riverslot_cycle_syncs_skipped":        "Syncs of the task's latest cycle skipped, by reason: late (the fan-out found the account's time past), stale (the job started past its NotAfter), upstream (no room with its upstream before its NotAfter), from the shard's ledger.",
-	"riverslot_cycle_syncs_failed":         "Sync jobs of the task's latest cycle that failed their last attempt or were cancelled, as the shard's nodes counted them in its ledger.",
-	"riverslot_cycle_lateness_p99_seconds": "99th percentile of the start minus the scheduled time of the synced syncs of the task's latest cycle on the shard, from its ledger's histogram; absent while none is counted.",
-	"riverslot_cycle_on_track":             "1 when the shard's part of the task's latest cycle is on track, else 0 (behind, a failed slot, starting after a restart).",
+	"riverslot_shard_map_version":          "Version of the shard map the shard's part of the task's cycle running now follows (0: no map).",
+	"riverslot_cycle_slots":                "Slots of the task's cycle running now the shard serves (those the map does not give another shard).",
+	"riverslot_cycle_slots_done":           "Slots of the task's cycle running now whose fan-out finished on the shard.",
+	"riverslot_cycle_slots_failed":         "Slots of the task's cycle running now whose fan-out failed on the shard.",
+	"riverslot_cycle_syncs_enqueued":       "Sync jobs the shard's fan-outs of the task's cycle running now enqueued, from its ledger.",
+	"riverslot_cycle_syncs_synced":         "Sync jobs of the task's cycle running now that called Sync and returned without error, as the shard's nodes counted them in its ledger.",
+	"riverslot_cycle_syncs_skipped":        "Syncs of the task's cycle running now skipped, by reason: late (the fan-out found the account's time past), stale (the job started past its NotAfter), upstream (no room with its upstream before its NotAfter), from the shard's ledger.",
+	"riverslot_cycle_syncs_failed":         "Sync jobs of the task's cycle running now that failed their last attempt or were cancelled, as the shard's nodes counted them in its ledger.",
+	"riverslot_cycle_lateness_p99_seconds": "99th percentile of the start minus the scheduled time of the synced syncs of the task's cycle running now on the shard, from its ledger's histogram; absent while none is counted.",
+	"riverslot_cycle_on_track":             "1 when the shard's part of the task's cycle running now is on track, else 0 (behind, a failed slot, starting after a restart).",
 
 	"riverslot_fleet_shards_up":                     "Shards whose database answered this scrape's status read of the task: sum of riverslot_shard_up.",
-	"riverslot_fleet_cycle_start_timestamp_seconds": "Start of the task's latest cycle any shard has made, in Unix seconds: the cycle every other series of the task describes.",
+	"riverslot_fleet_cycle_start_timestamp_seconds": "Start of the task's cycle running now (the latest any shard has made that has started; before the first starts, the latest prepared), in Unix seconds: the cycle every other series of the task describes.",
 	"riverslot_fleet_cycle_slots":                   "Sum of riverslot_cycle_slots over the shards that answered: the cycle's slots when the maps agree (a slot two shards serve counts twice).",
 	"riverslot_fleet_cycle_slots_done":              "Sum of riverslot_cycle_slots_done over the shards that answered.",
 	"riverslot_fleet_cycle_slots_failed":            "Sum of riverslot_cycle_slots_failed over the shards that answered.",
@@ -48,9 +48,9 @@ var shardsMetricsHelp = map[string]string{
 	"riverslot_fleet_cycle_syncs_failed":            "Sum of riverslot_cycle_syncs_failed over the shards that answered.",
 	"riverslot_fleet_cycle_lateness_p99_seconds":    "The highest riverslot_cycle_lateness_p99_seconds of the shards that answered (the worst shard's, not a percentile over the fleet); absent while none is counted.",
 	"riverslot_fleet_cycle_on_track":                "1 when every shard answered, is on track and serves its own slots only, each slot by exactly one shard, else 0.",
-	"riverslot_fleet_maps_agree":                    "1 when the shards that answered followed one shard map for the task's latest cycle (no slot served twice or by none, one map version), else 0: see riverslot shards show.",
-	"riverslot_fleet_cycle_slots_conflicting":       "Slots of the task's latest cycle more than one shard serves.",
-	"riverslot_fleet_cycle_slots_unserved":          "Slots of the task's latest cycle no shard serves, though every shard answered.",
+	"riverslot_fleet_maps_agree":                    "1 when the shards that answered followed one shard map for the task's cycle running now (no slot served twice or by none, one map version), else 0: see riverslot shards show.",
+	"riverslot_fleet_cycle_slots_conflicting":       "Slots of the task's cycle running now more than one shard serves.",
+	"riverslot_fleet_cycle_slots_unserved":          "Slots of the task's cycle running now no shard serves, though every shard answered.",
 }
 
 // metricsContentType is the Prometheus text exposition format, version
@@ -112,7 +112,7 @@ type shardsRead struct {
 	up map[string]bool
 }
 
-// readShards reads the task's latest cycle over the shards from their
+// readShards reads the task's cycle running now over the shards from their
 // ledgers, and which shards answered: those whose error DescribeError
 // was asked to describe did not.
 func (h *shardsHandler) readShards(ctx context.Context, r *http.Request, task string) shardsRead {
