@@ -380,6 +380,7 @@ func TestHandler(t *testing.T) {
 		require.Contains(t, body, `<meta http-equiv="refresh" content="5">`)
 		require.Contains(t, body, `id="verdict">on track</span>`)
 		require.Contains(t, body, `<b id="cycle-start">`+w.starts[1].Format("2006-01-02 15:04:05.000Z")+`</b>`)
+		require.NotContains(t, body, `id="prepared"`, "no cycle has started: the latest prepared is the page's, none beside it")
 		require.Equal(t, webSlots, strings.Count(body, `class="slot slot-done"`), "one bar per slot")
 		require.Contains(t, body, `id="slot-circle"`)
 		require.Equal(t, 2, strings.Count(body, `class="coverage"`), "one coverage bar per cycle")
