@@ -142,6 +142,8 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 	var got serve.Schedule
 	require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules/"+gone.ID.String(), nil, &got))
 	require.True(t, got.Paused, "a 410 pauses its schedule")
+	require.NotNil(t, got.PausedReason)
+	require.Equal(t, serve.PausedGone, *got.PausedReason, "and says why")
 	require.NotEmpty(t, got.LastCalls)
 	require.Equal(t, http.StatusGone, *got.LastCalls[0].Status)
 }

@@ -62,6 +62,10 @@ type Schedule struct {
 	Retries    int               `json:"retries"`
 	Upstream   string            `json:"upstream"`
 	Paused     bool              `json:"paused"`
+	// PausedReason says why a paused schedule is: PausedGone or
+	// PausedByRequest (absent while it is not paused, and for a schedule
+	// paused before the service recorded why).
+	PausedReason *string `json:"paused_reason,omitempty"`
 	// CatchUp is what a call the service was not there to make at its
 	// place brings (a period it did not start, or a place passed while it
 	// was down): CatchUpSkip (no call, an entry MissedServerDown; the next
@@ -96,6 +100,16 @@ type Health struct {
 	// RecentFailures counts the failed calls among its last 10.
 	RecentFailures int `json:"recent_failures"`
 }
+
+// Why a schedule is paused (Schedule.PausedReason).
+const (
+	// PausedGone: a call of it got 410 Gone (at its place, triggered or
+	// caught up): the receiver says the endpoint is gone for good.
+	// PATCH {"paused": false} resumes it.
+	PausedGone = "gone"
+	// PausedByRequest: a create or a PATCH asked for it.
+	PausedByRequest = "request"
+)
 
 // HiddenValue stands for a header's value in answers: values are
 // write-only (they often hold the target's credentials).
@@ -540,7 +554,7 @@ func absDur(d time.Duration) time.Duration {
 	return d
 }
 
-const scheduleColumns = `id, tenant_id, external_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused, catch_up, created_at, updated_at, deleted_at`
+const scheduleColumns = `id, tenant_id, external_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused, paused_reason, catch_up, created_at, updated_at, deleted_at`
 
 func (s *Server) scan(rows pgx.CollectableRow) (Schedule, error) {
 	var (
@@ -552,7 +566,7 @@ func (s *Server) scan(rows pgx.CollectableRow) (Schedule, error) {
 		headers              map[string]string
 		url, method, body, u string
 	)
-	if err := rows.Scan(&sc.ID, &sc.Tenant, &sc.ExternalID, &url, &method, &headers, &body, &periodMS, &timeoutMS, &sc.Retries, &u, &sc.Paused, &sc.CatchUp, &created, &updated, &deleted); err != nil {
+	if err := rows.Scan(&sc.ID, &sc.Tenant, &sc.ExternalID, &url, &method, &headers, &body, &periodMS, &timeoutMS, &sc.Retries, &u, &sc.Paused, &sc.PausedReason, &sc.CatchUp, &created, &updated, &deleted); err != nil {
 		return sc, err
 	}
 	// Header values often hold the target's credentials: write-only.
@@ -869,9 +883,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any) {
 	if e := s.chargeTenant(r.Context(), tx, tenant, 1, row.period.Milliseconds(), 0); e != nil {
 		return 0, e
 	}
-	rows, err := tx.Query(r.Context(), `INSERT INTO `+s.schedules+` (id, tenant_id, external_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused, catch_up)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING `+scheduleColumns,
-		id, tenant, in.ExternalID, row.url, row.method, row.headers, row.body, row.period.Milliseconds(), row.timeout.Milliseconds(), row.retries, row.upstream, row.paused, row.catchUp)
+	var pausedReason *string
+	if row.paused {
+		why := PausedByRequest
+		pausedReason = &why
+	}
+	rows, err := tx.Query(r.Context(), `INSERT INTO `+s.schedules+` (id, tenant_id, external_id, url, method, headers, body, period_ms, timeout_ms, retries, upstream, paused, catch_up, paused_reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING `+scheduleColumns,
+		id, tenant, in.ExternalID, row.url, row.method, row.headers, row.body, row.period.Milliseconds(), row.timeout.Milliseconds(), row.retries, row.upstream, row.paused, row.catchUp, pausedReason)
 	if err != nil {
 		return internal(err)
 	}
@@ -1106,8 +1125,11 @@ WHERE id = $1 AND deleted_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2) FO
 		}
 	}
 	rows, err := tx.Query(r.Context(), `UPDATE `+s.schedules+` SET url = $2, method = $3, headers = $4, body = $5, period_ms = $6, timeout_ms = $7, retries = $8,
-	upstream = $9, paused = $10, catch_up = $11, updated_at = clock_timestamp() WHERE id = $1 RETURNING `+scheduleColumns,
-		id, cur.url, cur.method, cur.headers, cur.body, cur.period.Milliseconds(), cur.timeout.Milliseconds(), cur.retries, cur.upstream, cur.paused, cur.catchUp)
+	upstream = $9, paused = $10, catch_up = $11, updated_at = clock_timestamp(),
+	-- resumed: no reason; paused now: this request; still paused: the reason it had
+	paused_reason = CASE WHEN NOT $10 THEN NULL WHEN paused THEN paused_reason ELSE $12 END
+WHERE id = $1 RETURNING `+scheduleColumns,
+		id, cur.url, cur.method, cur.headers, cur.body, cur.period.Milliseconds(), cur.timeout.Milliseconds(), cur.retries, cur.upstream, cur.paused, cur.catchUp, PausedByRequest)
 	if err != nil {
 		return internal(err)
 	}

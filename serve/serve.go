@@ -503,7 +503,8 @@ ON CONFLICT (name) WHERE deleted_at IS NULL DO NOTHING`,
 )`,
 		`ALTER TABLE `+t+` ADD COLUMN IF NOT EXISTS tenant_id uuid, ADD COLUMN IF NOT EXISTS external_id text,
 	ADD COLUMN IF NOT EXISTS catch_up text NOT NULL DEFAULT 'skip',
-	ADD COLUMN IF NOT EXISTS call_job bigint, ADD COLUMN IF NOT EXISTS call_until timestamptz`,
+	ADD COLUMN IF NOT EXISTS call_job bigint, ADD COLUMN IF NOT EXISTS call_until timestamptz,
+	ADD COLUMN IF NOT EXISTS paused_reason text`,
 		`CREATE TABLE IF NOT EXISTS `+c+` (
 	schedule_id uuid NOT NULL,
 	tenant_id uuid,
@@ -832,12 +833,9 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 		}
 		return riverslot.Throttled(wait, fmt.Errorf("%s %s answered %d, Retry-After %s", t.method, t.url, status, wait))
 	case status == http.StatusGone:
-		// The receiver says the endpoint is gone for good: the schedule is
-		// paused (its history shows the 410), not called every period.
-		if _, err := s.cfg.Pool.Exec(rctx, `UPDATE `+s.schedules+` SET paused = true, updated_at = clock_timestamp() WHERE id = $1 AND deleted_at IS NULL`, id); err != nil {
-			return riverslot.NotUpstream(fmt.Errorf("error pausing schedule %s after 410 Gone: %w", id, err))
+		if err := s.pauseGone(rctx, id, t.url); err != nil {
+			return riverslot.NotUpstream(err)
 		}
-		s.cfg.Logger.WarnContext(ctx, "riverslot serve: a schedule's URL answered 410 Gone; the schedule is paused until resumed", slog.String("schedule", id.String()), slog.String("url", t.url))
 		return river.JobCancel(fmt.Errorf("%s answered 410 Gone: schedule paused", t.url))
 	}
 	failure := callErr
@@ -849,6 +847,22 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 		return river.JobCancel(fmt.Errorf("giving up after %d calls: %w", made+1, failure))
 	}
 	return failure
+}
+
+// pauseGone pauses schedule id, whose url answered 410 Gone: the receiver
+// says the endpoint is gone for good, so the schedule is paused (its
+// history shows the 410, its paused_reason PausedGone), not called every
+// period, whichever call got the answer (at its place, triggered, caught
+// up). PATCH {"paused": false} resumes it.
+func (s *Server) pauseGone(ctx context.Context, id uuid.UUID, url string) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := s.cfg.Pool.Exec(rctx, `UPDATE `+s.schedules+` SET paused = true, paused_reason = $2, updated_at = clock_timestamp() WHERE id = $1 AND deleted_at IS NULL`,
+		id, PausedGone); err != nil {
+		return fmt.Errorf("error pausing schedule %s after 410 Gone: %w", id, err)
+	}
+	s.cfg.Logger.WarnContext(ctx, "riverslot serve: a schedule's URL answered 410 Gone; the schedule is paused until resumed", slog.String("schedule", id.String()), slog.String("url", url))
+	return nil
 }
 
 // catchUpAfter is how late a period's call may start after its place and

@@ -144,6 +144,12 @@ func (w *triggerWorker) Work(ctx context.Context, job *river.Job[TriggerArgs]) e
 	case ok:
 		outcome = upstream.Succeeded
 		return nil
+	case status == http.StatusGone:
+		// As at its place: the schedule is paused, not called again.
+		if err := s.pauseGone(ctx, id, l.url); err != nil {
+			return err
+		}
+		return river.JobCancel(fmt.Errorf("%s answered 410 Gone: schedule paused", l.url))
 	case status == http.StatusTooManyRequests, status == http.StatusServiceUnavailable && wait > 0:
 		// As at its place: its upstream's key pauses (at most half the
 		// period), and the call, retries left, comes after the pause.
