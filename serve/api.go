@@ -1,15 +1,20 @@
 package serve
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,6 +161,10 @@ type apiError struct {
 	status int
 	// cause is an internal error: logged under a request id, never sent.
 	cause error
+	// logged is the cause of a 4xx whose message is fixed (the JSON
+	// decoder's, the resolver's error): logged at info under a request id
+	// the answer names, never sent.
+	logged error
 	// challenge asks for the service's bearer token (a 401's
 	// WWW-Authenticate).
 	challenge bool
@@ -301,6 +310,12 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v
 	if e, ok := v.(*apiError); ok && e.challenge {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="riverslot"`)
 	}
+	if e, ok := v.(*apiError); ok && e.cause == nil && e.logged != nil {
+		id := requestID()
+		s.cfg.Logger.InfoContext(r.Context(), "riverslot serve: request refused", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", status), slog.String("field", e.Field), slog.String("request_id", id), slog.String("error", e.logged.Error()))
+		e.Error += " (request " + id + ")"
+	}
 	if e, ok := v.(*apiError); ok && e.cause != nil {
 		id := httpjson.Logged(r.Context(), s.cfg.Logger, r, "riverslot serve: request failed", e.cause)
 		e.Error = "internal error (request " + id + "); the server's log has the cause under request_id " + id
@@ -311,28 +326,96 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v
 	}
 }
 
+// requestID is a new request id: 12 hex digits.
+func requestID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // internal answers 500 for err, an error of the server's own (the
 // database's, say): writeJSON logs it and sends only a request id.
 func internal(err error) (int, any) {
 	return http.StatusInternalServerError, &apiError{status: http.StatusInternalServerError, cause: err}
 }
 
-// decode reads a JSON object into v, refusing unknown fields.
+// decode reads a JSON object into v, refusing unknown fields. A body it
+// cannot read is a 400 with a fixed message naming the field at fault
+// (its JSON name, as the request spelt it) and the fix; the decoder's own
+// error text stays in the log, under the request id the answer names.
 func decode(r *http.Request, v any) *apiError {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil && dec.More() {
 		err = errors.New("data after the JSON object")
+		return &apiError{status: http.StatusBadRequest, logged: err, Error: "the request body holds more than one JSON value: send one JSON object"}
 	}
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return &apiError{status: http.StatusRequestEntityTooLarge, Error: fmt.Sprintf("the request is over %d bytes", MaxRequestBytes)}
+	if err == nil {
+		return nil
+	}
+	var (
+		tooBig    *http.MaxBytesError
+		syntax    *json.SyntaxError
+		wrongType *json.UnmarshalTypeError
+	)
+	bad := func(field, format string, args ...any) *apiError {
+		e := &apiError{status: http.StatusBadRequest, logged: err, Error: fmt.Sprintf(format, args...)}
+		if field != "" {
+			e.Field, e.Error = field, field+" "+e.Error
 		}
-		return &apiError{status: http.StatusBadRequest, Error: "the request is not one JSON object of a schedule's fields: " + err.Error()}
+		return e
 	}
-	return nil
+	switch {
+	case errors.As(err, &tooBig):
+		return &apiError{status: http.StatusRequestEntityTooLarge, Error: fmt.Sprintf("the request is over %d bytes", MaxRequestBytes)}
+	case errors.Is(err, io.EOF):
+		return bad("", "the request body is empty: send a JSON object of the fields (GET /v1/openapi.json lists them)")
+	case errors.As(err, &syntax):
+		return bad("", "the request body is not valid JSON (at byte %d): send one JSON object", syntax.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return bad("", "the request body ends inside its JSON: send one whole JSON object")
+	case errors.As(err, &wrongType) && wrongType.Field == "headers":
+		return bad("headers", "must be a JSON object of header names and string values")
+	case errors.As(err, &wrongType) && wrongType.Field != "":
+		return bad(wrongType.Field, "must be %s", jsonKind(wrongType.Type))
+	case errors.As(err, &wrongType):
+		return bad("", "the request body must be a JSON object of the fields, not %s", cmp.Or(map[string]string{"array": "an array", "number": "a number", "string": "a string", "bool": "true or false"}[wrongType.Value], "that"))
+	}
+	// The decoder says "json: unknown field \"name\"" and has no type of
+	// its own for it.
+	if name, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
+		if name, ok = strings.CutSuffix(name, `"`); ok && len(name) <= 64 && utf8.ValidString(name) && validHeaderValue(name) {
+			return bad(name, "is not a field of this request (GET /v1/openapi.json lists them)")
+		}
+		return bad("", "the request body has a field this request does not take (GET /v1/openapi.json lists them)")
+	}
+	return bad("", "the request body could not be read as a JSON object of the fields (GET /v1/openapi.json lists them)")
+}
+
+// jsonKind names what JSON value a field of Go type t takes.
+func jsonKind(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "another JSON value"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Map, reflect.Struct:
+		return "a JSON object"
+	case reflect.Slice, reflect.Array:
+		return "a JSON array"
+	}
+	return "another JSON value"
 }
 
 var methods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodHead}
@@ -455,7 +538,11 @@ func (s *Server) apply(ctx context.Context, r *row, in input, create bool) *apiE
 		}
 		u, err := s.cfg.Guard.CheckURL(ctx, *in.URL)
 		if err != nil {
-			return badField("url", "%v", err)
+			// The message is the guard's own; a cause under it (the
+			// resolver's error, which names the server's DNS) is logged.
+			e := badField("url", "%s", err.Error())
+			e.logged = errors.Unwrap(err)
+			return e
 		}
 		// The upstream key stays the tenant's, of the URL's scheme, host
 		// and port (and the sub-key it had): a new URL moves the schedule

@@ -99,3 +99,76 @@ func TestBadFieldsBeforeDNS(t *testing.T) {
 	require.Equal(t, "url", e.Field, e.Error)
 	require.NotZero(t, lookups.Load())
 }
+
+// TestBadRequestsHideGoErrors: a 400 for a body the JSON decoder cannot
+// read, or for a URL whose host the resolver cannot look up, is a fixed
+// message naming the field (when there is one) and the fix, with a request
+// id: nothing of the decoder's or the resolver's text (which names the
+// server's DNS server). The log holds that text under the id.
+func TestBadRequestsHideGoErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := riverslottest.Pool(t)
+	schema := riverslottest.EmptySchema(ctx, t, pool)
+	require.NoError(t, serve.Migrate(ctx, pool, schema))
+	logger, records := riverslottest.RecordingLogger(slog.LevelInfo)
+	broken := &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errors.New("dial udp 10.9.8.7:53: the server's own resolver is down")
+	}}
+	srv, err := serve.New(serve.Config{Pool: pool, Schema: schema, Logger: logger, Periods: []time.Duration{time.Hour}, Guard: &serve.Guard{Resolver: broken}})
+	require.NoError(t, err)
+	token, err := srv.AddToken(ctx, "test")
+	require.NoError(t, err)
+	h := httptest.NewServer(srv.Handler())
+	t.Cleanup(h.Close)
+
+	for _, tc := range []struct {
+		path, body, field string
+		leaks             []string // the Go text the answer must not carry
+	}{
+		{"/v1/schedules", `{"url": 5, "period": "1h"}`, "url", []string{"json:", "unmarshal", "Go value", "number"}},
+		{"/v1/schedules", `{"url": "https://203.0.113.10/", "period": "1h", "retries": "3"}`, "retries", []string{"json:", "unmarshal", "Go struct field", "int"}},
+		{"/v1/schedules", `{"url": "https://203.0.113.10/", "headers": {"X-A": 1}}`, "headers", []string{"json:", "unmarshal"}},
+		{"/v1/schedules", `{"url": "https://203.0.113.10/", "perod": "1h"}`, "perod", []string{"json:", "unknown field"}},
+		{"/v1/schedules", `{"url": "https://203.0.113.10/",`, "", []string{"json:", "unexpected EOF", "unexpected end"}},
+		{"/v1/schedules", `{"url" "x"}`, "", []string{"json:", "invalid character", "after object key"}},
+		{"/v1/schedules", `[1, 2]`, "", []string{"json:", "unmarshal", "Go value", "serve.input"}},
+		{"/v1/schedules", `{"period": "1h"} {"period": "1h"}`, "", []string{"data after"}},
+		{"/v1/schedules", ``, "", []string{"EOF"}},
+		{"/v1/tenants", `{"name": ["acme"]}`, "name", []string{"json:", "unmarshal", "Go struct field"}},
+		{"/v1/schedules", `{"url": "https://api.example.com/hook", "period": "1h"}`, "url", []string{"10.9.8.7", "dial", "lookup", "resolver is down", "udp"}},
+		{"/v1/schedules", `{"url": "http://[::1", "period": "1h"}`, "url", []string{"parse", "missing ']'", "[::1"}},
+	} {
+		req, err := http.NewRequest(http.MethodPost, h.URL+tc.path, strings.NewReader(tc.body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var e apiErr
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+		resp.Body.Close()
+		t.Logf("%s → %s", tc.body, e.Error)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", tc.body, e.Error)
+		require.Equal(t, tc.field, e.Field, "%s: %s", tc.body, e.Error)
+		for _, leak := range tc.leaks {
+			require.NotContains(t, e.Error, leak, "%s: the 400 echoes Go's error text", tc.body)
+		}
+		// The log has the cause under the id the answer names.
+		_, id, ok := strings.Cut(e.Error, "(request ")
+		require.True(t, ok, "%s: no request id in %q", tc.body, e.Error)
+		id = strings.TrimSuffix(id, ")")
+		var found bool
+		for _, rec := range records.Find("riverslot serve: request refused") {
+			if rec["request_id"].String() == id {
+				found = true
+				require.NotEmpty(t, rec["error"].String())
+			}
+		}
+		require.True(t, found, "%s: the log has no cause under request %s", tc.body, id)
+	}
+	var dns bool
+	for _, rec := range records.Find("riverslot serve: request refused") {
+		dns = dns || strings.Contains(rec["error"].String(), "10.9.8.7")
+	}
+	require.True(t, dns, "the resolver's error is in the log")
+}

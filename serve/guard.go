@@ -100,14 +100,26 @@ type Guard struct {
 	Resolver *net.Resolver
 }
 
+// targetError is CheckURL's refusal of a target: Error is its own message,
+// fit for the API's caller; Unwrap the error beneath it (the URL parser's,
+// the resolver's), for the server's log only.
+type targetError struct {
+	msg   string
+	cause error
+}
+
+func (e *targetError) Error() string { return e.msg }
+func (e *targetError) Unwrap() error { return e.cause }
+
 // CheckURL returns an error naming the problem with a schedule's url: not
 // http or https, no host, credentials in it, or (unless allowed) a host
 // that is or resolves to an address the guard refuses. Nothing is
-// connected to.
+// connected to. The error's text is fixed (the host named, never the
+// parser's or the resolver's text); errors.Unwrap gives their error.
 func (g *Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("is not a URL: %v", err)
+		return nil, &targetError{msg: "is not a URL: give one such as https://api.example.com/hook", cause: err}
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return nil, fmt.Errorf("must be an http:// or https:// URL, got scheme %q", u.Scheme)
@@ -139,7 +151,9 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	defer cancel()
 	addrs, err := r.LookupNetIP(lctx, "ip", host)
 	if err != nil {
-		return nil, fmt.Errorf("host %q does not resolve: %v", host, err)
+		// The resolver's error names the server's DNS server and network:
+		// the message is fixed, the cause unwraps.
+		return nil, &targetError{msg: fmt.Sprintf("host %q does not resolve: check the name, or try again if it was just made", host), cause: err}
 	}
 	for _, a := range addrs {
 		if privateAddr(a) || ownAddr(a) {
