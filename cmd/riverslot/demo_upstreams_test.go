@@ -76,9 +76,11 @@ func TestDemoUpstreams(t *testing.T) {
 		// The same over every window, however long: the calls the bank
 		// received beyond rate x the window's length are at most burst +
 		// concurrency (those started in it, and those in flight at its
-		// start). A limiter 10% fast, tried on a quiet machine, passed the
-		// one-second bound (23 received) and failed this one (3.35); the
-		// right one measured 1.25-1.65.
+		// start). The right limiter measured 1.25-1.87 in four runs. One 10%
+		// fast, tried three times: in the run that backlogged it (a quiet
+		// machine), 23 received in a second, within the one-second bound,
+		// and 3.35 above the rate, past this one; in the others its syncs
+		// never queued at the limit (2.07-2.59), as neither bound can see.
 		require.LessOrEqual(t, u.MaxReceivedAboveRate, float64(1+concurrency), "%s: calls the bank received beyond the rate in some window", u.Key)
 		require.Equal(t, u.Accounts, u.Synced+u.Skipped, "%s: each account synced once or reported skipped", u.Key)
 	}
