@@ -680,9 +680,12 @@ type periodBegun struct {
 // period's calls only then. A period is begun when riverslot's ledger has
 // its cycle or an earlier one, or River holds a bootstrap job of an earlier
 // period (the service ran before it began: its trigger makes it, late if
-// the machine is busy), or its own bootstrap job is queued or running. A
-// task's first period, the one the service started in, is begun only if
-// its bootstrap makes it (Task.FirstCycle).
+// the machine is busy), or its own bootstrap job is queued or running
+// while it can still make the period: within LateGrace of its start
+// (later, FirstCycleNext leaves a first period to the next, so a fresh
+// start's next_calls never promise a call of the current period while its
+// bootstrap is in line). A task's first period, the one the service
+// started in, is begun only if its bootstrap makes it (Task.FirstCycle).
 func (s *Server) readBegun(ctx context.Context) error {
 	now := time.Now()
 	for _, info := range s.tasks {
@@ -699,10 +702,16 @@ func (s *Server) readBegun(ctx context.Context) error {
 		}
 		b = periodBegun{start: start, read: now, yes: len(cycles) > 0, final: len(cycles) > 0}
 		if !b.yes {
-			// River's bootstrap jobs of the task, by the args' index.
+			// River's bootstrap jobs of the task, by the args' index. The
+			// period's own bootstrap, queued or running, makes it only if
+			// it runs within LateGrace of the period's start (serve's
+			// tasks keep the default, the slot): a first period begun
+			// longer ago is left to the next (FirstCycleNext), so it is
+			// not begun however soon the bootstrap runs.
+			ownMayMake := now.Sub(start) <= info.Plan.SlotDuration
 			err := s.cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+pgx.Identifier{s.cfg.Schema, "river_job"}.Sanitize()+`
 WHERE kind = $1 AND args @> jsonb_build_object('task', $2::text) AND ((args->>'cycle_start')::timestamptz < $3
-	OR (args->>'cycle_start')::timestamptz = $3 AND state NOT IN ('completed', 'cancelled', 'discarded')))`, bootstrap.Kind, info.Name, start).Scan(&b.yes)
+	OR $4 AND (args->>'cycle_start')::timestamptz = $3 AND state NOT IN ('completed', 'cancelled', 'discarded')))`, bootstrap.Kind, info.Name, start, ownMayMake).Scan(&b.yes)
 			if err != nil {
 				return err
 			}

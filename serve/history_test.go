@@ -419,9 +419,13 @@ func TestNextCallsOfALateFanOut(t *testing.T) {
 	require.NoError(t, err)
 	now := time.Now()
 	start := info.Schedule.Start(now)
-	// The period begun (its bootstrap queued), no client working it: no
-	// slot's fan-out runs.
+	// The period begun (its bootstrap queued, and the previous period's:
+	// the service ran before, so the bootstrap makes this period late
+	// rather than leave it to the next, FirstCycleNext), no client working
+	// it: no slot's fan-out runs.
 	insertOnly, err := river.NewClient(riverpgxv5.New(a.srv.Pool()), &river.Config{Schema: a.srv.Schema()})
+	require.NoError(t, err)
+	_, err = a.srv.Scheduler().EnqueueCycle(ctx, insertOnly, info.Name, info.Schedule.Start(start.Add(-time.Nanosecond)))
 	require.NoError(t, err)
 	_, err = a.srv.Scheduler().EnqueueCycle(ctx, insertOnly, info.Name, start)
 	require.NoError(t, err)
@@ -451,4 +455,46 @@ func TestNextCallsOfALateFanOut(t *testing.T) {
 	}
 	t.Logf("period %s, 40 schedules: %d with their slot's fan-out late, %d over half a period back, %d ahead", period, late, farBack, ahead)
 	require.Positive(t, late, "the case: schedules whose slot's fan-out is late")
+}
+
+// TestNextCallsWhileAFreshStartsBootstrapWaits: a fresh start's first
+// period, begun more than LateGrace (a slot) before its bootstrap runs, is
+// left to the next (FirstCycleNext): while that bootstrap is still queued
+// no schedule is promised a call in it.
+func TestNextCallsWhileAFreshStartsBootstrapWaits(t *testing.T) {
+	t.Parallel()
+	// A period begun at least two slots ago with room left, whatever the
+	// time of day: slots of a period p are p/gcd(p, 256 s) long.
+	var period time.Duration
+	best := -1.0
+	for _, p := range []time.Duration{24 * time.Hour, 8 * time.Hour, 3 * time.Hour, time.Hour, 20 * time.Minute, 5 * time.Minute} {
+		f := float64(time.Now().UnixNano()%int64(p)) / float64(p)
+		if score := min(f, 1-f); f > 0.25 && score > best {
+			period, best = p, score
+		}
+	}
+	require.NotZero(t, period, "a period a quarter to three quarters begun")
+	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
+	ctx := context.Background()
+	info, err := a.srv.Scheduler().Task(serve.TaskName(period))
+	require.NoError(t, err)
+	start := info.Schedule.Start(time.Now())
+	require.Greater(t, time.Since(start), info.Plan.SlotDuration, "the first period begun more than LateGrace ago")
+	insertOnly, err := river.NewClient(riverpgxv5.New(a.srv.Pool()), &river.Config{Schema: a.srv.Schema()})
+	require.NoError(t, err)
+	_, err = a.srv.Scheduler().EnqueueCycle(ctx, insertOnly, info.Name, start)
+	require.NoError(t, err)
+
+	next := info.Schedule.Next(start)
+	var wouldBeThisPeriod int
+	for range 20 {
+		sc := a.schedule(map[string]any{"url": "http://127.0.0.1:9/x", "period": period.String()})
+		require.NotEmpty(t, sc.NextCalls)
+		if info.Due(start, sc.ID).After(time.Now()) {
+			wouldBeThisPeriod++
+		}
+		require.True(t, sc.NextCalls[0].Equal(info.Due(next, sc.ID)), "schedule %s: promised %s; the first period is left to the next, whose place is %s", sc.ID, sc.NextCalls[0], info.Due(next, sc.ID))
+	}
+	t.Logf("period %s begun %s ago: 20 schedules promised the next period, %d of them with a place still ahead in this one", period, time.Since(start).Round(time.Second), wouldBeThisPeriod)
+	require.Positive(t, wouldBeThisPeriod, "the case: places still ahead in the first period")
 }
