@@ -48,9 +48,12 @@ func (a *answering) calls(path string) []time.Time {
 }
 
 // TestThrottleGoneAndPorts: a 429 from one service pauses only the
-// schedules of that service (host and port), for at most half the period
-// whatever its Retry-After; another service on the same host keeps its
-// places. A 503 with Retry-After is a throttle too, tried again after it
+// schedules of that service (host and port) and tenant, for at most half
+// the period whatever its Retry-After; another service on the same host,
+// and another tenant's schedule on the same host and port whose places
+// fall inside the pause, keep their places. The throttled call's retry,
+// held past the time it could be made, is a history entry
+// upstream_paused. A 503 with Retry-After is a throttle too, tried again after it
 // when the schedule has retries left (a 429 or 503 counts as a call: with
 // retries 0, one call a period); a 410 Gone pauses its schedule, which is
 // then called no more.
@@ -60,7 +63,11 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 	a := setup(t, &serve.Guard{AllowPrivate: true}, period)
 
 	// Service 1 throttles every call for an hour.
-	throttler, url1 := newAnswering(t, func(_ string, _ int, w http.ResponseWriter) {
+	throttler, url1 := newAnswering(t, func(path string, _ int, w http.ResponseWriter) {
+		if path == "/other" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		w.Header().Set("Retry-After", "3600")
 		w.WriteHeader(http.StatusTooManyRequests)
 	})
@@ -85,6 +92,26 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 		return sc
 	}
 	throttled := create(url1+"/t", 3)
+	// Another tenant's schedule on the throttled host and port (answered
+	// 204, /other), whose place comes just after the throttled one's: the
+	// first tenant's pause, 12 s from its call, would hold it 8 s or more.
+	other := a.tenant("other", nil)
+	var theirs serve.Schedule
+	for i := 0; ; i++ {
+		require.Less(t, i, 300, "a place just after the throttled schedule's")
+		var sc serve.Schedule
+		require.Equal(t, http.StatusCreated, a.as(other.Token).do("POST", "/v1/schedules", map[string]any{"url": url1 + "/other", "period": "24s", "timeout": "2s"}, &sc))
+		after := time.Duration((sc.OffsetSeconds - throttled.OffsetSeconds) * float64(time.Second))
+		if after < 0 {
+			after += period
+		}
+		if after > 500*time.Millisecond && after < 4*time.Second {
+			theirs = sc
+			break
+		}
+		require.Equal(t, http.StatusOK, a.as(other.Token).do("DELETE", "/v1/schedules/"+sc.ID.String(), nil, nil))
+	}
+	require.NotEqual(t, throttled.Upstream, theirs.Upstream, "one host and port, two tenants, two upstreams")
 	var fine []serve.Schedule
 	for i := range 6 {
 		fine = append(fine, create(url2+"/fine"+string(rune('a'+i)), 3))
@@ -105,7 +132,7 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 				return false
 			}
 		}
-		return len(svc2.calls("/unavailable")) >= 2 && len(svc2.calls("/unavailable1")) >= 2 && len(throttler.calls("/t")) >= 2
+		return len(svc2.calls("/unavailable")) >= 2 && len(svc2.calls("/unavailable1")) >= 2 && len(throttler.calls("/t")) >= 2 && len(throttler.calls("/other")) >= 2
 	})
 
 	// Service 2's schedules kept one call per period at their places:
@@ -129,6 +156,25 @@ func TestThrottleGoneAndPorts(t *testing.T) {
 		require.Less(t, at.Sub(due), period/2, "the throttled schedule called %s after its place", at.Sub(due))
 	}
 	require.GreaterOrEqual(t, tc[1].Sub(tc[0]), period/2, "the throttle held its upstream")
+	// The other tenant's calls on that host and port came at their places,
+	// inside the first tenant's pause: never held by it.
+	theirOffset := time.Duration(theirs.OffsetSeconds * float64(time.Second))
+	for _, at := range throttler.calls("/other") {
+		due := at.Add(-theirOffset).Truncate(period).Add(theirOffset)
+		require.Less(t, at.Sub(due), 5*time.Second, "the other tenant's call %s after its place, held by the first tenant's 429", at.Sub(due))
+	}
+	// The throttled schedule's retry, held by its upstream's pause past
+	// the time it could still be made: a history entry upstream_paused.
+	riverslottest.WaitFor(t, period, "the throttled schedule's entry upstream_paused", func() bool {
+		var got serve.Schedule
+		require.Equal(t, http.StatusOK, a.do("GET", "/v1/schedules/"+throttled.ID.String(), nil, &got))
+		for _, c := range got.LastCalls {
+			if c.Missed != nil && *c.Missed == serve.MissedUpstreamPaused {
+				return true
+			}
+		}
+		return false
+	})
 	// The 503 with Retry-After counts against retries: with none, the
 	// period made one call (the next is the next period's, at its place);
 	// with one, it was tried again after the Retry-After, in its period.

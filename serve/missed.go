@@ -31,7 +31,8 @@ const (
 	// a period before the next one, which covers it.
 	MissedLate = "late"
 	// MissedUpstreamPaused: its upstream's pause (a 429, or a 503 with
-	// Retry-After) or rate limit held it past that time.
+	// Retry-After) or rate limit held it past that time; a retry held by
+	// the pause its own call's answer asked for too.
 	MissedUpstreamPaused = "upstream_paused"
 	// MissedUpstreamDown: its upstream's circuit breaker held it past that
 	// time.
@@ -75,13 +76,26 @@ func missedReason(skip string) string {
 }
 
 // skipped is the tasks' OnSkip: a call riverslot skipped is a history
-// entry with its reason. A call skipped as stale (it could start only
+// entry with its reason. A retry skipped as stale after its call got a
+// 429 (or a 503 with Retry-After) is MissedUpstreamPaused: the pause it
+// asked for held it past the time it could be made. A call skipped as stale (it could start only
 // less than half a period before the next) because the service was not
 // there at its place (absentAtPlace) is MissedServerDown, whatever its
 // catch_up: the next call covers it.
 func (s *Server) skipped(ctx context.Context, id uuid.UUID, job *river.Job[riverslot.SyncArgs], reason string) {
 	missed := missedReason(reason)
 	if reason == riverslot.SkippedStale {
+		// A retry of a call its upstream asked to slow down (429, or 503
+		// with Retry-After): the pause it asked for held it.
+		var throttled bool
+		if err := s.cfg.Pool.QueryRow(ctx, `SELECT coalesce((SELECT status IN (429, 503) FROM `+s.calls+`
+	WHERE job_id = $1 AND missed IS NULL ORDER BY started_at DESC LIMIT 1), false)`, job.ID).Scan(&throttled); err != nil {
+			s.cfg.Logger.WarnContext(ctx, "riverslot serve: could not read a skipped call's last answer; its entry says late", slog.String("schedule", id.String()), slog.String("error", err.Error()))
+		}
+		if throttled {
+			s.recordMiss(ctx, id, job, MissedUpstreamPaused)
+			return
+		}
 		l, err := s.load(ctx, id)
 		info, ok := s.tasks[time.Duration(l.periodMS)*time.Millisecond]
 		if err == nil && ok && info.Name == job.Args.Task {
