@@ -422,7 +422,10 @@ func TestWeightedFallbackThenCensusJob(t *testing.T) {
 	// No census of its own: it used the first cycle's. (The census job of
 	// the third cycle, enqueued to run at once, may have begun its own.)
 	third := spec.Schedule.Next(second)
-	require.EqualValues(t, 1, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+censusTable+" WHERE cycle_start <> $1", third), "no census of its own: it used the first cycle's")
+	var censuses string // every census row, for the message
+	require.NoError(t, pool.QueryRow(ctx, "SELECT coalesce(string_agg(cycle_start::text || ' steps ' || steps || ' finished ' || (finished_at IS NOT NULL)::text || ' stalls ' || stalls, '; ' ORDER BY cycle_start), '') FROM "+censusTable).Scan(&censuses))
+	require.EqualValues(t, 1, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+censusTable+" WHERE cycle_start <> $1", third),
+		"no census of its own: it used the first cycle's (first %s, second %s, third %s; censuses: %s)", first, second, third, censuses)
 	require.Zero(t, riverslottest.Count(ctx, t, pool, "SELECT count(*) FROM "+censusTable+" WHERE cycle_start = $1", second))
 	// It enqueued the census of the cycle after, ahead.
 	id, ok = censusJobs()[third.UTC()]
