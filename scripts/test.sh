@@ -29,6 +29,10 @@
 # packages with -race also spares a cold build the race variants of
 # modernc.org/sqlite and gonum/plot.
 #
+# -vet=off: go vet ./... (make lint, beside the tests in CI) runs every
+# analyzer go test would run before each package's tests; run twice, they
+# were CPU the saturated cold run (2 cores, idle 0-3%) did not have.
+#
 # Each go test writes its -json stream to .test-out/NAME.json through a live
 # report (package results as they finish); .test-output.json is all of them,
 # and the final report prints every failed test's output and the slowest.
@@ -66,22 +70,31 @@ race="$long_race $($GO list ./... | grep -v -e '/integration_test$' -e '/cmd/riv
 # the tests (n3, 2026-11-28), the two builds took 230 s of a cold run.
 say "building the riverslot binary and the non-race test binaries"
 $GO build -o .bin/riverslot ./cmd/riverslot || exit 1
-$GO test -count=1 -run '^$' $integration $cli $compute >.test-out/build.log 2>&1 || {
+$GO test -vet=off -count=1 -run '^$' $integration $cli $compute >.test-out/build.log 2>&1 || {
 	grep -v '^ok' .test-out/build.log >&2
 	exit 1
 }
 say "built; the -race test binaries build at nice 19 beside the tests"
 # shellcheck disable=SC2086 # $race: one word a package
-setsid bash -c 'nice -n 19 "$0" test -race -count=1 -run "^$" "$@" >.test-out/race-build.log 2>&1; echo $? >.test-out/race-build.rc' "$GO" $race &
+setsid bash -c 'nice -n 19 "$0" test -vet=off -race -count=1 -run "^$" "$@" >.test-out/race-build.log 2>&1; echo $? >.test-out/race-build.rc' "$GO" $race &
 race_build=$!
 trap 'kill -- -$race_build 2>/dev/null || true' EXIT
 
 # race_built: raises the -race build to normal priority (renice needs
 # root; otherwise it stays niced) and waits for it; fails when it failed.
 race_built() {
-	renice -n 0 -g "$race_build" >/dev/null 2>&1 || true
+	renice -n 0 -g "$race_build" >/dev/null 2>&1 ||
+		say "renice failed (not root?): the -race build stays at nice 19"
 	say "waiting for the -race test binaries"
-	while [ ! -s .test-out/race-build.rc ]; do sleep 1; done
+	while [ ! -s .test-out/race-build.rc ]; do
+		# A build that died without its status (killed, or no setsid)
+		# would be waited for forever.
+		if ! kill -0 "$race_build" 2>/dev/null && [ ! -s .test-out/race-build.rc ]; then
+			echo "the -race build ended without a status (see .test-out/race-build.log)" >&2
+			return 1
+		fi
+		sleep 1
+	done
 	if [ "$(cat .test-out/race-build.rc)" != 0 ]; then
 		grep -v '^ok' .test-out/race-build.log >&2
 		echo "building the -race test binaries failed (above)" >&2
@@ -95,7 +108,7 @@ race_built() {
 # RIVERSLOT_TEST_BINARIES): integration_test half, the other binaries
 # running at the same time a quarter or an eighth.
 common=(env TEST_DATABASE_URL="$url" RIVERSLOT_BIN="$PWD/.bin/riverslot" RIVERSLOT_TEST_PARALLEL="${INTEGRATION_PARALLEL:-10}")
-gotest=($GO test -json -count=1 -parallel 16 -timeout 20m)
+gotest=($GO test -json -vet=off -count=1 -parallel 16 -timeout 20m)
 
 # run NAME BINARIES GO-TEST-ARGS...: one go test, its stream to
 # .test-out/NAME.json through the live report; returns go test's status.

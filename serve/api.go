@@ -292,7 +292,9 @@ func (s *Server) authenticate(r *http.Request) (Principal, *apiError) {
 	case errors.Is(err, ErrUnauthenticated):
 		return p, &apiError{status: http.StatusUnauthorized, Error: ErrUnauthenticated.Error(), challenge: true}
 	case err != nil:
-		s.cfg.Logger.DebugContext(r.Context(), "riverslot serve: Config.Authenticate refused a request", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		// Not ErrUnauthenticated: the team's auth failed (its backend
+		// down, say), which a wave of silent 401s would hide.
+		s.cfg.Logger.WarnContext(r.Context(), "riverslot serve: Config.Authenticate failed; the request is answered 401", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 		return p, &apiError{status: http.StatusUnauthorized, Error: "the request is not authenticated"}
 	}
 	if s.cfg.Authenticate != nil {

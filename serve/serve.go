@@ -110,8 +110,12 @@ type Config struct {
 	// late fan-out, longer than this ago), of a schedule that existed and
 	// was unchanged at its place, follows the schedule's catch_up:
 	// CatchUpSkip records a miss (MissedServerDown) and calls no more
-	// this period, CatchUpOne calls at once. A period's calls use at most
-	// a third of the period. Defaults to CatchUpAfterDefault (10 s).
+	// this period, CatchUpOne calls at once. A service up but so busy
+	// that a call waits this long counts as absent too, so keep it well
+	// above the service's worst stall (River's fetch poll, a leader's
+	// failover: 15-20 s). A period's calls use at most a third of the
+	// period. Defaults to CatchUpAfterDefault (1 min); at least
+	// CatchUpAfterMin (5 s).
 	CatchUpAfter time.Duration
 	// MissedInterval is how often Run looks for the calls that ended
 	// periods did not make (RecordMissed); at least MissedIntervalMin and
@@ -126,8 +130,8 @@ type Config struct {
 
 // Defaults and bounds of Config's intervals.
 const (
-	CatchUpAfterDefault   = 10 * time.Second
-	CatchUpAfterMin       = time.Second
+	CatchUpAfterDefault   = time.Minute
+	CatchUpAfterMin       = 5 * time.Second
 	MissedIntervalDefault = 10 * time.Second
 	MissedIntervalMin     = time.Second
 	PruneIntervalDefault  = time.Minute
@@ -351,6 +355,9 @@ func (s *Server) task(p time.Duration, t riverslot.Task) riverslot.Task {
 	// A server started mid-period calls from the next period on, as a
 	// schedule created mid-period does: every call at its place.
 	t.FirstCycle = riverslot.FirstCycleNext
+	// LateGrace stays its default, the slot: readBegun (next_calls)
+	// decides whether a queued first bootstrap can still make its period
+	// by the slot's length.
 	// Calls start within the client's fetch poll of their place, not at
 	// River's next 5 s scheduler tick.
 	t.Punctual = true
@@ -857,7 +864,7 @@ func (s *Server) call(ctx context.Context, id uuid.UUID, job *river.Job[riverslo
 func (s *Server) pauseGone(ctx context.Context, id uuid.UUID, url string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := s.cfg.Pool.Exec(rctx, `UPDATE `+s.schedules+` SET paused = true, paused_reason = $2, updated_at = clock_timestamp() WHERE id = $1 AND deleted_at IS NULL`,
+	if _, err := s.cfg.Pool.Exec(rctx, `UPDATE `+s.schedules+` SET paused_reason = CASE WHEN paused THEN paused_reason ELSE $2 END, paused = true, updated_at = clock_timestamp() WHERE id = $1 AND deleted_at IS NULL`,
 		id, PausedGone); err != nil {
 		return fmt.Errorf("error pausing schedule %s after 410 Gone: %w", id, err)
 	}
