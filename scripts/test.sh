@@ -83,8 +83,9 @@ trap 'kill -- -$race_build 2>/dev/null || true' EXIT
 # race_built: raises the -race build to normal priority (renice needs
 # root; otherwise it stays niced) and waits for it; fails when it failed.
 race_built() {
-	renice -n 0 -g "$race_build" >/dev/null 2>&1 ||
+	if kill -0 "$race_build" 2>/dev/null && ! renice -n 0 -g "$race_build" >/dev/null 2>&1; then
 		say "renice failed (not root?): the -race build stays at nice 19"
+	fi
 	say "waiting for the -race test binaries"
 	while [ ! -s .test-out/race-build.rc ]; do
 		# A build that died without its status (killed, or no setsid)
