@@ -11,12 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/testkit/failedslot"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
 // TestAccountRunningCycleBesidePrepared: with the cycle running now
 // failing at slot 0 and the next cycle bootstrapped ahead of its start by
-// EnqueueCycle (failingSlotZero), Account describes an account of slot 0
+// EnqueueCycle (failedslot.Bootstrap), Account describes an account of slot 0
 // in the running cycle, as Status does: its cycle, its sync there (from
 // the ledger: no sync job of it was inserted) and no cycle before it.
 // Before the fix it described the prepared cycle and gave the running one
@@ -36,7 +37,7 @@ func TestAccountRunningCycleBesidePrepared(t *testing.T) {
 	info, err := scheduler.Task("transactions")
 	require.NoError(t, err)
 	next := running.Add(cycle)
-	failingSlotZero(ctx, t, pool, schema, scheduler, running, next)
+	failedslot.Bootstrap(ctx, t, pool, schema, scheduler, running, next)
 	var id uuid.UUID
 	require.NoError(t, pool.QueryRow(ctx, "SELECT id FROM "+pgx.Identifier{schema, "accounts"}.Sanitize()+" LIMIT 1").Scan(&id))
 

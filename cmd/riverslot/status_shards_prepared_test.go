@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/riverslot/riverslot"
+	"github.com/riverslot/riverslot/internal/testkit/failedslot"
 	"github.com/riverslot/riverslot/internal/testkit/riverslottest"
 )
 
@@ -48,7 +49,7 @@ func TestStatusShardsRunningCycleFailsBesidePrepared(t *testing.T) {
 		return s
 	}
 	// a: both cycles, every slot its own, slot 0 of the running one failed.
-	failingSlotZero(ctx, t, pool, refs[0].Schema, newShard("a", refs[0].Schema), running, next)
+	failedslot.Bootstrap(ctx, t, pool, refs[0].Schema, newShard("a", refs[0].Schema), running, next)
 	// b: both cycles, no slot of them.
 	b := newShard("b", refs[1].Schema)
 	riverslottest.CreateAccounts(ctx, t, pool, refs[1].Schema, "accounts", 20)
